@@ -1,0 +1,34 @@
+# Layer include roots. Each layer compiles against a folder that links only the layers it may
+# use, so `#include "modules/x.h"` from runtime/ is a compile error, not a convention.
+set(OCTET_LAYERS runtime kernels autograd modules tools)
+
+# octet_layer_includes(<layer>): the include root holding <layer> and every layer before it.
+function(octet_layer_include_root layer out_var)
+  set(root "${CMAKE_BINARY_DIR}/layer_roots/${layer}")
+  file(MAKE_DIRECTORY "${root}")
+  foreach(l IN LISTS OCTET_LAYERS)
+    if(NOT EXISTS "${root}/${l}")
+      file(CREATE_LINK "${CMAKE_SOURCE_DIR}/${l}" "${root}/${l}" SYMBOLIC)
+    endif()
+    if(l STREQUAL layer)
+      break()
+    endif()
+  endforeach()
+  set(${out_var} "${root}" PARENT_SCOPE)
+endfunction()
+
+# octet_add_layer(<layer> SOURCES ... DEPS ...): the static library octet_<layer>.
+function(octet_add_layer layer)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  octet_layer_include_root(${layer} root)
+  if(ARG_SOURCES)
+    add_library(octet_${layer} STATIC ${ARG_SOURCES})
+    target_include_directories(octet_${layer} PUBLIC "$<BUILD_INTERFACE:${root}>")
+    target_link_libraries(octet_${layer} PUBLIC ${ARG_DEPS})
+  else()
+    add_library(octet_${layer} INTERFACE)
+    target_include_directories(octet_${layer} INTERFACE "$<BUILD_INTERFACE:${root}>")
+    target_link_libraries(octet_${layer} INTERFACE ${ARG_DEPS})
+  endif()
+  add_library(octet::${layer} ALIAS octet_${layer})
+endfunction()

@@ -1,0 +1,128 @@
+// FP8 quantize (fused amax, row-wise and column-wise output in one pass), byte transpose and
+// dequantize on the CPU. The element rule is runtime/fp8.h, shared with the CUDA kernels.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/simd.h"
+#include "runtime/fp8.h"
+#include "runtime/parallel.h"
+
+namespace octet::cpu {
+namespace {
+
+// Rows x columns of one tile of the fused row-wise + column-wise cast.
+constexpr int64_t kTileRows = 64;
+constexpr int64_t kTileCols = 256;
+
+// q[i] = fp8(x[i] * scale); returns max(|x|) over the block (NaN ignored).
+template <bool kE4M3>
+OCTET_VECTOR_CLONES float cast_block(const float* x, int64_t n, float scale, uint8_t* q) {
+  float m = 0.f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::fabs(x[i]);
+    m = v > m ? v : m;
+    q[i] = kE4M3 ? to_e4m3(x[i] * scale) : to_e5m2(x[i] * scale);
+  }
+  return m;
+}
+
+float cast_any(DType fp8, const float* x, int64_t n, float scale, uint8_t* q) {
+  return fp8 == DType::kE4M3 ? cast_block<true>(x, n, scale, q) : cast_block<false>(x, n, scale, q);
+}
+
+// Byte-size-generic tile transpose: out (cols, rows) from in (rows, cols).
+template <typename T>
+void transpose_tiles(const T* in, T* out, int64_t rows, int64_t cols) {
+  constexpr int64_t kTile = 32;
+  const int64_t row_tiles = (rows + kTile - 1) / kTile;
+  parallel_for(0, row_tiles, 4, [&](int64_t t0, int64_t t1) {
+    for (int64_t r0 = t0 * kTile; r0 < std::min(rows, t1 * kTile); r0 += kTile) {
+      const int64_t r1 = std::min(rows, r0 + kTile);
+      for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+        const int64_t c1 = std::min(cols, c0 + kTile);
+        for (int64_t c = c0; c < c1; ++c) {
+          for (int64_t r = r0; r < r1; ++r) out[c * rows + r] = in[r * cols + c];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnwise, float* amax) {
+  const int64_t rows = x.rows(), cols = x.cols();
+  const DType fp8 = rowwise ? rowwise->dtype() : columnwise->dtype();
+  const auto* px = static_cast<const uint8_t*>(x.data());
+  const size_t es = x.element_size();
+  const bool f32 = x.dtype() == DType::kF32;
+  uint8_t* row_out = rowwise ? static_cast<uint8_t*>(rowwise->data()) : nullptr;
+  uint8_t* col_out = columnwise ? static_cast<uint8_t*>(columnwise->data()) : nullptr;
+
+  std::vector<float> partial(static_cast<size_t>(num_threads()), 0.f);
+  const int64_t row_tiles = (rows + kTileRows - 1) / kTileRows;
+  parallel_for(0, row_tiles, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> buf(static_cast<size_t>(kTileCols));
+    std::vector<uint8_t> q(static_cast<size_t>(kTileRows * kTileCols));
+    float m = 0.f;
+    for (int64_t r0 = t0 * kTileRows; r0 < std::min(rows, t1 * kTileRows); r0 += kTileRows) {
+      const int64_t r1 = std::min(rows, r0 + kTileRows);
+      for (int64_t c0 = 0; c0 < cols; c0 += kTileCols) {
+        const int64_t w = std::min(kTileCols, cols - c0);
+        for (int64_t r = r0; r < r1; ++r) {
+          const float* src = reinterpret_cast<const float*>(px + (r * cols + c0) * es);
+          if (!f32) {
+            to_f32(x.dtype(), px + (r * cols + c0) * es, buf.data(), w);
+            src = buf.data();
+          }
+          // Row-wise bytes go straight to the output; column-wise ones wait in the tile.
+          uint8_t* dst = row_out ? row_out + r * cols + c0 : q.data() + (r - r0) * kTileCols;
+          const float tile_max = cast_any(fp8, src, w, scale, dst);
+          m = tile_max > m ? tile_max : m;
+          if (row_out && col_out) std::memcpy(q.data() + (r - r0) * kTileCols, dst, w);
+        }
+        if (col_out) {
+          for (int64_t c = 0; c < w; ++c) {
+            uint8_t* dst = col_out + (c0 + c) * rows + r0;
+            for (int64_t r = 0; r < r1 - r0; ++r) dst[r] = q[r * kTileCols + c];
+          }
+        }
+      }
+    }
+    partial[static_cast<size_t>(omp_get_thread_num())] = m;
+  });
+  if (amax != nullptr) {
+    for (float m : partial) *amax = m > *amax ? m : *amax;
+  }
+}
+
+void transpose_2d(const Tensor& x, Tensor& out) {
+  const int64_t rows = x.rows(), cols = x.cols();
+  switch (x.element_size()) {
+    case 1: transpose_tiles(x.data_as<uint8_t>(), out.data_as<uint8_t>(), rows, cols); return;
+    case 2: transpose_tiles(x.data_as<uint16_t>(), out.data_as<uint16_t>(), rows, cols); return;
+    case 4: transpose_tiles(x.data_as<uint32_t>(), out.data_as<uint32_t>(), rows, cols); return;
+    case 8: transpose_tiles(x.data_as<uint64_t>(), out.data_as<uint64_t>(), rows, cols); return;
+  }
+  OCTET_FAIL("transpose_2d: unsupported element size ", x.element_size());
+}
+
+void dequantize_fp8(const Tensor& data, float scale_inv, Tensor& out) {
+  const float* table =
+      data.dtype() == DType::kE4M3 ? e4m3_to_float_table() : e5m2_to_float_table();
+  const uint8_t* q = data.data_as<uint8_t>();
+  auto* po = static_cast<uint8_t*>(out.data());
+  parallel_for(0, data.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+    constexpr int64_t kBlock = 1024;
+    float buf[kBlock];
+    for (int64_t i = lo; i < hi; i += kBlock) {
+      const int64_t m = std::min(kBlock, hi - i);
+      for (int64_t j = 0; j < m; ++j) buf[j] = table[q[i + j]] * scale_inv;
+      from_f32(buf, out.dtype(), po + i * out.element_size(), m);
+    }
+  });
+}
+
+}  // namespace octet::cpu

@@ -1,0 +1,292 @@
+// Argument checks and device dispatch for kernels/ops.h.
+#include "kernels/ops.h"
+
+#include "kernels/cpu/cpu_ops.h"
+
+#if OCTET_WITH_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
+
+namespace octet::ops {
+namespace {
+
+void check_defined(const char* op, const Tensor& t, const char* name) {
+  OCTET_CHECK(t.defined(), op, ": ", name, " is an undefined tensor");
+}
+
+// The CPU backend is complete; the CUDA backend says "not supported" per op until it has it.
+void require_cpu(const char* op, const Tensor& t) {
+  OCTET_CHECK(t.device().is_cpu(), op, " is not supported on ", t.device(),
+              " yet (the CUDA backend implements: quantize_fp8)");
+}
+
+void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
+  OCTET_CHECK(a.device() == b.device(), op, ": tensors on different devices (", a.device(),
+              " and ", b.device(), ")");
+}
+
+void check_arith_dtype(const char* op, const Tensor& t) {
+  const DType d = t.dtype();
+  OCTET_CHECK(d == DType::kF32 || d == DType::kBF16 || d == DType::kF16, op,
+              ": expected an f32, bf16 or f16 tensor, got ", t);
+}
+
+float scalar_of(const char* op, const Tensor* t, const char* name) {
+  OCTET_CHECK(t != nullptr && t->defined(), op, ": ", name, " is required");
+  OCTET_CHECK(t->numel() == 1 && t->dtype() == DType::kF32, op, ": ", name,
+              " must be a one-element f32 tensor, got ", *t);
+  return t->item();
+}
+
+Tensor scalar_tensor(float value) { return Tensor::from_floats({value}, {1}); }
+
+Tensor binary(cpu::BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
+  check_defined(name, a, "a");
+  check_defined(name, b, "b");
+  check_same_device(name, a, b);
+  require_cpu(name, a);
+  check_arith_dtype(name, a);
+  check_arith_dtype(name, b);
+  const bool row = b.dim() == 1 && a.dim() >= 1 && b.numel() == a.cols();
+  OCTET_CHECK(a.shape() == b.shape() || row, name, ": shapes ", shape_str(a.shape()), " and ",
+              shape_str(b.shape()), " do not match (b must have a's shape or be a row of ",
+              a.dim() >= 1 ? a.cols() : 1, " elements)");
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  cpu::binary(op, a, b, out);
+  return out;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary(cpu::BinaryOp::kAdd, "add", a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary(cpu::BinaryOp::kSub, "sub", a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(cpu::BinaryOp::kMul, "mul", a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary(cpu::BinaryOp::kDiv, "div", a, b); }
+
+Tensor scale(const Tensor& x, float s) {
+  check_defined("scale", x, "x");
+  require_cpu("scale", x);
+  check_arith_dtype("scale", x);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  cpu::scale(x, s, out);
+  return out;
+}
+
+void add_(Tensor& dst, const Tensor& src, float alpha) {
+  check_defined("add_", dst, "dst");
+  check_defined("add_", src, "src");
+  check_same_device("add_", dst, src);
+  require_cpu("add_", dst);
+  check_arith_dtype("add_", dst);
+  check_arith_dtype("add_", src);
+  OCTET_CHECK(dst.shape() == src.shape(), "add_: shapes ", shape_str(dst.shape()), " and ",
+              shape_str(src.shape()), " differ");
+  cpu::axpy(dst, src, alpha);
+  dst.bump_version();
+}
+
+void scale_(Tensor& dst, float s) {
+  check_defined("scale_", dst, "dst");
+  require_cpu("scale_", dst);
+  check_arith_dtype("scale_", dst);
+  cpu::scale(dst, s, dst);
+  dst.bump_version();
+}
+
+void fill_(Tensor& dst, float value) {
+  check_defined("fill_", dst, "dst");
+  require_cpu("fill_", dst);
+  OCTET_CHECK(!is_fp8(dst.dtype()), "fill_: ", dst, " is FP8; quantize_fp8 writes FP8 data");
+  cpu::fill(dst, value);
+  dst.bump_version();
+}
+
+void copy_(Tensor& dst, const Tensor& src) {
+  check_defined("copy_", dst, "dst");
+  check_defined("copy_", src, "src");
+  check_same_device("copy_", dst, src);
+  require_cpu("copy_", dst);
+  check_arith_dtype("copy_", dst);
+  check_arith_dtype("copy_", src);
+  OCTET_CHECK(dst.shape() == src.shape(), "copy_: shapes ", shape_str(dst.shape()), " and ",
+              shape_str(src.shape()), " differ");
+  cpu::convert(src, dst);
+  dst.bump_version();
+}
+
+Tensor cast(const Tensor& x, DType dtype) {
+  check_defined("cast", x, "x");
+  require_cpu("cast", x);
+  check_arith_dtype("cast", x);
+  OCTET_CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16,
+              "cast: target dtype ", dtype, " is not f32, bf16 or f16 (FP8: use quantize_fp8)");
+  Tensor out = Tensor::empty(x.shape(), dtype, x.device());
+  cpu::convert(x, out);
+  return out;
+}
+
+Tensor sum(const Tensor& x) {
+  check_defined("sum", x, "x");
+  require_cpu("sum", x);
+  check_arith_dtype("sum", x);
+  return scalar_tensor(cpu::sum(x));
+}
+
+Tensor mean(const Tensor& x) {
+  check_defined("mean", x, "x");
+  OCTET_CHECK(x.numel() > 0, "mean of an empty tensor ", x);
+  require_cpu("mean", x);
+  check_arith_dtype("mean", x);
+  return scalar_tensor(static_cast<float>(static_cast<double>(cpu::sum(x)) /
+                                          static_cast<double>(x.numel())));
+}
+
+Tensor max(const Tensor& x) {
+  check_defined("max", x, "x");
+  OCTET_CHECK(x.numel() > 0, "max of an empty tensor ", x);
+  require_cpu("max", x);
+  check_arith_dtype("max", x);
+  return scalar_tensor(cpu::max(x));
+}
+
+Tensor amax(const Tensor& x) {
+  check_defined("amax", x, "x");
+  require_cpu("amax", x);
+  check_arith_dtype("amax", x);
+  return scalar_tensor(cpu::amax(x));
+}
+
+Tensor sum_rows(const Tensor& x) {
+  check_defined("sum_rows", x, "x");
+  require_cpu("sum_rows", x);
+  check_arith_dtype("sum_rows", x);
+  OCTET_CHECK(x.dim() >= 1, "sum_rows: needs at least one dimension, got ", x);
+  Tensor out = Tensor::empty({x.cols()}, x.dtype(), x.device());
+  cpu::sum_rows(x, out);
+  return out;
+}
+
+void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor* columnwise,
+                  Tensor* amax) {
+  constexpr const char* op = "quantize_fp8";
+  check_defined(op, x, "x");
+  OCTET_CHECK(x.dtype() == DType::kF32 || x.dtype() == DType::kBF16, op,
+              ": input must be f32 or bf16, got ", x);
+  OCTET_CHECK(rowwise != nullptr || columnwise != nullptr, op,
+              ": asked for neither row-wise nor column-wise output");
+  OCTET_CHECK(scale.defined() && scale.numel() == 1 && scale.dtype() == DType::kF32, op,
+              ": scale must be a one-element f32 tensor, got ", scale);
+  check_same_device(op, x, scale);
+  DType fp8 = rowwise ? rowwise->dtype() : columnwise->dtype();
+  OCTET_CHECK(is_fp8(fp8), op, ": output dtype must be e4m3 or e5m2, got ", fp8);
+  if (rowwise != nullptr) {
+    OCTET_CHECK(rowwise->shape() == x.shape(), op, ": row-wise output ", *rowwise,
+                " must have the input's shape ", shape_str(x.shape()));
+    check_same_device(op, x, *rowwise);
+  }
+  if (columnwise != nullptr) {
+    const Shape want = {x.cols(), x.rows()};
+    OCTET_CHECK(columnwise->dtype() == fp8, op, ": row-wise and column-wise outputs differ in dtype");
+    OCTET_CHECK(columnwise->shape() == want, op, ": column-wise output ", *columnwise,
+                " must have shape ", shape_str(want), " (last dim, prod(leading dims))");
+    check_same_device(op, x, *columnwise);
+  }
+  if (amax != nullptr) {
+    OCTET_CHECK(amax->numel() == 1 && amax->dtype() == DType::kF32, op,
+                ": amax must be a one-element f32 tensor, got ", *amax);
+    check_same_device(op, x, *amax);
+  }
+#if OCTET_WITH_CUDA
+  if (x.device().is_cuda()) {
+    cuda::quantize_fp8(x, scale, rowwise, columnwise, amax);
+  } else
+#endif
+  {
+    require_cpu(op, x);
+    cpu::quantize_fp8(x, scale.item(), rowwise, columnwise,
+                      amax ? amax->data_as<float>() : nullptr);
+  }
+  for (Tensor* t : {rowwise, columnwise, amax}) {
+    if (t != nullptr) t->bump_version();
+  }
+}
+
+Tensor transpose_2d(const Tensor& x) {
+  check_defined("transpose_2d", x, "x");
+  require_cpu("transpose_2d", x);
+  Tensor out = Tensor::empty({x.cols(), x.rows()}, x.dtype(), x.device());
+  cpu::transpose_2d(x, out);
+  return out;
+}
+
+Tensor dequantize_fp8(const Tensor& data, const Tensor& scale_inv, DType dtype) {
+  constexpr const char* op = "dequantize_fp8";
+  check_defined(op, data, "data");
+  OCTET_CHECK(is_fp8(data.dtype()), op, ": data must be e4m3 or e5m2, got ", data);
+  OCTET_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, op,
+              ": output dtype must be f32 or bf16, got ", dtype);
+  require_cpu(op, data);
+  const float s = scalar_of(op, &scale_inv, "scale_inv");
+  Tensor out = Tensor::empty(data.shape(), dtype, data.device());
+  cpu::dequantize_fp8(data, s, out);
+  return out;
+}
+
+void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, Tensor& out,
+          const GemmOptions& options) {
+  constexpr const char* op = "gemm";
+  check_defined(op, a, "a");
+  check_defined(op, b, "b");
+  check_defined(op, out, "out");
+  check_same_device(op, a, b);
+  check_same_device(op, a, out);
+  require_cpu(op, a);
+  OCTET_CHECK(a.dim() >= 2 && b.dim() >= 2, op, ": operands must be at least 2-D, got ", a,
+              " and ", b);
+  const bool a_fp8 = is_fp8(a.dtype()), b_fp8 = is_fp8(b.dtype());
+  OCTET_CHECK((a.dtype() == DType::kF32 && b.dtype() == DType::kF32) ||
+                  (a.dtype() == DType::kBF16 && b.dtype() == DType::kBF16) || (a_fp8 && b_fp8),
+              op, ": operand dtypes ", a.dtype(), " x ", b.dtype(),
+              " unsupported (f32 x f32, bf16 x bf16, or FP8 x FP8)");
+  OCTET_CHECK(out.dtype() == DType::kF32 || out.dtype() == DType::kBF16, op,
+              ": output must be f32 or bf16, got ", out);
+  const bool a_trans = ta == Transpose::kYes, b_trans = tb == Transpose::kYes;
+  const int64_t m = a_trans ? a.cols() : a.rows();
+  const int64_t k = a_trans ? a.rows() : a.cols();
+  const int64_t kb = b_trans ? b.cols() : b.rows();
+  const int64_t n = b_trans ? b.rows() : b.cols();
+  OCTET_CHECK(k == kb, op, ": inner dimensions differ: op(a) is (", m, ", ", k, ") from ", a,
+              a_trans ? " transposed" : "", ", op(b) is (", kb, ", ", n, ") from ", b,
+              b_trans ? " transposed" : "");
+  OCTET_CHECK(out.rows() == m && out.cols() == n, op, ": output ", out, " must be (", m, ", ",
+              n, ")");
+  if (options.bias != nullptr) {
+    const Tensor& bias = *options.bias;
+    OCTET_CHECK(bias.defined() && bias.numel() == n &&
+                    (bias.dtype() == DType::kF32 || bias.dtype() == DType::kBF16),
+                op, ": bias must be an f32 or bf16 tensor of ", n, " elements, got ", bias);
+    check_same_device(op, a, bias);
+  }
+  float alpha = options.alpha;
+  if (a_fp8) alpha *= scalar_of(op, options.a_scale_inv, "a_scale_inv (FP8 operand a)");
+  if (b_fp8) alpha *= scalar_of(op, options.b_scale_inv, "b_scale_inv (FP8 operand b)");
+  cpu::gemm(a, ta, b, tb, out, alpha, options.accumulate, options.bias);
+  out.bump_version();
+}
+
+Tensor gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, DType out_dtype,
+            const GemmOptions& options) {
+  OCTET_CHECK(options.accumulate == Accumulate::kNo,
+              "gemm: accumulate needs an existing output tensor");
+  check_defined("gemm", a, "a");
+  check_defined("gemm", b, "b");
+  const int64_t m = ta == Transpose::kYes ? a.cols() : a.rows();
+  const int64_t n = tb == Transpose::kYes ? b.rows() : b.cols();
+  Tensor out = Tensor::empty({m, n}, out_dtype, a.device());
+  gemm(a, ta, b, tb, out, options);
+  return out;
+}
+
+void release_workspace() { cpu::release_workspace(); }
+
+}  // namespace octet::ops

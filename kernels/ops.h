@@ -1,0 +1,71 @@
+// The one entry point for operations on tensors. Each op checks its arguments (clear errors that
+// name shapes and dtypes), then dispatches on device to kernels/cpu or kernels/cuda.
+// Ops that write into a caller's tensor bump its version.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/tensor.h"
+
+namespace octet::ops {
+
+// ---- elementwise: same shape, or `b` a row broadcast over `a`'s last dimension ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor scale(const Tensor& x, float s);
+void add_(Tensor& dst, const Tensor& src, float alpha = 1.f);  // dst += alpha * src (same shape)
+void scale_(Tensor& dst, float s);
+void fill_(Tensor& dst, float value);
+void copy_(Tensor& dst, const Tensor& src);  // same shape; converts f32/bf16/f16 with RNE
+// f32/bf16/f16 to f32/bf16/f16 (RNE). FP8 goes through quantize_fp8 / dequantize_fp8.
+Tensor cast(const Tensor& x, DType dtype);
+
+// ---- reductions over all elements, as one-element f32 tensors ----
+Tensor sum(const Tensor& x);
+Tensor mean(const Tensor& x);
+Tensor max(const Tensor& x);
+Tensor amax(const Tensor& x);  // max |x|, NaN ignored; 0 for an empty tensor
+// (rows, cols) -> (cols,): sum over every leading dimension (a bias gradient).
+Tensor sum_rows(const Tensor& x);
+
+// ---- FP8 ----
+// One pass over f32/bf16 `x` (viewed as rows x cols): q = fp8(x * scale) with the CUDA
+// saturating rule, written row-wise into `rowwise` (x's shape) and/or column-wise (the byte
+// transpose, shape (cols, rows)) into `columnwise`; max |x| (f32, before scaling, NaN ignored)
+// is max-accumulated into amax[0]. `scale` and `amax` are one-element f32 tensors; null
+// outputs are skipped. The FP8 dtype is the outputs' dtype.
+void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor* columnwise,
+                  Tensor* amax);
+// (rows, cols) -> (cols, rows) for any element size (FP8 data, f32, ...).
+Tensor transpose_2d(const Tensor& x);
+// q * scale_inv into `dtype` (f32 or bf16), same shape as `data`.
+Tensor dequantize_fp8(const Tensor& data, const Tensor& scale_inv, DType dtype);
+
+// ---- GEMM: out (M, N) = alpha * op(a) · op(b) [+ out] [+ bias] ----
+// Row-major; op(a) is (M, K): `a` is (M, K) or, transposed, (K, M); op(b) is (K, N): `b` is
+// (K, N) or, transposed, (N, K). Leading dimensions of 3-D+ operands fold into rows.
+// Operands: both f32, both bf16, or both FP8 (e4m3/e5m2 in any mix) with their scale_inv.
+// Accumulation in f32; out is f32 or bf16.
+enum class Transpose : uint8_t { kNo, kYes };
+enum class Accumulate : uint8_t { kNo, kYes };
+
+struct GemmOptions {
+  float alpha = 1.f;
+  Accumulate accumulate = Accumulate::kNo;  // kYes adds the product to out's contents
+  const Tensor* bias = nullptr;             // (N,) f32 or bf16, added to every row
+  const Tensor* a_scale_inv = nullptr;      // one-element f32, required for FP8 `a`
+  const Tensor* b_scale_inv = nullptr;      // one-element f32, required for FP8 `b`
+};
+
+void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, Tensor& out,
+          const GemmOptions& options = {});
+// Allocates out (M, N) of `out_dtype` (accumulate must be kNo).
+Tensor gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, DType out_dtype,
+            const GemmOptions& options = {});
+
+// Frees the cached GEMM conversion workspace (counted under MemTag::kWorkspace while held).
+void release_workspace();
+
+}  // namespace octet::ops

@@ -1,0 +1,38 @@
+// The one threading runtime: OpenMP (oneDNN's GEMM uses the same libgomp pool, so kernels and
+// GEMM never have two spinning pools fighting over two cores).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include <omp.h>
+
+namespace octet {
+
+int num_threads();
+void set_num_threads(int n);
+
+// Calls f(lo, hi) on disjoint chunks covering [begin, end). The split depends only on the range
+// and the thread count, so per-chunk partial results combine deterministically. Runs inline when
+// the range is under `grain` or when already inside a parallel region.
+template <typename F>
+void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
+  const int64_t n = end - begin;
+  if (n <= 0) return;
+  const int64_t max_chunks = std::max<int64_t>(1, n / std::max<int64_t>(grain, 1));
+  const int threads = static_cast<int>(std::min<int64_t>(num_threads(), max_chunks));
+  if (threads <= 1 || omp_in_parallel()) {
+    f(begin, end);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t t = omp_get_thread_num();
+    const int64_t nt = omp_get_num_threads();
+    const int64_t lo = begin + n * t / nt;
+    const int64_t hi = begin + n * (t + 1) / nt;
+    if (lo < hi) f(lo, hi);
+  }
+}
+
+}  // namespace octet

@@ -1,0 +1,26 @@
+// Storage lifetime: allocation, accounting, retagging, release.
+#include "runtime/storage.h"
+
+namespace octet {
+
+std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device, MemTag tag) {
+  void* data = allocator_for(device).allocate(nbytes);
+  memory_tracker(device).on_allocate(tag, nbytes);
+  return std::shared_ptr<Storage>(new Storage(data, nbytes, device, tag));
+}
+
+Storage::Storage(void* data, size_t nbytes, Device device, MemTag tag)
+    : data_(data), nbytes_(nbytes), device_(device), tag_(tag) {}
+
+Storage::~Storage() {
+  allocator_for(device_).deallocate(data_, nbytes_);
+  memory_tracker(device_).on_free(tag_, nbytes_);
+}
+
+void Storage::set_tag(MemTag tag) {
+  if (tag == tag_) return;
+  memory_tracker(device_).on_retag(tag_, tag, nbytes_);
+  tag_ = tag;
+}
+
+}  // namespace octet

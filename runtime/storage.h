@@ -1,0 +1,45 @@
+// A buffer from a device allocator, accounted under a memory tag, with the version counter
+// that save-for-backward uses to detect in-place changes.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "runtime/device.h"
+#include "runtime/memory.h"
+
+namespace octet {
+
+class Storage {
+ public:
+  // Allocates `nbytes` on `device`, counted under `tag`.
+  static std::shared_ptr<Storage> allocate(size_t nbytes, Device device,
+                                           MemTag tag = current_mem_tag());
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  MemTag tag() const { return tag_; }
+  // Moves this storage's bytes to another tag (e.g. an activation that becomes saved state).
+  void set_tag(MemTag tag);
+
+  uint64_t version() const { return version_.load(std::memory_order_acquire); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_acq_rel); }
+
+ private:
+  Storage(void* data, size_t nbytes, Device device, MemTag tag);
+
+  void* data_;
+  size_t nbytes_;
+  Device device_;
+  MemTag tag_;
+  std::atomic<uint64_t> version_{0};
+};
+
+}  // namespace octet
