@@ -157,9 +157,11 @@ Tensor Tensor::slice(int64_t begin, int64_t end) const {
                 dtype_);
 }
 
-Tensor Tensor::clone() const {
-  Tensor t = empty(shape_, dtype_, device());
-  copy_bytes(t.device(), t.data(), device(), data(), nbytes());
+Tensor Tensor::clone() const { return to(device()); }
+
+Tensor Tensor::to(Device device) const {
+  Tensor t = empty(shape_, dtype_, device);
+  copy_bytes(device, t.data(), this->device(), data(), nbytes());
   return t;
 }
 

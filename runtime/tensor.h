@@ -69,6 +69,8 @@ class Tensor {
 
   // Deep copy into new storage (current tag), same device.
   Tensor clone() const;
+  // Copy to `device` (new storage; a copy even when already there).
+  Tensor to(Device device) const;
   // Host copy of the elements as f32 (CPU only; exact for every dtype but i64 > 2^24).
   std::vector<float> to_floats() const;
   float item() const;  // the one element of a one-element tensor, as f32

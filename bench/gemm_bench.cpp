@@ -1,0 +1,97 @@
+// GEMM throughput on the CPU: f32 and FP8 (e4m3 x e4m3) operands at transformer shapes, every
+// transpose combination, median of repeated runs. Usage: octet_gemm_bench [--threads N] [--reps N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "runtime/parallel.h"
+#include "runtime/rng.h"
+
+namespace {
+
+using octet::DType;
+using octet::Tensor;
+using octet::ops::Transpose;
+
+struct Shape3 {
+  int64_t m, n, k;
+};
+
+double median_ms(std::vector<double> times) {
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+Tensor random(int64_t rows, int64_t cols, octet::Generator& gen) {
+  Tensor t = Tensor::empty({rows, cols}, DType::kF32);
+  gen.fill_normal(t, 0.f, 1.f);
+  return t;
+}
+
+Tensor to_fp8(const Tensor& x) {
+  Tensor q = Tensor::empty(x.shape(), DType::kE4M3);
+  Tensor scale = Tensor::from_floats({64.f}, {1});
+  octet::ops::quantize_fp8(x, scale, &q, nullptr, nullptr);
+  return q;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 15;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--threads") == 0) {
+      octet::set_num_threads(std::atoi(argv[i + 1]));
+    } else if (std::strcmp(argv[i], "--reps") == 0) {
+      reps = std::max(3, std::atoi(argv[i + 1]));
+    } else {
+      std::fprintf(stderr, "unknown argument %s (expected --threads N, --reps N)\n", argv[i]);
+      return 2;
+    }
+  }
+  const Shape3 shapes[] = {{768, 768, 768}, {1024, 3072, 768}, {1024, 768, 3072}};
+  std::printf("threads %d, median of %d runs\n", octet::num_threads(), reps);
+  std::printf("%-6s %5s %5s %5s  %-5s %10s %10s\n", "dtype", "M", "N", "K", "op", "ms",
+              "GFLOP/s");
+  octet::Generator gen(1);
+  const Tensor inv = Tensor::from_floats({1.f / 64.f}, {1});
+  for (const Shape3& s : shapes) {
+    for (int trans = 0; trans < 4; ++trans) {
+      const Transpose ta = (trans & 2) ? Transpose::kYes : Transpose::kNo;
+      const Transpose tb = (trans & 1) ? Transpose::kYes : Transpose::kNo;
+      const Tensor a = ta == Transpose::kYes ? random(s.k, s.m, gen) : random(s.m, s.k, gen);
+      const Tensor b = tb == Transpose::kYes ? random(s.n, s.k, gen) : random(s.k, s.n, gen);
+      const Tensor a8 = to_fp8(a), b8 = to_fp8(b);
+      Tensor out = Tensor::empty({s.m, s.n}, DType::kF32);
+      const std::string op = std::string(ta == Transpose::kYes ? "T" : "N") +
+                             (tb == Transpose::kYes ? "T" : "N");
+      for (int fp8 = 0; fp8 < 2; ++fp8) {
+        octet::ops::GemmOptions options;
+        if (fp8) {
+          options.a_scale_inv = &inv;
+          options.b_scale_inv = &inv;
+        }
+        const Tensor& x = fp8 ? a8 : a;
+        const Tensor& y = fp8 ? b8 : b;
+        std::vector<double> times;
+        for (int r = 0; r < reps + 2; ++r) {
+          const auto t0 = std::chrono::steady_clock::now();
+          octet::ops::gemm(x, ta, y, tb, out, options);
+          const auto t1 = std::chrono::steady_clock::now();
+          if (r >= 2) times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        }
+        const double ms = median_ms(times);
+        const double gflops = 2.0 * s.m * s.n * s.k / (ms * 1e6);
+        std::printf("%-6s %5ld %5ld %5ld  %-5s %10.3f %10.1f\n", fp8 ? "e4m3" : "f32",
+                    static_cast<long>(s.m), static_cast<long>(s.n), static_cast<long>(s.k),
+                    op.c_str(), ms, gflops);
+      }
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,126 @@
+// Elementwise arithmetic, casts and reductions against f64 loops written out in the test.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/ops.h"
+#include "runtime/float16.h"
+#include "runtime/parallel.h"
+#include "tests/support/test_util.h"
+
+namespace octet {
+namespace {
+
+TEST(Elementwise, BinaryOpsSameShapeAndRowBroadcast) {
+  const Tensor a = test::random_tensor({3, 50, 70}, DType::kF32, 1);
+  const Tensor b = test::random_tensor({3, 50, 70}, DType::kF32, 2);
+  const Tensor row = test::random_tensor({70}, DType::kF32, 3);
+  const std::vector<double> av = test::to_doubles(a), bv = test::to_doubles(b),
+                            rv = test::to_doubles(row);
+  struct Op {
+    Tensor (*fn)(const Tensor&, const Tensor&);
+    double (*ref)(double, double);
+  };
+  const Op ops_list[] = {{ops::add, [](double x, double y) { return x + y; }},
+                         {ops::sub, [](double x, double y) { return x - y; }},
+                         {ops::mul, [](double x, double y) { return x * y; }},
+                         {ops::div, [](double x, double y) { return x / y; }}};
+  for (const Op& op : ops_list) {
+    std::vector<double> same(av.size()), bcast(av.size());
+    for (size_t i = 0; i < av.size(); ++i) {
+      same[i] = op.ref(av[i], bv[i]);
+      bcast[i] = op.ref(av[i], rv[i % 70]);
+    }
+    EXPECT_TRUE(test::all_close(op.fn(a, b).to_floats(), same, {0, 1e-7}));
+    EXPECT_TRUE(test::all_close(op.fn(a, row).to_floats(), bcast, {0, 1e-7}));
+  }
+}
+
+TEST(Elementwise, Bf16ArithmeticRoundsOnceFromF32) {
+  const Tensor a = test::random_tensor({33, 65}, DType::kBF16, 4);
+  const Tensor b = test::random_tensor({65}, DType::kBF16, 5);
+  const std::vector<float> av = a.to_floats(), bv = b.to_floats(), got = ops::mul(a, b).to_floats();
+  for (size_t i = 0; i < av.size(); ++i) {
+    ASSERT_EQ(got[i], from_bf16(to_bf16(av[i] * bv[i % 65]))) << i;
+  }
+}
+
+TEST(Elementwise, InPlaceOpsBumpVersionAndCompute) {
+  Tensor d = test::random_tensor({1000}, DType::kF32, 6);
+  const Tensor s = test::random_tensor({1000}, DType::kF32, 7);
+  std::vector<double> want = test::to_doubles(d);
+  const std::vector<double> sv = test::to_doubles(s);
+  uint64_t v0 = d.version();
+  ops::add_(d, s, -0.25f);
+  EXPECT_GT(d.version(), v0);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += -0.25 * sv[i];
+  EXPECT_TRUE(test::all_close(d.to_floats(), want, {1e-6, 1e-6}));
+  v0 = d.version();
+  ops::scale_(d, 3.f);
+  EXPECT_GT(d.version(), v0);
+  for (double& w : want) w *= 3;
+  EXPECT_TRUE(test::all_close(d.to_floats(), want, {1e-6, 1e-6}));
+  ops::fill_(d, 1.5f);
+  EXPECT_TRUE(test::all_close(d.to_floats(), std::vector<double>(1000, 1.5), {0, 0}));
+  EXPECT_THROW(ops::add_(d, Tensor::zeros({999}, DType::kF32)), Error);
+}
+
+TEST(Elementwise, CastRoundsToNearestEven) {
+  // 1 + 2^-8 is the bf16 tie between 1 and 1 + 2^-7: rounds to even (1).
+  const Tensor x = Tensor::from_floats({1.f + 0x1p-8f, 1.f + 3 * 0x1p-8f, -2.5f, 65520.f}, {4});
+  const std::vector<float> bf = ops::cast(x, DType::kBF16).to_floats();
+  EXPECT_EQ(bf[0], 1.f);
+  EXPECT_EQ(bf[1], 1.f + 0x1p-6f);
+  EXPECT_EQ(bf[2], -2.5f);
+  const std::vector<float> h = ops::cast(x, DType::kF16).to_floats();
+  EXPECT_TRUE(std::isinf(h[3]));  // 65520 is the f16 overflow tie: rounds to inf
+  EXPECT_THROW(ops::cast(x, DType::kE4M3), Error);
+}
+
+TEST(Reductions, SumMeanMaxAmaxAgainstF64) {
+  const Tensor x = test::random_tensor({257, 129}, DType::kF32, 8);
+  const std::vector<double> v = test::to_doubles(x);
+  double sum = 0, mx = -1e300, amax = 0;
+  for (double e : v) {
+    sum += e;
+    mx = std::max(mx, e);
+    amax = std::max(amax, std::fabs(e));
+  }
+  EXPECT_NEAR(ops::sum(x).item(), sum, 1e-6 * v.size());
+  EXPECT_NEAR(ops::mean(x).item(), sum / v.size(), 1e-6);
+  EXPECT_EQ(ops::max(x).item(), static_cast<float>(mx));
+  EXPECT_EQ(ops::amax(x).item(), static_cast<float>(amax));
+}
+
+TEST(Reductions, AmaxIgnoresNanMaxPropagatesIt) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Tensor x = Tensor::from_floats({1.f, nan, -7.f, 3.f}, {4});
+  EXPECT_EQ(ops::amax(x).item(), 7.f);
+  EXPECT_TRUE(std::isnan(ops::max(x).item()));
+  EXPECT_EQ(ops::amax(Tensor::zeros({0}, DType::kF32)).item(), 0.f);
+}
+
+TEST(Reductions, SameResultForOneAndTwoThreads) {
+  const Tensor x = test::random_tensor({1 << 18}, DType::kF32, 9);
+  const int threads = num_threads();
+  set_num_threads(1);
+  const float one = ops::sum(x).item();
+  set_num_threads(2);
+  const float two = ops::sum(x).item();
+  set_num_threads(threads);
+  EXPECT_EQ(one, two);  // f64 partials: the f32 result does not depend on the split here
+}
+
+TEST(Reductions, SumRowsIsTheBiasGradient) {
+  const Tensor x = test::random_tensor({4, 6, 10}, DType::kF32, 10);
+  const std::vector<double> v = test::to_doubles(x);
+  std::vector<double> want(10, 0.0);
+  for (size_t i = 0; i < v.size(); ++i) want[i % 10] += v[i];
+  const Tensor s = ops::sum_rows(x);
+  ASSERT_EQ(s.shape(), (Shape{10}));
+  EXPECT_TRUE(test::all_close(s.to_floats(), want, {1e-6, 1e-6}));
+}
+
+}  // namespace
+}  // namespace octet

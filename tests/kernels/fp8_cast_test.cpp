@@ -1,0 +1,154 @@
+// The fused FP8 quantize kernel (row-wise + column-wise + amax in one pass), the byte transpose
+// and dequantize, against independent references: CUDA's host conversion where the toolkit's
+// headers exist (the scalar rule itself is verified on all 2^32 inputs in tests/runtime), f64
+// arithmetic elsewhere.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/ops.h"
+#include "runtime/float16.h"
+#include "runtime/fp8.h"
+#include "tests/support/test_util.h"
+
+#if OCTET_HAVE_CUDA_HEADERS
+#include <cuda_fp8.h>
+#endif
+
+namespace octet {
+namespace {
+
+uint8_t reference_cast(float v, DType dtype) {
+#if OCTET_HAVE_CUDA_HEADERS
+  return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, dtype == DType::kE4M3 ? __NV_E4M3 : __NV_E5M2);
+#else
+  return dtype == DType::kE4M3 ? to_e4m3(v) : to_e5m2(v);
+#endif
+}
+
+struct CastCase {
+  Shape shape;
+  DType input;
+  DType fp8;
+};
+
+class QuantizeFp8 : public ::testing::TestWithParam<CastCase> {};
+
+TEST_P(QuantizeFp8, RowwiseColumnwiseAndAmaxInOnePass) {
+  const CastCase c = GetParam();
+  Tensor x = test::random_tensor(c.shape, c.input, 7, 40.f);
+  // Plant values that exercise saturation, NaN (ignored by amax) and signed zero.
+  std::vector<float> v = x.to_floats();
+  v[0] = 1e9f;
+  v[1] = -std::numeric_limits<float>::infinity();
+  v[2] = std::numeric_limits<float>::quiet_NaN();
+  v[3] = -0.f;
+  x = Tensor::from_floats(v, c.shape, c.input);
+  v = x.to_floats();  // what the kernel reads (bf16 inputs are already rounded)
+
+  const float scale_value = c.fp8 == DType::kE4M3 ? 3.5f : 100.f;
+  const Tensor scale = Tensor::from_floats({scale_value}, {1});
+  Tensor row = Tensor::empty(c.shape, c.fp8);
+  Tensor col = Tensor::empty({x.cols(), x.rows()}, c.fp8);
+  Tensor amax = Tensor::from_floats({5.f}, {1});  // max-accumulated: 1e9 wins below
+  test::poison(row);
+  test::poison(col);
+  ops::quantize_fp8(x, scale, &row, &col, &amax);
+
+  const int64_t rows = x.rows(), cols = x.cols();
+  const uint8_t* r = row.data_as<uint8_t>();
+  const uint8_t* t = col.data_as<uint8_t>();
+  int64_t bad_row = 0, bad_col = 0;
+  double want_amax = 5.0;
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      const float xv = v[static_cast<size_t>(i * cols + j)];
+      if (!std::isnan(xv)) want_amax = std::max(want_amax, static_cast<double>(std::fabs(xv)));
+      const uint8_t want = reference_cast(xv * scale_value, c.fp8);
+      bad_row += r[i * cols + j] != want;
+      bad_col += t[j * rows + i] != want;
+    }
+  }
+  EXPECT_EQ(bad_row, 0) << "row-wise bytes differ from the CUDA rule";
+  EXPECT_EQ(bad_col, 0) << "column-wise bytes differ from the transposed CUDA rule";
+  EXPECT_EQ(amax.item(), static_cast<float>(want_amax));
+  const uint8_t max_code = c.fp8 == DType::kE4M3 ? 0x7E : 0x7B;
+  EXPECT_EQ(r[0], max_code);         // 1e9 saturates
+  EXPECT_EQ(r[1], 0x80 | max_code);  // -inf saturates
+  EXPECT_EQ(r[2], 0x7F);             // NaN stays NaN
+  EXPECT_EQ(r[3], 0x80);             // -0 keeps its sign
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kernels, QuantizeFp8,
+    ::testing::Values(CastCase{{64, 128}, DType::kF32, DType::kE4M3},
+                      CastCase{{3, 37, 300}, DType::kF32, DType::kE5M2},  // tiles with edges
+                      CastCase{{130, 257}, DType::kBF16, DType::kE4M3},
+                      CastCase{{1, 16}, DType::kBF16, DType::kE5M2}));
+
+TEST(QuantizeFp8Only, RowwiseOnlyColumnwiseOnlyAndNoAmax) {
+  const Tensor x = test::random_tensor({48, 80}, DType::kF32, 9);
+  const Tensor scale = Tensor::from_floats({2.f}, {1});
+  Tensor row = Tensor::empty(x.shape(), DType::kE4M3);
+  Tensor col = Tensor::empty({80, 48}, DType::kE4M3);
+  ops::quantize_fp8(x, scale, &row, nullptr, nullptr);
+  ops::quantize_fp8(x, scale, nullptr, &col, nullptr);
+  const Tensor transposed = ops::transpose_2d(row);
+  EXPECT_EQ(std::memcmp(transposed.data(), col.data(), col.nbytes()), 0);
+}
+
+TEST(QuantizeFp8Only, ClearErrorsNameTheShape) {
+  const Tensor x = Tensor::zeros({8, 16}, DType::kF32);
+  const Tensor scale = Tensor::from_floats({1.f}, {1});
+  Tensor wrong = Tensor::empty({8, 16}, DType::kE4M3);  // column-wise must be (16, 8)
+  try {
+    ops::quantize_fp8(x, scale, nullptr, &wrong, nullptr);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(16, 8)"), std::string::npos) << e.what();
+  }
+  Tensor not_fp8 = Tensor::empty({8, 16}, DType::kBF16);
+  EXPECT_THROW(ops::quantize_fp8(x, scale, &not_fp8, nullptr, nullptr), Error);
+}
+
+TEST(Transpose2d, EveryElementSize) {
+  for (DType d : {DType::kE4M3, DType::kBF16, DType::kF32, DType::kI64}) {
+    const int64_t rows = 45, cols = 70;
+    std::vector<float> v(static_cast<size_t>(rows * cols));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 97) / 8.f;
+    const Tensor x = Tensor::from_floats(v, {rows, cols}, d);
+    const Tensor t = ops::transpose_2d(x);
+    ASSERT_EQ(t.shape(), (Shape{cols, rows}));
+    const std::vector<float> xt = x.to_floats(), tt = t.to_floats();
+    int64_t bad = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) bad += xt[static_cast<size_t>(i * cols + j)] != tt[static_cast<size_t>(j * rows + i)];
+    }
+    EXPECT_EQ(bad, 0) << d;
+  }
+}
+
+TEST(DequantizeFp8, EveryCodeTimesScaleInv) {
+  for (DType d : {DType::kE4M3, DType::kE5M2}) {
+    std::vector<uint8_t> codes(256);
+    for (int i = 0; i < 256; ++i) codes[static_cast<size_t>(i)] = static_cast<uint8_t>(i);
+    const Tensor q = Tensor::from_bytes(codes.data(), {16, 16}, d);
+    const Tensor scale_inv = Tensor::from_floats({0.125f}, {1});
+    const Tensor f = ops::dequantize_fp8(q, scale_inv, DType::kF32);
+    const Tensor h = ops::dequantize_fp8(q, scale_inv, DType::kBF16);
+    const std::vector<float> got = f.to_floats(), got_bf16 = h.to_floats();
+    for (int i = 0; i < 256; ++i) {
+      const double want = static_cast<double>(load_as_f32(d, codes.data(), static_cast<size_t>(i))) * 0.125;
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got[static_cast<size_t>(i)])) << "code " << i;
+        continue;
+      }
+      EXPECT_EQ(got[static_cast<size_t>(i)], static_cast<float>(want)) << d << " code " << i;
+      EXPECT_EQ(got_bf16[static_cast<size_t>(i)], from_bf16(to_bf16(static_cast<float>(want))));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace octet

@@ -1,0 +1,82 @@
+// Shared test helpers: one per-dtype tolerance table, a comparison that reports the mismatch
+// count and the first mismatch, random tensors from a fixed seed, and the CUDA skip.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "runtime/device.h"
+#include "runtime/rng.h"
+#include "runtime/tensor.h"
+
+namespace octet::test {
+
+struct Tolerance {
+  double abs;
+  double rel;
+};
+
+// Rounding of one value stored in `dtype` (half an ulp, relative), plus a small absolute floor.
+inline Tolerance tolerance_for(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return {1e-6, 1e-5};
+    case DType::kBF16: return {1e-3, 1.0 / 128};
+    case DType::kF16: return {1e-4, 1.0 / 1024};
+    case DType::kE4M3: return {0.0, 0.0};  // FP8 casts are compared bit for bit
+    case DType::kE5M2: return {0.0, 0.0};
+    default: return {0.0, 0.0};
+  }
+}
+
+// Passes when |got - want| <= abs + rel * |want| everywhere (NaN only matches NaN).
+inline ::testing::AssertionResult all_close(const std::vector<float>& got,
+                                            const std::vector<double>& want, Tolerance tol) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
+  }
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool both_nan = std::isnan(got[i]) && std::isnan(want[i]);
+    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (!both_nan && !(err <= tol.abs + tol.rel * std::fabs(want[i]))) {
+      if (bad++ == 0) first = i;
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << bad << " of " << got.size() << " elements differ; first at " << first << ": got "
+         << got[first] << ", want " << want[first] << " (abs " << tol.abs << ", rel " << tol.rel
+         << ")";
+}
+
+inline std::vector<double> to_doubles(const Tensor& t) {
+  const std::vector<float> f = t.to_floats();
+  return std::vector<double>(f.begin(), f.end());
+}
+
+// Normal(0, std) values in a new CPU tensor of `dtype`, from a fixed seed.
+inline Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, float std = 1.f) {
+  Tensor t = Tensor::empty(shape, dtype);
+  Generator gen(seed);
+  gen.fill_normal(t, 0.f, std);
+  return t;
+}
+
+// Fills a tensor's bytes with 0xAB so a kernel that skips an element is caught.
+inline void poison(Tensor& t) {
+  std::vector<uint8_t> bytes(t.nbytes(), 0xAB);
+  if (!bytes.empty()) std::memcpy(t.data(), bytes.data(), bytes.size());
+}
+
+}  // namespace octet::test
+
+#define OCTET_REQUIRE_CUDA()                                                         \
+  do {                                                                               \
+    if (::octet::cuda_device_count() == 0) {                                         \
+      GTEST_SKIP() << "skipped: " << ::octet::cuda_status();                         \
+    }                                                                                \
+  } while (0)
