@@ -56,8 +56,7 @@ int main(int argc, char** argv) {
   }
   const Shape3 shapes[] = {{768, 768, 768}, {1024, 3072, 768}, {1024, 768, 3072}};
   std::printf("threads %d, median of %d runs\n", octet::num_threads(), reps);
-  std::printf("%-6s %5s %5s %5s  %-5s %10s %10s\n", "dtype", "M", "N", "K", "op", "ms",
-              "GFLOP/s");
+  std::printf("%-6s %5s %5s %5s  %-5s %10s %10s\n", "dtype", "M", "N", "K", "op", "ms", "GFLOP/s");
   octet::Generator gen(1);
   const Tensor inv = Tensor::from_floats({1.f / 64.f}, {1});
   for (const Shape3& s : shapes) {
@@ -68,8 +67,8 @@ int main(int argc, char** argv) {
       const Tensor b = tb == Transpose::kYes ? random(s.n, s.k, gen) : random(s.k, s.n, gen);
       const Tensor a8 = to_fp8(a), b8 = to_fp8(b);
       Tensor out = Tensor::empty({s.m, s.n}, DType::kF32);
-      const std::string op = std::string(ta == Transpose::kYes ? "T" : "N") +
-                             (tb == Transpose::kYes ? "T" : "N");
+      const std::string op =
+          std::string(ta == Transpose::kYes ? "T" : "N") + (tb == Transpose::kYes ? "T" : "N");
       for (int fp8 = 0; fp8 < 2; ++fp8) {
         octet::ops::GemmOptions options;
         if (fp8) {

@@ -21,8 +21,8 @@ void require_cpu(const char* op, const Tensor& t) {
 }
 
 void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
-  OCTET_CHECK(a.device() == b.device(), op, ": tensors on different devices (", a.device(),
-              " and ", b.device(), ")");
+  OCTET_CHECK(a.device() == b.device(), op, ": tensors on different devices (", a.device(), " and ",
+              b.device(), ")");
 }
 
 void check_arith_dtype(const char* op, const Tensor& t) {
@@ -137,8 +137,8 @@ Tensor mean(const Tensor& x) {
   OCTET_CHECK(x.numel() > 0, "mean of an empty tensor ", x);
   require_cpu("mean", x);
   check_arith_dtype("mean", x);
-  return scalar_tensor(static_cast<float>(static_cast<double>(cpu::sum(x)) /
-                                          static_cast<double>(x.numel())));
+  return scalar_tensor(
+      static_cast<float>(static_cast<double>(cpu::sum(x)) / static_cast<double>(x.numel())));
 }
 
 Tensor max(const Tensor& x) {
@@ -186,7 +186,8 @@ void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor*
   }
   if (columnwise != nullptr) {
     const Shape want = {x.cols(), x.rows()};
-    OCTET_CHECK(columnwise->dtype() == fp8, op, ": row-wise and column-wise outputs differ in dtype");
+    OCTET_CHECK(columnwise->dtype() == fp8, op,
+                ": row-wise and column-wise outputs differ in dtype");
     OCTET_CHECK(columnwise->shape() == want, op, ": column-wise output ", *columnwise,
                 " must have shape ", shape_str(want), " (last dim, prod(leading dims))");
     check_same_device(op, x, *columnwise);
@@ -241,8 +242,8 @@ void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, Tensor& 
   check_same_device(op, a, b);
   check_same_device(op, a, out);
   require_cpu(op, a);
-  OCTET_CHECK(a.dim() >= 2 && b.dim() >= 2, op, ": operands must be at least 2-D, got ", a,
-              " and ", b);
+  OCTET_CHECK(a.dim() >= 2 && b.dim() >= 2, op, ": operands must be at least 2-D, got ", a, " and ",
+              b);
   const bool a_fp8 = is_fp8(a.dtype()), b_fp8 = is_fp8(b.dtype());
   OCTET_CHECK((a.dtype() == DType::kF32 && b.dtype() == DType::kF32) ||
                   (a.dtype() == DType::kBF16 && b.dtype() == DType::kBF16) || (a_fp8 && b_fp8),
@@ -258,8 +259,8 @@ void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, Tensor& 
   OCTET_CHECK(k == kb, op, ": inner dimensions differ: op(a) is (", m, ", ", k, ") from ", a,
               a_trans ? " transposed" : "", ", op(b) is (", kb, ", ", n, ") from ", b,
               b_trans ? " transposed" : "");
-  OCTET_CHECK(out.rows() == m && out.cols() == n, op, ": output ", out, " must be (", m, ", ",
-              n, ")");
+  OCTET_CHECK(out.rows() == m && out.cols() == n, op, ": output ", out, " must be (", m, ", ", n,
+              ")");
   if (options.bias != nullptr) {
     const Tensor& bias = *options.bias;
     OCTET_CHECK(bias.defined() && bias.numel() == n &&

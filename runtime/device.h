@@ -27,8 +27,8 @@ std::ostream& operator<<(std::ostream& out, const Device& device);
 
 // CUDA availability, answered without crashing on machines that have no GPU or no driver.
 bool built_with_cuda();
-int cuda_device_count();          // 0 when not built with CUDA or no device/driver
-std::string cuda_status();        // "2 CUDA devices: ..." or "no CUDA device (<reason>)"
+int cuda_device_count();             // 0 when not built with CUDA or no device/driver
+std::string cuda_status();           // "2 CUDA devices: ..." or "no CUDA device (<reason>)"
 void require_device(Device device);  // throws "no CUDA device ..." when `device` cannot be used
 
 }  // namespace octet

@@ -20,9 +20,9 @@ struct DTypeInfo {
 };
 
 constexpr DTypeInfo kInfo[] = {
-    {DType::kF32, 4, "f32"},  {DType::kBF16, 2, "bf16"}, {DType::kF16, 2, "f16"},
+    {DType::kF32, 4, "f32"},   {DType::kBF16, 2, "bf16"}, {DType::kF16, 2, "f16"},
     {DType::kE4M3, 1, "e4m3"}, {DType::kE5M2, 1, "e5m2"}, {DType::kE8M0, 1, "e8m0"},
-    {DType::kI32, 4, "i32"},  {DType::kI64, 8, "i64"},  {DType::kU8, 1, "u8"},
+    {DType::kI32, 4, "i32"},   {DType::kI64, 8, "i64"},   {DType::kU8, 1, "u8"},
 };
 
 const DTypeInfo& info(DType dtype) {
@@ -70,30 +70,57 @@ float fp8_max(DType dtype) {
 
 float load_as_f32(DType dtype, const void* data, size_t index) {
   switch (dtype) {
-    case DType::kF32: return static_cast<const float*>(data)[index];
-    case DType::kBF16: return from_bf16(static_cast<const uint16_t*>(data)[index]);
-    case DType::kF16: return from_f16(static_cast<const uint16_t*>(data)[index]);
-    case DType::kE4M3: return from_e4m3(static_cast<const uint8_t*>(data)[index]);
-    case DType::kE5M2: return from_e5m2(static_cast<const uint8_t*>(data)[index]);
-    case DType::kE8M0: return from_e8m0(static_cast<const uint8_t*>(data)[index]);
-    case DType::kI32: return static_cast<float>(static_cast<const int32_t*>(data)[index]);
-    case DType::kI64: return static_cast<float>(static_cast<const int64_t*>(data)[index]);
-    case DType::kU8: return static_cast<float>(static_cast<const uint8_t*>(data)[index]);
+    case DType::kF32:
+      return static_cast<const float*>(data)[index];
+    case DType::kBF16:
+      return from_bf16(static_cast<const uint16_t*>(data)[index]);
+    case DType::kF16:
+      return from_f16(static_cast<const uint16_t*>(data)[index]);
+    case DType::kE4M3:
+      return from_e4m3(static_cast<const uint8_t*>(data)[index]);
+    case DType::kE5M2:
+      return from_e5m2(static_cast<const uint8_t*>(data)[index]);
+    case DType::kE8M0:
+      return from_e8m0(static_cast<const uint8_t*>(data)[index]);
+    case DType::kI32:
+      return static_cast<float>(static_cast<const int32_t*>(data)[index]);
+    case DType::kI64:
+      return static_cast<float>(static_cast<const int64_t*>(data)[index]);
+    case DType::kU8:
+      return static_cast<float>(static_cast<const uint8_t*>(data)[index]);
   }
   OCTET_FAIL("load_as_f32: unhandled dtype ", dtype);
 }
 
 void store_from_f32(DType dtype, void* data, size_t index, float value) {
   switch (dtype) {
-    case DType::kF32: static_cast<float*>(data)[index] = value; return;
-    case DType::kBF16: static_cast<uint16_t*>(data)[index] = to_bf16(value); return;
-    case DType::kF16: static_cast<uint16_t*>(data)[index] = to_f16(value); return;
-    case DType::kE4M3: static_cast<uint8_t*>(data)[index] = to_e4m3(value); return;
-    case DType::kE5M2: static_cast<uint8_t*>(data)[index] = to_e5m2(value); return;
-    case DType::kE8M0: static_cast<uint8_t*>(data)[index] = to_e8m0(value); return;
-    case DType::kI32: static_cast<int32_t*>(data)[index] = saturate_round<int32_t>(value); return;
-    case DType::kI64: static_cast<int64_t*>(data)[index] = saturate_round<int64_t>(value); return;
-    case DType::kU8: static_cast<uint8_t*>(data)[index] = saturate_round<uint8_t>(value); return;
+    case DType::kF32:
+      static_cast<float*>(data)[index] = value;
+      return;
+    case DType::kBF16:
+      static_cast<uint16_t*>(data)[index] = to_bf16(value);
+      return;
+    case DType::kF16:
+      static_cast<uint16_t*>(data)[index] = to_f16(value);
+      return;
+    case DType::kE4M3:
+      static_cast<uint8_t*>(data)[index] = to_e4m3(value);
+      return;
+    case DType::kE5M2:
+      static_cast<uint8_t*>(data)[index] = to_e5m2(value);
+      return;
+    case DType::kE8M0:
+      static_cast<uint8_t*>(data)[index] = to_e8m0(value);
+      return;
+    case DType::kI32:
+      static_cast<int32_t*>(data)[index] = saturate_round<int32_t>(value);
+      return;
+    case DType::kI64:
+      static_cast<int64_t*>(data)[index] = saturate_round<int64_t>(value);
+      return;
+    case DType::kU8:
+      static_cast<uint8_t*>(data)[index] = saturate_round<uint8_t>(value);
+      return;
   }
   OCTET_FAIL("store_from_f32: unhandled dtype ", dtype);
 }

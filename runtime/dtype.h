@@ -16,7 +16,7 @@ inline constexpr DType kAllDTypes[] = {DType::kF32,  DType::kBF16, DType::kF16,
                                        DType::kI32,  DType::kI64,  DType::kU8};
 
 size_t dtype_size(DType dtype);
-std::string_view dtype_name(DType dtype);  // "f32", "bf16", "e4m3", ...
+std::string_view dtype_name(DType dtype);      // "f32", "bf16", "e4m3", ...
 DType dtype_from_name(std::string_view name);  // throws, naming the bad name and the known ones
 bool is_fp8(DType dtype);                      // e4m3 or e5m2
 bool is_floating(DType dtype);                 // f32, bf16, f16, e4m3, e5m2, e8m0

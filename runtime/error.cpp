@@ -5,7 +5,8 @@
 
 namespace octet::detail {
 
-[[noreturn]] void throw_error(const char* file, int line, const char* kind, const std::string& msg) {
+[[noreturn]] void throw_error(const char* file, int line, const char* kind,
+                              const std::string& msg) {
   const char* base = std::strrchr(file, '/');
   std::string text = concat(base ? base + 1 : file, ":", line, ": ");
   if (kind != nullptr) {

@@ -1,4 +1,5 @@
-// octet::Error and the check macros every layer uses: caller errors, invariants, unconditional failures.
+// octet::Error and the check macros every layer uses: caller errors, invariants, unconditional
+// failures.
 #pragma once
 
 #include <sstream>
@@ -29,21 +30,21 @@ std::string concat(Args&&... args) {
 }  // namespace octet
 
 // Caller error: `OCTET_CHECK(n % 16 == 0, "last dim ", n, " must be a multiple of 16")`.
-#define OCTET_CHECK(cond, ...)                                                               \
-  do {                                                                                       \
-    if (!(cond)) [[unlikely]] {                                                              \
-      ::octet::detail::throw_error(__FILE__, __LINE__, nullptr,                              \
-                                   ::octet::detail::concat(__VA_ARGS__));                    \
-    }                                                                                        \
+#define OCTET_CHECK(cond, ...)                                            \
+  do {                                                                    \
+    if (!(cond)) [[unlikely]] {                                           \
+      ::octet::detail::throw_error(__FILE__, __LINE__, nullptr,           \
+                                   ::octet::detail::concat(__VA_ARGS__)); \
+    }                                                                     \
   } while (0)
 
 // Internal invariant: a failure is a bug in octet, not in the caller.
-#define OCTET_ASSERT(cond, ...)                                                              \
-  do {                                                                                       \
-    if (!(cond)) [[unlikely]] {                                                              \
-      ::octet::detail::throw_error(__FILE__, __LINE__, "internal error: " #cond,             \
-                                   ::octet::detail::concat("" __VA_OPT__(, ) __VA_ARGS__));  \
-    }                                                                                        \
+#define OCTET_ASSERT(cond, ...)                                                             \
+  do {                                                                                      \
+    if (!(cond)) [[unlikely]] {                                                             \
+      ::octet::detail::throw_error(__FILE__, __LINE__, "internal error: " #cond,            \
+                                   ::octet::detail::concat("" __VA_OPT__(, ) __VA_ARGS__)); \
+    }                                                                                       \
   } while (0)
 
 // Unconditional failure, for the branch that must never be taken or the unsupported case.

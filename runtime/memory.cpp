@@ -15,9 +15,8 @@
 namespace octet {
 namespace {
 
-constexpr std::string_view kTagNames[kNumMemTags] = {"weights",     "grads", "optimizer",
-                                                     "activations", "saved", "workspace",
-                                                     "other"};
+constexpr std::string_view kTagNames[kNumMemTags] = {
+    "weights", "grads", "optimizer", "activations", "saved", "workspace", "other"};
 
 void raise_to(std::atomic<int64_t>& peak, int64_t value) {
   int64_t seen = peak.load(std::memory_order_relaxed);

@@ -12,7 +12,15 @@
 
 namespace octet {
 
-enum class MemTag : uint8_t { kWeights, kGrads, kOptimizer, kActivations, kSaved, kWorkspace, kOther };
+enum class MemTag : uint8_t {
+  kWeights,
+  kGrads,
+  kOptimizer,
+  kActivations,
+  kSaved,
+  kWorkspace,
+  kOther
+};
 inline constexpr size_t kNumMemTags = 7;
 std::string_view mem_tag_name(MemTag tag);  // "weights", "grads", ..., "other"
 

@@ -2,10 +2,10 @@
 // GEMM never have two spinning pools fighting over two cores).
 #pragma once
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdint>
-
-#include <omp.h>
 
 namespace octet {
 

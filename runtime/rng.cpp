@@ -73,13 +73,13 @@ void fill(Tensor& t, RngState& state, Draw draw) {
 }  // namespace
 
 void Generator::fill_uniform(Tensor& t, float low, float high) {
-  fill(t, state_, [=](uint32_t a, uint32_t) { return low + (high - low) * detail::u32_to_uniform(a); });
+  fill(t, state_,
+       [=](uint32_t a, uint32_t) { return low + (high - low) * detail::u32_to_uniform(a); });
 }
 
 void Generator::fill_normal(Tensor& t, float mean, float std) {
-  fill(t, state_, [=](uint32_t a, uint32_t b) {
-    return mean + std * detail::uniforms_to_normal(a, b);
-  });
+  fill(t, state_,
+       [=](uint32_t a, uint32_t b) { return mean + std * detail::uniforms_to_normal(a, b); });
 }
 
 }  // namespace octet

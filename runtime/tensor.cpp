@@ -70,8 +70,8 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
 }
 
 Tensor Tensor::full(const Shape& shape, float value, DType dtype, Device device) {
-  Tensor host = from_floats(std::vector<float>(static_cast<size_t>(shape_numel(shape)), value),
-                            shape, dtype);
+  Tensor host =
+      from_floats(std::vector<float>(static_cast<size_t>(shape_numel(shape)), value), shape, dtype);
   if (device.is_cpu()) return host;
   Tensor t = empty(shape, dtype, device);
   copy_bytes(device, t.data(), Device::cpu(), host.data(), host.nbytes());
@@ -79,8 +79,8 @@ Tensor Tensor::full(const Shape& shape, float value, DType dtype, Device device)
 }
 
 Tensor Tensor::from_floats(const std::vector<float>& values, const Shape& shape, DType dtype) {
-  OCTET_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_floats: ",
-              values.size(), " values do not fill shape ", shape_str(shape));
+  OCTET_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape),
+              "from_floats: ", values.size(), " values do not fill shape ", shape_str(shape));
   Tensor t = empty(shape, dtype);
   for (size_t i = 0; i < values.size(); ++i) store_from_f32(dtype, t.data(), i, values[i]);
   return t;
@@ -151,8 +151,8 @@ Tensor Tensor::slice(int64_t begin, int64_t end) const {
               ") out of range for dimension 0 of shape ", shape_str(shape_));
   Shape shape = shape_;
   shape[0] = end - begin;
-  const size_t row_bytes = static_cast<size_t>(shape_numel(shape_) / std::max<int64_t>(shape_[0], 1)) *
-                           element_size();
+  const size_t row_bytes =
+      static_cast<size_t>(shape_numel(shape_) / std::max<int64_t>(shape_[0], 1)) * element_size();
   return Tensor(storage_, offset_ + static_cast<size_t>(begin) * row_bytes, std::move(shape),
                 dtype_);
 }

@@ -13,10 +13,18 @@ namespace {
 OCTET_VECTOR_CLONES
 void binary_f32(BinaryOp op, const float* a, const float* b, float* out, int64_t n) {
   switch (op) {
-    case BinaryOp::kAdd: for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i]; break;
-    case BinaryOp::kSub: for (int64_t i = 0; i < n; ++i) out[i] = a[i] - b[i]; break;
-    case BinaryOp::kMul: for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i]; break;
-    case BinaryOp::kDiv: for (int64_t i = 0; i < n; ++i) out[i] = a[i] / b[i]; break;
+    case BinaryOp::kAdd:
+      for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+      break;
+    case BinaryOp::kSub:
+      for (int64_t i = 0; i < n; ++i) out[i] = a[i] - b[i];
+      break;
+    case BinaryOp::kMul:
+      for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i];
+      break;
+    case BinaryOp::kDiv:
+      for (int64_t i = 0; i < n; ++i) out[i] = a[i] / b[i];
+      break;
   }
 }
 
@@ -51,8 +59,12 @@ constexpr int64_t kBlock = 1024;
 
 void to_f32(DType dtype, const void* src, float* dst, int64_t n) {
   switch (dtype) {
-    case DType::kF32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
-    case DType::kBF16: bf16_to_f32(static_cast<const uint16_t*>(src), dst, n); return;
+    case DType::kF32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      return;
+    case DType::kBF16:
+      bf16_to_f32(static_cast<const uint16_t*>(src), dst, n);
+      return;
     case DType::kE4M3:
       lut_to_f32(e4m3_to_float_table(), static_cast<const uint8_t*>(src), dst, n);
       return;
@@ -66,8 +78,12 @@ void to_f32(DType dtype, const void* src, float* dst, int64_t n) {
 
 void from_f32(const float* src, DType dtype, void* dst, int64_t n) {
   switch (dtype) {
-    case DType::kF32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
-    case DType::kBF16: f32_to_bf16(src, static_cast<uint16_t*>(dst), n); return;
+    case DType::kF32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      return;
+    case DType::kBF16:
+      f32_to_bf16(src, static_cast<uint16_t*>(dst), n);
+      return;
     default:
       for (int64_t i = 0; i < n; ++i) store_from_f32(dtype, dst, static_cast<size_t>(i), src[i]);
   }

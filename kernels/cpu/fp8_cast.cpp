@@ -101,17 +101,24 @@ void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnw
 void transpose_2d(const Tensor& x, Tensor& out) {
   const int64_t rows = x.rows(), cols = x.cols();
   switch (x.element_size()) {
-    case 1: transpose_tiles(x.data_as<uint8_t>(), out.data_as<uint8_t>(), rows, cols); return;
-    case 2: transpose_tiles(x.data_as<uint16_t>(), out.data_as<uint16_t>(), rows, cols); return;
-    case 4: transpose_tiles(x.data_as<uint32_t>(), out.data_as<uint32_t>(), rows, cols); return;
-    case 8: transpose_tiles(x.data_as<uint64_t>(), out.data_as<uint64_t>(), rows, cols); return;
+    case 1:
+      transpose_tiles(x.data_as<uint8_t>(), out.data_as<uint8_t>(), rows, cols);
+      return;
+    case 2:
+      transpose_tiles(x.data_as<uint16_t>(), out.data_as<uint16_t>(), rows, cols);
+      return;
+    case 4:
+      transpose_tiles(x.data_as<uint32_t>(), out.data_as<uint32_t>(), rows, cols);
+      return;
+    case 8:
+      transpose_tiles(x.data_as<uint64_t>(), out.data_as<uint64_t>(), rows, cols);
+      return;
   }
   OCTET_FAIL("transpose_2d: unsupported element size ", x.element_size());
 }
 
 void dequantize_fp8(const Tensor& data, float scale_inv, Tensor& out) {
-  const float* table =
-      data.dtype() == DType::kE4M3 ? e4m3_to_float_table() : e5m2_to_float_table();
+  const float* table = data.dtype() == DType::kE4M3 ? e4m3_to_float_table() : e5m2_to_float_table();
   const uint8_t* q = data.data_as<uint8_t>();
   auto* po = static_cast<uint8_t*>(out.data());
   parallel_for(0, data.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {

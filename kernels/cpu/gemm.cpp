@@ -37,8 +37,9 @@ void to_f32_matrix(const Tensor& src, ops::Transpose trans, int64_t rows, int64_
   const auto* p = static_cast<const uint8_t*>(src.data());
   const size_t es = src.element_size();
   if (trans == ops::Transpose::kNo) {
-    parallel_for(0, rows * cols, kElementwiseGrain,
-                 [&](int64_t lo, int64_t hi) { to_f32(src.dtype(), p + lo * es, dst + lo, hi - lo); });
+    parallel_for(0, rows * cols, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+      to_f32(src.dtype(), p + lo * es, dst + lo, hi - lo);
+    });
     return;
   }
   // Stored (cols, rows): convert stored rows in tiles, then scatter transposed.

@@ -75,8 +75,8 @@ T reduce(const Tensor& x, T init, Block block, Combine combine) {
 }  // namespace
 
 float sum(const Tensor& x) {
-  return static_cast<float>(reduce<double>(
-      x, 0.0, sum_block, [](double a, double b) { return a + b; }));
+  return static_cast<float>(
+      reduce<double>(x, 0.0, sum_block, [](double a, double b) { return a + b; }));
 }
 
 float amax(const Tensor& x) {
@@ -100,7 +100,8 @@ void sum_rows(const Tensor& x, Tensor& out) {
     std::vector<float> buf(static_cast<size_t>(c1 - c0));
     for (int64_t r = 0; r < rows; ++r) {
       to_f32(x.dtype(), px + (r * cols + c0) * es, buf.data(), c1 - c0);
-      for (int64_t c = c0; c < c1; ++c) acc[static_cast<size_t>(c)] += buf[static_cast<size_t>(c - c0)];
+      for (int64_t c = c0; c < c1; ++c)
+        acc[static_cast<size_t>(c)] += buf[static_cast<size_t>(c - c0)];
     }
   });
   std::vector<float> result(acc.begin(), acc.end());

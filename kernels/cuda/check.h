@@ -5,9 +5,9 @@
 
 #include "runtime/error.h"
 
-#define OCTET_CUDA_CHECK(call)                                                            \
-  do {                                                                                    \
-    const cudaError_t octet_status_ = (call);                                             \
-    OCTET_CHECK(octet_status_ == cudaSuccess, #call, " failed: ",                         \
-                cudaGetErrorString(octet_status_));                                       \
+#define OCTET_CUDA_CHECK(call)                                   \
+  do {                                                           \
+    const cudaError_t octet_status_ = (call);                    \
+    OCTET_CHECK(octet_status_ == cudaSuccess, #call,             \
+                " failed: ", cudaGetErrorString(octet_status_)); \
   } while (0)

@@ -123,7 +123,8 @@ TEST(Transpose2d, EveryElementSize) {
     const std::vector<float> xt = x.to_floats(), tt = t.to_floats();
     int64_t bad = 0;
     for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < cols; ++j) bad += xt[static_cast<size_t>(i * cols + j)] != tt[static_cast<size_t>(j * rows + i)];
+      for (int64_t j = 0; j < cols; ++j)
+        bad += xt[static_cast<size_t>(i * cols + j)] != tt[static_cast<size_t>(j * rows + i)];
     }
     EXPECT_EQ(bad, 0) << d;
   }
@@ -139,7 +140,8 @@ TEST(DequantizeFp8, EveryCodeTimesScaleInv) {
     const Tensor h = ops::dequantize_fp8(q, scale_inv, DType::kBF16);
     const std::vector<float> got = f.to_floats(), got_bf16 = h.to_floats();
     for (int i = 0; i < 256; ++i) {
-      const double want = static_cast<double>(load_as_f32(d, codes.data(), static_cast<size_t>(i))) * 0.125;
+      const double want =
+          static_cast<double>(load_as_f32(d, codes.data(), static_cast<size_t>(i))) * 0.125;
       if (std::isnan(want)) {
         EXPECT_TRUE(std::isnan(got[static_cast<size_t>(i)])) << "code " << i;
         continue;

@@ -61,8 +61,8 @@ class GemmAllTransposes : public ::testing::TestWithParam<std::tuple<int, int>> 
 
 TEST_P(GemmAllTransposes, F32MatchesF64WithinRelative1em5) {
   const auto [ta_i, tb_i] = GetParam();
-  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 53, 71}, {64, 48, 256},
-                                {128, 96, 768}}) {
+  for (const auto& [m, n, k] :
+       {std::tuple<int64_t, int64_t, int64_t>{37, 53, 71}, {64, 48, 256}, {128, 96, 768}}) {
     const Problem p{m, n, k, ta_i ? Transpose::kYes : Transpose::kNo,
                     tb_i ? Transpose::kYes : Transpose::kNo};
     const Tensor a = test::random_tensor(stored(m, k, p.ta), DType::kF32, 11);
@@ -87,9 +87,9 @@ TEST_P(GemmAllTransposes, Fp8EqualsDequantizedF64ProductWithinAccumulationError)
   const auto [ta_i, tb_i] = GetParam();
   const Problem p{40, 48, 96, ta_i ? Transpose::kYes : Transpose::kNo,
                   tb_i ? Transpose::kYes : Transpose::kNo};
-  for (const auto& [da, db] : {std::pair{DType::kE4M3, DType::kE4M3},
-                               std::pair{DType::kE4M3, DType::kE5M2},
-                               std::pair{DType::kE5M2, DType::kE4M3}}) {
+  for (const auto& [da, db] :
+       {std::pair{DType::kE4M3, DType::kE4M3}, std::pair{DType::kE4M3, DType::kE5M2},
+        std::pair{DType::kE5M2, DType::kE4M3}}) {
     // Quantize random data with non-trivial scales so scale_inv matters.
     const Tensor a_hp = test::random_tensor(stored(p.m, p.k, p.ta), DType::kF32, 21, 3.f);
     const Tensor b_hp = test::random_tensor(stored(p.k, p.n, p.tb), DType::kF32, 22, 0.05f);
@@ -142,12 +142,13 @@ TEST(Gemm, Bf16OperandsBiasAndAccumulateIntoBf16Output) {
   options.accumulate = Accumulate::kYes;
   ops::gemm(a, Transpose::kNo, b, Transpose::kYes, out, options);
   std::vector<double> want, mag;
-  reference(test::to_doubles(a), k, test::to_doubles(b), k, {m, n, k, Transpose::kNo, Transpose::kYes},
-            want, mag);
+  reference(test::to_doubles(a), k, test::to_doubles(b), k,
+            {m, n, k, Transpose::kNo, Transpose::kYes}, want, mag);
   const std::vector<double> bias_d = test::to_doubles(bias);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
-      want[static_cast<size_t>(i * n + j)] += old[static_cast<size_t>(i * n + j)] + bias_d[static_cast<size_t>(j)];
+      want[static_cast<size_t>(i * n + j)] +=
+          old[static_cast<size_t>(i * n + j)] + bias_d[static_cast<size_t>(j)];
     }
   }
   EXPECT_TRUE(test::all_close(out.to_floats(), want, {1e-4, 1.0 / 256}));
@@ -189,7 +190,8 @@ TEST(Gemm, LongKTransposedBPathMatchesReference) {
   std::vector<double> want, mag;
   reference(test::to_doubles(a), 2048, test::to_doubles(b), 2048, p, want, mag);
   const std::vector<float> got = out.to_floats();
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(std::fabs(got[i] - want[i]), gamma(p.k) * mag[i]);
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_LE(std::fabs(got[i] - want[i]), gamma(p.k) * mag[i]);
 }
 
 TEST(Gemm, ClearErrors) {

@@ -23,12 +23,18 @@ struct Tolerance {
 // Rounding of one value stored in `dtype` (half an ulp, relative), plus a small absolute floor.
 inline Tolerance tolerance_for(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return {1e-6, 1e-5};
-    case DType::kBF16: return {1e-3, 1.0 / 128};
-    case DType::kF16: return {1e-4, 1.0 / 1024};
-    case DType::kE4M3: return {0.0, 0.0};  // FP8 casts are compared bit for bit
-    case DType::kE5M2: return {0.0, 0.0};
-    default: return {0.0, 0.0};
+    case DType::kF32:
+      return {1e-6, 1e-5};
+    case DType::kBF16:
+      return {1e-3, 1.0 / 128};
+    case DType::kF16:
+      return {1e-4, 1.0 / 1024};
+    case DType::kE4M3:
+      return {0.0, 0.0};  // FP8 casts are compared bit for bit
+    case DType::kE5M2:
+      return {0.0, 0.0};
+    default:
+      return {0.0, 0.0};
   }
 }
 
@@ -74,9 +80,9 @@ inline void poison(Tensor& t) {
 
 }  // namespace octet::test
 
-#define OCTET_REQUIRE_CUDA()                                                         \
-  do {                                                                               \
-    if (::octet::cuda_device_count() == 0) {                                         \
-      GTEST_SKIP() << "skipped: " << ::octet::cuda_status();                         \
-    }                                                                                \
+#define OCTET_REQUIRE_CUDA()                                 \
+  do {                                                       \
+    if (::octet::cuda_device_count() == 0) {                 \
+      GTEST_SKIP() << "skipped: " << ::octet::cuda_status(); \
+    }                                                        \
   } while (0)

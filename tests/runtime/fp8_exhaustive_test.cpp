@@ -1,0 +1,189 @@
+// Compares runtime/fp8.h and runtime/float16.h with the CUDA toolkit's own host conversions on
+// every f32 bit pattern (and every code of the narrow formats); needs only the toolkit's headers.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "runtime/float16.h"
+#include "runtime/fp8.h"
+
+#if OCTET_HAVE_CUDA_HEADERS
+// cuda_fp8.h pulls in cuda_fp16.h and cuda_bf16.h; all three compile with a host compiler, which
+// then takes the headers' software (non-PTX) paths: exactly the reference we want.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#endif
+
+namespace octet {
+namespace {
+
+#if OCTET_HAVE_CUDA_HEADERS
+
+float bits_to_float(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, sizeof(x));
+  return x;
+}
+
+uint32_t float_to_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof(u));
+  return u;
+}
+
+struct Sweep {
+  uint64_t mismatches = 0;
+  uint64_t first = UINT64_MAX;  // smallest mismatching input bit pattern
+  double seconds = 0;
+};
+
+// Runs same(bits) for every one of the 2^32 f32 bit patterns, split over the OpenMP threads in
+// interleaved chunks (the two halves of the range, positive and negative, cost alike).
+template <typename Same>
+Sweep sweep_all_floats(const char* name, Same same) {
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t mismatches = 0;
+  uint64_t first = UINT64_MAX;
+  constexpr int64_t kCount = int64_t{1} << 32;
+#pragma omp parallel for schedule(static, 1 << 22) reduction(+ : mismatches) reduction(min : first)
+  for (int64_t i = 0; i < kCount; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(i);
+    if (!same(bits)) {
+      ++mismatches;
+      first = bits < first ? bits : first;
+    }
+  }
+  Sweep sweep;
+  sweep.mismatches = mismatches;
+  sweep.first = first;
+  sweep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("[  TIMING  ] %s: all 2^32 f32 patterns in %.2f s\n", name, sweep.seconds);
+  return sweep;
+}
+
+std::string describe(const Sweep& sweep, uint32_t ours, uint32_t cuda) {
+  char buf[200];
+  std::snprintf(
+      buf, sizeof(buf),
+      "%" PRIu64 " mismatches; first at input 0x%08" PRIx64 " (%.9g): ours 0x%X, CUDA 0x%X",
+      sweep.mismatches, sweep.first, bits_to_float(static_cast<uint32_t>(sweep.first)), ours, cuda);
+  return buf;
+}
+
+uint8_t cuda_e4m3(float x) { return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); }
+uint8_t cuda_e5m2(float x) { return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2); }
+uint8_t cuda_e8m0(float x) { return __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf); }
+uint16_t cuda_bf16(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
+uint16_t cuda_f16(float x) { return __half_as_ushort(__float2half_rn(x)); }
+
+float cuda_from_fp8(uint8_t code, __nv_fp8_interpretation_t kind) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(code, kind)));
+}
+
+// Equal bits, or both NaN (the only freedom the spec leaves the decoders).
+bool same_float(float a, float b) {
+  return float_to_bits(a) == float_to_bits(b) || (std::isnan(a) && std::isnan(b));
+}
+
+TEST(Fp8Exhaustive, ToE4m3MatchesCudaOnAllFloats) {
+  // Exact bytes, NaN included: CUDA's host path maps every NaN to 0x7F.
+  const Sweep s = sweep_all_floats("to_e4m3", [](uint32_t b) {
+    return to_e4m3(bits_to_float(b)) == cuda_e4m3(bits_to_float(b));
+  });
+  const float x = bits_to_float(static_cast<uint32_t>(s.first));
+  EXPECT_EQ(s.mismatches, 0u) << describe(s, to_e4m3(x), cuda_e4m3(x));
+}
+
+TEST(Fp8Exhaustive, ToE5m2MatchesCudaOnAllFloats) {
+  const Sweep s = sweep_all_floats("to_e5m2", [](uint32_t b) {
+    return to_e5m2(bits_to_float(b)) == cuda_e5m2(bits_to_float(b));
+  });
+  const float x = bits_to_float(static_cast<uint32_t>(s.first));
+  EXPECT_EQ(s.mismatches, 0u) << describe(s, to_e5m2(x), cuda_e5m2(x));
+}
+
+TEST(Fp8Exhaustive, ToE8m0MatchesCudaOnAllFloats) {
+  const Sweep s = sweep_all_floats("to_e8m0", [](uint32_t b) {
+    return to_e8m0(bits_to_float(b)) == cuda_e8m0(bits_to_float(b));
+  });
+  const float x = bits_to_float(static_cast<uint32_t>(s.first));
+  EXPECT_EQ(s.mismatches, 0u) << describe(s, to_e8m0(x), cuda_e8m0(x));
+}
+
+TEST(Fp8Exhaustive, ToBf16MatchesCudaOnAllFloats) {
+  // Exact bits on non-NaN inputs; for NaN inputs (CUDA returns 0x7FFF) ours must only be NaN.
+  const Sweep s = sweep_all_floats("to_bf16", [](uint32_t b) {
+    const float x = bits_to_float(b);
+    const uint16_t ours = to_bf16(x);
+    return std::isnan(x) ? (ours & 0x7FFFu) > 0x7F80u : ours == cuda_bf16(x);
+  });
+  const float x = bits_to_float(static_cast<uint32_t>(s.first));
+  EXPECT_EQ(s.mismatches, 0u) << describe(s, to_bf16(x), cuda_bf16(x));
+}
+
+TEST(Fp8Exhaustive, ToF16MatchesCudaOnAllFloats) {
+  const Sweep s = sweep_all_floats("to_f16", [](uint32_t b) {
+    const float x = bits_to_float(b);
+    const uint16_t ours = to_f16(x);
+    return std::isnan(x) ? (ours & 0x7FFFu) > 0x7C00u : ours == cuda_f16(x);
+  });
+  const float x = bits_to_float(static_cast<uint32_t>(s.first));
+  EXPECT_EQ(s.mismatches, 0u) << describe(s, to_f16(x), cuda_f16(x));
+}
+
+TEST(Fp8Exhaustive, FromFp8MatchesCudaOnAllCodes) {
+  // CUDA decodes through half; FP8 values are all exact in half and half -> f32 is exact.
+  for (int i = 0; i < 256; ++i) {
+    const uint8_t code = static_cast<uint8_t>(i);
+    const float e4m3 = cuda_from_fp8(code, __NV_E4M3);
+    const float e5m2 = cuda_from_fp8(code, __NV_E5M2);
+    EXPECT_TRUE(same_float(from_e4m3(code), e4m3))
+        << "e4m3 code 0x" << std::hex << i << ": ours " << from_e4m3(code) << ", CUDA " << e4m3;
+    EXPECT_TRUE(same_float(from_e5m2(code), e5m2))
+        << "e5m2 code 0x" << std::hex << i << ": ours " << from_e5m2(code) << ", CUDA " << e5m2;
+    EXPECT_TRUE(same_float(e4m3_to_float_table()[i], e4m3))
+        << "e4m3 table, code 0x" << std::hex << i;
+    EXPECT_TRUE(same_float(e5m2_to_float_table()[i], e5m2))
+        << "e5m2 table, code 0x" << std::hex << i;
+  }
+}
+
+TEST(Fp8Exhaustive, FromE8m0MatchesCudaOnAllCodes) {
+  for (int i = 0; i < 256; ++i) {
+    const uint8_t code = static_cast<uint8_t>(i);
+    const float cuda = __bfloat162float(__nv_bfloat16(__nv_cvt_e8m0_to_bf16raw(code)));
+    EXPECT_TRUE(same_float(from_e8m0(code), cuda))
+        << "e8m0 code " << i << ": ours " << from_e8m0(code) << ", CUDA " << cuda;
+  }
+}
+
+TEST(Fp8Exhaustive, FromBf16AndF16MatchCudaOnAllCodes) {
+  for (uint32_t i = 0; i < 65536; ++i) {
+    const uint16_t code = static_cast<uint16_t>(i);
+    const float bf16 = __bfloat162float(__ushort_as_bfloat16(code));
+    const float f16 = __half2float(__ushort_as_half(code));
+    ASSERT_TRUE(same_float(from_bf16(code), bf16))
+        << "bf16 0x" << std::hex << i << ": ours " << from_bf16(code) << ", CUDA " << bf16;
+    ASSERT_TRUE(same_float(from_f16(code), f16))
+        << "f16 0x" << std::hex << i << ": ours " << from_f16(code) << ", CUDA " << f16;
+  }
+}
+
+#else  // !OCTET_HAVE_CUDA_HEADERS
+
+TEST(Fp8Exhaustive, MatchesCuda) {
+  GTEST_SKIP() << "CUDA toolkit headers not found: the exhaustive comparison with CUDA's host "
+                  "conversions (cuda_fp8.h, cuda_bf16.h, cuda_fp16.h) needs them at build time";
+}
+
+#endif  // OCTET_HAVE_CUDA_HEADERS
+
+}  // namespace
+}  // namespace octet
