@@ -20,7 +20,7 @@ namespace detail {
 template <typename... Args>
 std::string concat(Args&&... args) {
   std::ostringstream out;
-  (out << ... << std::forward<Args>(args));
+  ((out << std::forward<Args>(args)), ...);
   return out.str();
 }
 

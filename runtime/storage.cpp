@@ -1,6 +1,8 @@
 // Storage lifetime: allocation, accounting, retagging, release.
 #include "runtime/storage.h"
 
+#include "runtime/error.h"
+
 namespace octet {
 
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device, MemTag tag) {
@@ -21,6 +23,22 @@ void Storage::set_tag(MemTag tag) {
   if (tag == tag_) return;
   memory_tracker(device_).on_retag(tag_, tag, nbytes_);
   tag_ = tag;
+}
+
+void Storage::hold_for_backward() {
+  if (holds_++ > 0) return;
+  retagged_by_hold_ = tag_ == MemTag::kActivations || tag_ == MemTag::kOther;
+  if (retagged_by_hold_) {
+    tag_before_hold_ = tag_;
+    set_tag(MemTag::kSaved);
+  }
+}
+
+void Storage::release_from_backward() {
+  OCTET_ASSERT(holds_ > 0, "release_from_backward without a hold");
+  if (--holds_ > 0 || !retagged_by_hold_) return;
+  retagged_by_hold_ = false;
+  if (tag_ == MemTag::kSaved) set_tag(tag_before_hold_);
 }
 
 }  // namespace octet

@@ -29,6 +29,13 @@ class Storage {
   // Moves this storage's bytes to another tag (e.g. an activation that becomes saved state).
   void set_tag(MemTag tag);
 
+  // Save-for-backward holds. While at least one context holds this storage, bytes that were
+  // counted as computed data (kActivations or kOther) are counted as kSaved; parameters and other
+  // owned tags keep theirs. The last release puts the original tag back.
+  void hold_for_backward();
+  void release_from_backward();
+  int backward_holds() const { return holds_; }
+
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
   void bump_version() { version_.fetch_add(1, std::memory_order_acq_rel); }
 
@@ -40,6 +47,9 @@ class Storage {
   Device device_;
   MemTag tag_;
   std::atomic<uint64_t> version_{0};
+  int holds_ = 0;
+  MemTag tag_before_hold_ = MemTag::kOther;
+  bool retagged_by_hold_ = false;
 };
 
 }  // namespace octet

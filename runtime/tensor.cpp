@@ -104,7 +104,7 @@ Device Tensor::device() const {
   return storage_->device();
 }
 
-int64_t Tensor::rows() const { return dim() == 0 ? 1 : numel() / std::max<int64_t>(cols(), 1); }
+int64_t Tensor::rows() const { return dim() ? shape_numel({shape_.begin(), shape_.end() - 1}) : 1; }
 int64_t Tensor::cols() const { return dim() == 0 ? 1 : shape_.back(); }
 
 void* Tensor::data() {

@@ -16,6 +16,10 @@
 
 namespace octet {
 
+namespace autograd {
+struct AutogradMeta;  // defined by the autograd layer; runtime only carries the pointer
+}
+
 using Shape = std::vector<int64_t>;
 
 int64_t shape_numel(const Shape& shape);
@@ -83,11 +87,20 @@ class Tensor {
   size_t storage_offset() const { return offset_; }  // in bytes
   bool shares_storage(const Tensor& other) const { return storage_ && storage_ == other.storage_; }
 
+  // Autograd state (requires_grad, grad, grad_fn), shared by copies of this handle and owned by
+  // the autograd layer; views made by reshape/slice start without it.
+  const std::shared_ptr<autograd::AutogradMeta>& autograd_meta() const { return autograd_; }
+  void set_autograd_meta(std::shared_ptr<autograd::AutogradMeta> meta) const {
+    autograd_ = std::move(meta);
+  }
+
  private:
   Tensor(std::shared_ptr<Storage> storage, size_t offset, Shape shape, DType dtype);
   void check_element_type(size_t size) const;
 
   std::shared_ptr<Storage> storage_;
+  // mutable: attaching autograd state to a const handle is not a change of the tensor's value
+  mutable std::shared_ptr<autograd::AutogradMeta> autograd_;
   size_t offset_ = 0;
   Shape shape_;
   DType dtype_ = DType::kF32;
