@@ -1,0 +1,18 @@
+// Autograd state of a tensor: requires_grad, grad, leaf/non-leaf, detach.
+#pragma once
+
+#include "autograd/node.h"
+#include "runtime/tensor.h"
+
+namespace octet::autograd {
+
+// Marks a leaf as needing a gradient. Copies of the handle made afterwards share the state.
+void set_requires_grad(Tensor& t, bool value = true);
+bool requires_grad(const Tensor& t);
+bool is_leaf(const Tensor& t);        // no grad_fn
+const Tensor& grad(const Tensor& t);  // undefined until a backward reached it
+void zero_grad(Tensor& t);            // drops the accumulated gradient (frees it)
+Tensor detach(const Tensor& t);       // same storage, no autograd state
+std::shared_ptr<Node> grad_fn(const Tensor& t);
+
+}  // namespace octet::autograd
