@@ -67,9 +67,32 @@ void check_dnnl(dnnl_status_t status, int64_t m, int64_t n, int64_t k) {
               " for M=", m, " N=", n, " K=", k);
 }
 
-// oneDNN's sgemm slows down with a transposed B and a long K (measured 176 vs 226 GFLOP/s at
-// M=1024, N=768, K=3072 on 2 Zen 4 cores); a transposed copy is cheaper than the difference.
-constexpr int64_t kTransposeBFromK = 2048;
+// oneDNN's sgemm slows down with transposed operands and a long K (measured 176 vs 226 GFLOP/s
+// at M=1024, N=768, K=3072 with a transposed B on 2 Zen 4 cores); a non-transposed copy is
+// cheaper than the difference.
+constexpr int64_t kUntransposeFromK = 2048;
+
+struct Operand {
+  const float* data;
+  bool transposed;
+};
+
+// The f32 operand sgemm reads: `x` itself when it is f32 and its layout is fine; else a copy in
+// workspace `slot`, converted exactly to f32, and untransposed when `untranspose` asks for it
+// (the conversion pass does both at once).
+Operand prepare(const Tensor& x, bool trans, int64_t rows, int64_t cols, bool untranspose,
+                int slot) {
+  const bool fix_layout = trans && untranspose;
+  if (x.dtype() == DType::kF32 && !fix_layout) return {x.data_as<float>(), trans};
+  float* ws = t_workspace.get(slot, rows * cols);
+  if (fix_layout) {
+    to_f32_matrix(x, ops::Transpose::kYes, rows, cols, ws);
+    return {ws, false};
+  }
+  // Same layout as stored: a flat conversion.
+  to_f32_matrix(x, ops::Transpose::kNo, rows * cols, 1, ws);
+  return {ws, trans};
+}
 
 }  // namespace
 
@@ -80,27 +103,10 @@ void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb
   const int64_t k = a_trans ? a.rows() : a.cols();
   const int64_t n = b_trans ? b.rows() : b.cols();
 
-  // Operands: f32 used in place, everything else converted to a non-transposed f32 copy.
-  const float* pa = nullptr;
-  char transa = a_trans ? 'T' : 'N';
-  if (a.dtype() == DType::kF32) {
-    pa = a.data_as<float>();
-  } else {
-    float* ws = t_workspace.get(0, m * k);
-    to_f32_matrix(a, ta, m, k, ws);
-    pa = ws;
-    transa = 'N';
-  }
-  const float* pb = nullptr;
-  char transb = b_trans ? 'T' : 'N';
-  if (b.dtype() == DType::kF32 && !(b_trans && k >= kTransposeBFromK)) {
-    pb = b.data_as<float>();
-  } else {
-    float* ws = t_workspace.get(1, k * n);
-    to_f32_matrix(b, tb, k, n, ws);
-    pb = ws;
-    transb = 'N';
-  }
+  const bool long_k = k >= kUntransposeFromK;
+  const Operand pa = prepare(a, a_trans, m, k, long_k, 0);
+  const Operand pb = prepare(b, b_trans, k, n, long_k, 1);
+  const char transa = pa.transposed ? 'T' : 'N', transb = pb.transposed ? 'T' : 'N';
   const int64_t lda = transa == 'T' ? m : k;
   const int64_t ldb = transb == 'T' ? k : n;
 
@@ -130,7 +136,8 @@ void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb
   if (k == 0) {
     if (beta == 0.f) std::fill(c, c + m * n, 0.f);
   } else if (m > 0 && n > 0) {
-    check_dnnl(dnnl_sgemm(transa, transb, m, n, k, alpha, pa, lda, pb, ldb, beta, c, n), m, n, k);
+    check_dnnl(dnnl_sgemm(transa, transb, m, n, k, alpha, pa.data, lda, pb.data, ldb, beta, c, n),
+               m, n, k);
   }
   if (!f32_out) {
     auto* po = static_cast<uint8_t*>(out.data());
