@@ -69,3 +69,5 @@ Tensor gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, DType 
 void release_workspace();
 
 }  // namespace octet::ops
+
+#include "kernels/nn.h"  // the nn layers' forward and backward operations

@@ -1,0 +1,128 @@
+// Pointwise and gated activations, forward and backward, on the CPU. The math is
+// kernels/math/activation.h; each activation gets its own vectorised loop.
+#include "kernels/math/activation.h"
+
+#include "kernels/cpu/nn_cpu.h"
+#include "kernels/cpu/row_ops.h"
+#include "kernels/cpu/simd.h"
+#include "runtime/parallel.h"
+
+namespace octet::cpu {
+namespace {
+
+using ops::Activation;
+
+// An exp per element makes these compute-bound: smaller chunks than plain elementwise ops.
+constexpr int64_t kGrain = 4096;
+
+template <Activation kAct>
+inline float act(float x) {
+  if constexpr (kAct == Activation::kGelu) return math::gelu_tanh(x);
+  if constexpr (kAct == Activation::kRelu) return math::relu(x);
+  if constexpr (kAct == Activation::kSquaredRelu) return math::squared_relu(x);
+  if constexpr (kAct == Activation::kSilu) return math::silu(x);
+}
+
+template <Activation kAct>
+inline float act_grad(float x) {
+  if constexpr (kAct == Activation::kGelu) return math::gelu_tanh_grad(x);
+  if constexpr (kAct == Activation::kRelu) return math::relu_grad(x);
+  if constexpr (kAct == Activation::kSquaredRelu) return math::squared_relu_grad(x);
+  if constexpr (kAct == Activation::kSilu) return math::silu_grad(x);
+}
+
+template <Activation kAct>
+OCTET_VECTOR_CLONES void forward_block(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = act<kAct>(x[i]);
+}
+
+template <Activation kAct>
+OCTET_VECTOR_CLONES void backward_block(const float* dy, const float* x, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * act_grad<kAct>(x[i]);
+}
+
+// One row of n outputs: y = act(a) * g.
+template <Activation kAct>
+OCTET_VECTOR_CLONES void gated_forward_row(const float* a, const float* g, float* y, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) y[j] = act<kAct>(a[j]) * g[j];
+}
+
+// One row: da = dy * g * act'(a), dg = dy * act(a).
+template <Activation kAct>
+OCTET_VECTOR_CLONES void gated_backward_row(const float* dy, const float* a, const float* g,
+                                            float* da, float* dg, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    da[j] = dy[j] * g[j] * act_grad<kAct>(a[j]);
+    dg[j] = dy[j] * act<kAct>(a[j]);
+  }
+}
+
+// Calls f.template operator()<kAct>() for the runtime activation.
+template <typename F>
+void dispatch(Activation a, F&& f) {
+  switch (a) {
+    case Activation::kGelu:
+      return f.template operator()<Activation::kGelu>();
+    case Activation::kRelu:
+      return f.template operator()<Activation::kRelu>();
+    case Activation::kSquaredRelu:
+      return f.template operator()<Activation::kSquaredRelu>();
+    case Activation::kSilu:
+      return f.template operator()<Activation::kSilu>();
+  }
+  OCTET_FAIL("unknown activation ", static_cast<int>(a));
+}
+
+}  // namespace
+
+void activation(Activation a, const Tensor& x, Tensor& y) {
+  const float* px = x.data_as<float>();
+  float* py = y.data_as<float>();
+  dispatch(a, [&]<Activation kAct>() {
+    parallel_for(0, x.numel(), kGrain,
+                 [&](int64_t lo, int64_t hi) { forward_block<kAct>(px + lo, py + lo, hi - lo); });
+  });
+}
+
+void activation_backward(Activation a, const Tensor& dy, const Tensor& x, Tensor& dx) {
+  const float* pdy = dy.data_as<float>();
+  const float* px = x.data_as<float>();
+  float* pdx = dx.data_as<float>();
+  dispatch(a, [&]<Activation kAct>() {
+    parallel_for(0, x.numel(), kGrain, [&](int64_t lo, int64_t hi) {
+      backward_block<kAct>(pdy + lo, px + lo, pdx + lo, hi - lo);
+    });
+  });
+}
+
+void gated_activation(Activation a, const Tensor& x, Tensor& y) {
+  const int64_t rows = x.rows(), n = x.cols() / 2;
+  const float* px = x.data_as<float>();  // (rows, 2n): [a | g]
+  float* py = y.data_as<float>();        // (rows, n)
+  dispatch(a, [&]<Activation kAct>() {
+    parallel_for(0, rows, rowops::row_grain(n, kGrain), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* row = px + r * 2 * n;
+        gated_forward_row<kAct>(row, row + n, py + r * n, n);
+      }
+    });
+  });
+}
+
+void gated_activation_backward(Activation a, const Tensor& dy, const Tensor& x, Tensor& dx) {
+  const int64_t rows = x.rows(), n = x.cols() / 2;
+  const float* pdy = dy.data_as<float>();  // (rows, n)
+  const float* px = x.data_as<float>();    // (rows, 2n)
+  float* pdx = dx.data_as<float>();        // (rows, 2n)
+  dispatch(a, [&]<Activation kAct>() {
+    parallel_for(0, rows, rowops::row_grain(n, kGrain), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* row = px + r * 2 * n;
+        float* drow = pdx + r * 2 * n;
+        gated_backward_row<kAct>(pdy + r * n, row, row + n, drow, drow + n, n);
+      }
+    });
+  });
+}
+
+}  // namespace octet::cpu

@@ -1,0 +1,50 @@
+// CPU implementations behind kernels/nn.h. Arguments are validated by kernels/nn.cpp, floating
+// inputs are already f32 (except the embedding table, converted row by row), and outputs are
+// allocated f32 tensors (u8 for the dropout mask).
+#pragma once
+
+#include <vector>
+
+#include "kernels/nn.h"
+
+namespace octet::cpu {
+
+void activation(ops::Activation act, const Tensor& x, Tensor& y);
+void activation_backward(ops::Activation act, const Tensor& dy, const Tensor& x, Tensor& dx);
+void gated_activation(ops::Activation act, const Tensor& x, Tensor& y);
+void gated_activation_backward(ops::Activation act, const Tensor& dy, const Tensor& x, Tensor& dx);
+
+void softmax(const Tensor& x, Tensor& y);
+void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx);
+
+// gamma, beta: (C,) f32; beta may be null. mean is null for rmsnorm.
+void layernorm(const Tensor& x, const float* gamma, const float* beta, float eps,
+               ops::ZeroCenteredGamma zc, Tensor& y, float* mean, float* rsigma);
+void rmsnorm(const Tensor& x, const float* gamma, float eps, ops::ZeroCenteredGamma zc, Tensor& y,
+             float* rsigma);
+// mean is null for rmsnorm; so is dbeta when no beta gradient is wanted.
+void norm_backward(const Tensor& dy, const Tensor& x, const float* mean, const float* rsigma,
+                   const float* gamma, ops::ZeroCenteredGamma zc, Tensor& dx, float* dgamma,
+                   float* dbeta);
+
+// ids: validated, one per output row.
+void embedding(const Tensor& table, const std::vector<int64_t>& ids, Tensor& out);
+void embedding_backward(const Tensor& dy, const std::vector<int64_t>& ids, Tensor& dtable);
+
+// Draws [offset, offset + numel) of the stream of `seed`.
+void dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& y, Tensor& mask);
+void dropout_backward(const Tensor& dy, const Tensor& mask, float p, Tensor& dx);
+
+void causal_attention(const Tensor& qkv, int64_t heads, float scale, Tensor& out, Tensor& lse);
+// dqkv arrives uninitialised; every element is written.
+void causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                               const Tensor& lse, int64_t heads, float scale, Tensor& dqkv);
+
+// Returns the sum of the counted rows' losses (f64, summed in row order); fills lse (N,).
+double cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets,
+                     int64_t ignore_index, float* lse);
+void cross_entropy_backward(float grad_per_row, const Tensor& logits,
+                            const std::vector<int64_t>& targets, const float* lse,
+                            int64_t ignore_index, Tensor& dlogits);
+
+}  // namespace octet::cpu

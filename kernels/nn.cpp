@@ -1,0 +1,388 @@
+// Argument checks and dispatch for kernels/nn.h. bf16/f16 inputs convert to f32 workspace copies
+// here, so the CPU kernels see f32 only (the embedding table excepted: converted per row).
+#include "kernels/nn.h"
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/nn_cpu.h"
+#include "runtime/memory.h"
+
+namespace octet::ops {
+namespace {
+
+void check_defined(const char* op, const Tensor& t, const char* name) {
+  OCTET_CHECK(t.defined(), op, ": ", name, " is an undefined tensor");
+}
+
+void require_cpu(const char* op, const Tensor& t, const char* name) {
+  OCTET_CHECK(t.device().is_cpu(), op, " is not supported on ", t.device(), " yet (", name, " is ",
+              t, "; the nn operations run on the CPU)");
+}
+
+// Defined, on the CPU, and f32/bf16/f16.
+void check_float(const char* op, const Tensor& t, const char* name) {
+  check_defined(op, t, name);
+  require_cpu(op, t, name);
+  const DType d = t.dtype();
+  OCTET_CHECK(d == DType::kF32 || d == DType::kBF16 || d == DType::kF16, op, ": ", name,
+              " must be f32, bf16 or f16, got ", t);
+}
+
+void check_same_shape(const char* op, const Tensor& a, const char* an, const Tensor& b,
+                      const char* bn) {
+  OCTET_CHECK(a.shape() == b.shape(), op, ": ", an, " ", shape_str(a.shape()), " and ", bn, " ",
+              shape_str(b.shape()), " must have the same shape");
+}
+
+// `t` as f32: itself, or a converted copy that lives for the call (counted as workspace).
+Tensor as_f32(const Tensor& t) {
+  if (t.dtype() == DType::kF32) return t;
+  MemTagScope tag(MemTag::kWorkspace);
+  Tensor out = Tensor::empty(t.shape(), DType::kF32, t.device());
+  cpu::convert(t, out);
+  return out;
+}
+
+Tensor f32_like(const Shape& shape) { return Tensor::empty(shape, DType::kF32); }
+
+// A per-channel parameter: (C,) floating.
+Tensor channel_param(const char* op, const Tensor& t, const char* name, int64_t channels) {
+  check_float(op, t, name);
+  OCTET_CHECK(t.dim() == 1 && t.numel() == channels, op, ": ", name, " must be (", channels,
+              ",) to match the last dimension of x, got ", t);
+  return as_f32(t);
+}
+
+// A (rows,) f32 statistic saved by a norm's forward.
+void check_row_stat(const char* op, const Tensor& t, const char* name, int64_t rows) {
+  check_defined(op, t, name);
+  require_cpu(op, t, name);
+  OCTET_CHECK(t.dtype() == DType::kF32 && t.numel() == rows, op, ": ", name, " must be an f32 (",
+              rows, ",) tensor (one per row of x), got ", t);
+}
+
+// i32/i64 indices as int64.
+std::vector<int64_t> indices_of(const char* op, const Tensor& t, const char* name) {
+  check_defined(op, t, name);
+  require_cpu(op, t, name);
+  OCTET_CHECK(t.dtype() == DType::kI32 || t.dtype() == DType::kI64, op, ": ", name,
+              " must be i32 or i64, got ", t);
+  std::vector<int64_t> out(static_cast<size_t>(t.numel()));
+  if (t.dtype() == DType::kI32) {
+    const int32_t* p = t.data_as<int32_t>();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = p[i];
+  } else {
+    const int64_t* p = t.data_as<int64_t>();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = p[i];
+  }
+  return out;
+}
+
+void check_ids_in_range(const char* op, const std::vector<int64_t>& ids, int64_t rows) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    OCTET_CHECK(ids[i] >= 0 && ids[i] < rows, op, ": id ", ids[i], " at position ", i,
+                " is out of range for a table of ", rows, " rows (ids must be in [0, ", rows, "))");
+  }
+}
+
+Shape with_last(Shape shape, int64_t last) {
+  shape.back() = last;
+  return shape;
+}
+
+Shape leading(const Shape& shape) { return Shape(shape.begin(), shape.end() - 1); }
+
+}  // namespace
+
+const char* activation_name(Activation act) {
+  switch (act) {
+    case Activation::kGelu:
+      return "gelu";
+    case Activation::kRelu:
+      return "relu";
+    case Activation::kSquaredRelu:
+      return "srelu";
+    case Activation::kSilu:
+      return "silu";
+  }
+  OCTET_FAIL("unknown activation ", static_cast<int>(act));
+}
+
+// ---- activations ----
+
+Tensor activation(Activation act, const Tensor& x) {
+  check_float("activation", x, "x");
+  Tensor y = f32_like(x.shape());
+  cpu::activation(act, as_f32(x), y);
+  return y;
+}
+
+Tensor activation_backward(Activation act, const Tensor& dy, const Tensor& x) {
+  constexpr const char* op = "activation_backward";
+  check_float(op, dy, "dy");
+  check_float(op, x, "x");
+  check_same_shape(op, dy, "dy", x, "x");
+  Tensor dx = f32_like(x.shape());
+  cpu::activation_backward(act, as_f32(dy), as_f32(x), dx);
+  return dx;
+}
+
+namespace {
+void check_gated_input(const char* op, const Tensor& x) {
+  check_float(op, x, "x");
+  OCTET_CHECK(x.dim() >= 1 && x.cols() % 2 == 0, op, ": the last dimension of x ",
+              shape_str(x.shape()), " must be even (it holds [a | g] halves)");
+}
+}  // namespace
+
+Tensor gated_activation(Activation act, const Tensor& x) {
+  check_gated_input("gated_activation", x);
+  Tensor y = f32_like(with_last(x.shape(), x.cols() / 2));
+  cpu::gated_activation(act, as_f32(x), y);
+  return y;
+}
+
+Tensor gated_activation_backward(Activation act, const Tensor& dy, const Tensor& x) {
+  constexpr const char* op = "gated_activation_backward";
+  check_gated_input(op, x);
+  check_float(op, dy, "dy");
+  const Shape want = with_last(x.shape(), x.cols() / 2);
+  OCTET_CHECK(dy.shape() == want, op, ": dy ", shape_str(dy.shape()), " must be ", shape_str(want),
+              " (x ", shape_str(x.shape()), " with its last dimension halved)");
+  Tensor dx = f32_like(x.shape());
+  cpu::gated_activation_backward(act, as_f32(dy), as_f32(x), dx);
+  return dx;
+}
+
+// ---- softmax ----
+
+Tensor softmax(const Tensor& x) {
+  check_float("softmax", x, "x");
+  OCTET_CHECK(x.dim() >= 1, "softmax: x must have at least one dimension, got ", x);
+  Tensor y = f32_like(x.shape());
+  cpu::softmax(as_f32(x), y);
+  return y;
+}
+
+Tensor softmax_backward(const Tensor& dy, const Tensor& y) {
+  constexpr const char* op = "softmax_backward";
+  check_float(op, dy, "dy");
+  check_float(op, y, "y");
+  check_same_shape(op, dy, "dy", y, "y");
+  OCTET_CHECK(y.dim() >= 1, op, ": y must have at least one dimension, got ", y);
+  Tensor dx = f32_like(y.shape());
+  cpu::softmax_backward(as_f32(dy), as_f32(y), dx);
+  return dx;
+}
+
+// ---- norms ----
+
+namespace {
+void check_norm_input(const char* op, const Tensor& x, float eps) {
+  check_float(op, x, "x");
+  OCTET_CHECK(x.dim() >= 1 && x.cols() > 0, op, ": x must have a non-empty last dimension, got ",
+              x);
+  OCTET_CHECK(std::isfinite(eps) && eps >= 0.f, op, ": eps must be finite and >= 0, got ", eps);
+}
+}  // namespace
+
+NormForward layernorm(const Tensor& x, const Tensor& gamma, const Tensor* beta, float eps,
+                      ZeroCenteredGamma zc) {
+  constexpr const char* op = "layernorm";
+  check_norm_input(op, x, eps);
+  const Tensor g = channel_param(op, gamma, "gamma", x.cols());
+  Tensor b;
+  if (beta != nullptr) b = channel_param(op, *beta, "beta", x.cols());
+  NormForward f{f32_like(x.shape()), f32_like({x.rows()}), f32_like({x.rows()})};
+  cpu::layernorm(as_f32(x), g.data_as<float>(), beta ? b.data_as<float>() : nullptr, eps, zc, f.y,
+                 f.mean.data_as<float>(), f.rsigma.data_as<float>());
+  return f;
+}
+
+NormForward rmsnorm(const Tensor& x, const Tensor& gamma, float eps, ZeroCenteredGamma zc) {
+  constexpr const char* op = "rmsnorm";
+  check_norm_input(op, x, eps);
+  const Tensor g = channel_param(op, gamma, "gamma", x.cols());
+  NormForward f{f32_like(x.shape()), Tensor(), f32_like({x.rows()})};
+  cpu::rmsnorm(as_f32(x), g.data_as<float>(), eps, zc, f.y, f.rsigma.data_as<float>());
+  return f;
+}
+
+NormBackward layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                                const Tensor& rsigma, const Tensor& gamma, ZeroCenteredGamma zc) {
+  constexpr const char* op = "layernorm_backward";
+  check_norm_input(op, x, 0.f);
+  check_float(op, dy, "dy");
+  check_same_shape(op, dy, "dy", x, "x");
+  check_row_stat(op, mean, "mean", x.rows());
+  check_row_stat(op, rsigma, "rsigma", x.rows());
+  const Tensor g = channel_param(op, gamma, "gamma", x.cols());
+  NormBackward r{f32_like(x.shape()), f32_like({x.cols()}), f32_like({x.cols()})};
+  cpu::norm_backward(as_f32(dy), as_f32(x), mean.data_as<float>(), rsigma.data_as<float>(),
+                     g.data_as<float>(), zc, r.dx, r.dgamma.data_as<float>(),
+                     r.dbeta.data_as<float>());
+  return r;
+}
+
+NormBackward rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& rsigma,
+                              const Tensor& gamma, ZeroCenteredGamma zc) {
+  constexpr const char* op = "rmsnorm_backward";
+  check_norm_input(op, x, 0.f);
+  check_float(op, dy, "dy");
+  check_same_shape(op, dy, "dy", x, "x");
+  check_row_stat(op, rsigma, "rsigma", x.rows());
+  const Tensor g = channel_param(op, gamma, "gamma", x.cols());
+  NormBackward r{f32_like(x.shape()), f32_like({x.cols()}), Tensor()};
+  cpu::norm_backward(as_f32(dy), as_f32(x), nullptr, rsigma.data_as<float>(), g.data_as<float>(),
+                     zc, r.dx, r.dgamma.data_as<float>(), nullptr);
+  return r;
+}
+
+// ---- embedding ----
+
+Tensor embedding(const Tensor& table, const Tensor& ids) {
+  constexpr const char* op = "embedding";
+  check_float(op, table, "table");
+  OCTET_CHECK(table.dim() == 2, op, ": table must be (V, C), got ", table);
+  const std::vector<int64_t> idx = indices_of(op, ids, "ids");
+  check_ids_in_range(op, idx, table.rows());
+  Shape shape = ids.shape();
+  shape.push_back(table.cols());
+  Tensor out = f32_like(shape);
+  cpu::embedding(table, idx, out);
+  return out;
+}
+
+Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t num_embeddings) {
+  constexpr const char* op = "embedding_backward";
+  check_float(op, dy, "dy");
+  const std::vector<int64_t> idx = indices_of(op, ids, "ids");
+  OCTET_CHECK(num_embeddings > 0, op, ": num_embeddings must be positive, got ", num_embeddings);
+  OCTET_CHECK(dy.dim() == ids.dim() + 1 && leading(dy.shape()) == ids.shape(), op, ": dy ",
+              shape_str(dy.shape()), " must be ids' shape ", shape_str(ids.shape()),
+              " plus the embedding dimension");
+  check_ids_in_range(op, idx, num_embeddings);
+  Tensor dtable = f32_like({num_embeddings, dy.cols()});
+  cpu::embedding_backward(as_f32(dy).reshape({dy.rows(), dy.cols()}), idx, dtable);
+  return dtable;
+}
+
+// ---- dropout ----
+
+DropoutForward dropout(const Tensor& x, float p, Generator& gen) {
+  check_float("dropout", x, "x");
+  OCTET_CHECK(p >= 0.f && p <= 1.f, "dropout: p must be in [0, 1], got ", p);
+  const RngState s = gen.state();
+  DropoutForward f{f32_like(x.shape()), Tensor::empty(x.shape(), DType::kU8)};
+  cpu::dropout(as_f32(x), p, s.seed, s.offset, f.y, f.mask);
+  gen.set_state({s.seed, s.offset + static_cast<uint64_t>(x.numel())});
+  return f;
+}
+
+Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float p) {
+  constexpr const char* op = "dropout_backward";
+  check_float(op, dy, "dy");
+  check_defined(op, mask, "mask");
+  require_cpu(op, mask, "mask");
+  OCTET_CHECK(mask.dtype() == DType::kU8, op, ": mask must be u8, got ", mask);
+  check_same_shape(op, dy, "dy", mask, "mask");
+  OCTET_CHECK(p >= 0.f && p <= 1.f, op, ": p must be in [0, 1], got ", p);
+  Tensor dx = f32_like(dy.shape());
+  cpu::dropout_backward(as_f32(dy), mask, p, dx);
+  return dx;
+}
+
+// ---- causal attention ----
+
+namespace {
+// Checks qkv (B, T, 3*H*D); returns C = H*D.
+int64_t check_qkv(const char* op, const Tensor& qkv, int64_t heads, float scale) {
+  check_float(op, qkv, "qkv");
+  OCTET_CHECK(heads >= 1, op, ": heads must be >= 1, got ", heads);
+  OCTET_CHECK(qkv.dim() == 3 && qkv.size(2) > 0 && qkv.size(2) % (3 * heads) == 0, op, ": qkv ",
+              shape_str(qkv.shape()), " must be (B, T, 3 * heads * head_dim) with heads = ", heads);
+  OCTET_CHECK(std::isfinite(scale), op, ": scale must be finite, got ", scale);
+  return qkv.size(2) / 3;
+}
+}  // namespace
+
+AttentionForward causal_attention(const Tensor& qkv, int64_t heads, float scale) {
+  const int64_t C = check_qkv("causal_attention", qkv, heads, scale);
+  const int64_t B = qkv.size(0), T = qkv.size(1);
+  AttentionForward f{f32_like({B, T, C}), f32_like({B, heads, T})};
+  cpu::causal_attention(as_f32(qkv), heads, scale, f.out, f.lse);
+  return f;
+}
+
+Tensor causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                 const Tensor& lse, int64_t heads, float scale) {
+  constexpr const char* op = "causal_attention_backward";
+  const int64_t C = check_qkv(op, qkv, heads, scale);
+  const int64_t B = qkv.size(0), T = qkv.size(1);
+  const Shape want = {B, T, C};
+  check_float(op, dout, "dout");
+  check_float(op, out, "out");
+  OCTET_CHECK(dout.shape() == want && out.shape() == want, op, ": dout ", shape_str(dout.shape()),
+              " and out ", shape_str(out.shape()), " must be ", shape_str(want), " for qkv ",
+              shape_str(qkv.shape()));
+  check_defined(op, lse, "lse");
+  require_cpu(op, lse, "lse");
+  OCTET_CHECK(lse.dtype() == DType::kF32 && lse.shape() == Shape({B, heads, T}), op,
+              ": lse must be f32 (", B, ", ", heads, ", ", T, "), got ", lse);
+  Tensor dqkv = f32_like(qkv.shape());
+  cpu::causal_attention_backward(as_f32(dout), as_f32(qkv), as_f32(out), lse, heads, scale, dqkv);
+  return dqkv;
+}
+
+// ---- cross-entropy ----
+
+namespace {
+std::vector<int64_t> check_targets(const char* op, const Tensor& logits, const Tensor& targets,
+                                   int64_t ignore_index) {
+  check_float(op, logits, "logits");
+  OCTET_CHECK(logits.dim() >= 2 && logits.cols() > 0, op,
+              ": logits must be (N, V) with V > 0, got ", logits);
+  std::vector<int64_t> t = indices_of(op, targets, "targets");
+  OCTET_CHECK(targets.shape() == leading(logits.shape()), op, ": targets ",
+              shape_str(targets.shape()), " must have logits' leading shape ",
+              shape_str(leading(logits.shape())));
+  const int64_t classes = logits.cols();
+  for (size_t i = 0; i < t.size(); ++i) {
+    OCTET_CHECK(t[i] == ignore_index || (t[i] >= 0 && t[i] < classes), op, ": target ", t[i],
+                " at row ", i, " is out of range for ", classes,
+                " classes (and is not ignore_index ", ignore_index, ")");
+  }
+  return t;
+}
+}  // namespace
+
+CrossEntropyForward cross_entropy(const Tensor& logits, const Tensor& targets,
+                                  int64_t ignore_index) {
+  const std::vector<int64_t> t = check_targets("cross_entropy", logits, targets, ignore_index);
+  int64_t count = 0;
+  for (const int64_t v : t) count += v != ignore_index ? 1 : 0;
+  Tensor lse = f32_like(targets.shape());
+  const double total = cpu::cross_entropy(as_f32(logits), t, ignore_index, lse.data_as<float>());
+  const float loss = count > 0 ? static_cast<float>(total / static_cast<double>(count)) : 0.f;
+  return {Tensor::from_floats({loss}, {1}), lse, count};
+}
+
+Tensor cross_entropy_backward(float dloss, const Tensor& logits, const Tensor& targets,
+                              const Tensor& lse, int64_t ignore_index, int64_t count) {
+  constexpr const char* op = "cross_entropy_backward";
+  const std::vector<int64_t> t = check_targets(op, logits, targets, ignore_index);
+  check_defined(op, lse, "lse");
+  require_cpu(op, lse, "lse");
+  OCTET_CHECK(lse.dtype() == DType::kF32 && lse.shape() == targets.shape(), op,
+              ": lse must be f32 with targets' shape ", shape_str(targets.shape()), ", got ", lse);
+  OCTET_CHECK(count >= 0, op, ": count must be >= 0, got ", count);
+  const float g =
+      count > 0 ? static_cast<float>(static_cast<double>(dloss) / static_cast<double>(count)) : 0.f;
+  Tensor dlogits = f32_like(logits.shape());
+  cpu::cross_entropy_backward(g, as_f32(logits), t, lse.data_as<float>(), ignore_index, dlogits);
+  return dlogits;
+}
+
+}  // namespace octet::ops

@@ -1,0 +1,97 @@
+// Forward and backward operations of the neural-network layers (activations, softmax, norms,
+// embedding, dropout, causal attention, cross-entropy) that the autograd functions call.
+// Included by kernels/ops.h. Inputs are f32 (bf16/f16 accepted and converted); outputs are f32.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/rng.h"
+#include "runtime/tensor.h"
+
+namespace octet::ops {
+
+// ---- activations ----
+enum class Activation : uint8_t {
+  kGelu,         // tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  kRelu,         // max(x, 0)
+  kSquaredRelu,  // max(x, 0)^2
+  kSilu,         // x * sigmoid(x)
+};
+const char* activation_name(Activation act);  // "gelu", "relu", "srelu", "silu"
+
+Tensor activation(Activation act, const Tensor& x);
+Tensor activation_backward(Activation act, const Tensor& dy, const Tensor& x);  // dy * f'(x)
+// Gated forms (TE's geglu / reglu / sreglu / swiglu): x (..., 2n) splits along the last dim into
+// [a | g]; y (..., n) = act(a) * g. Backward gives dx (..., 2n) = [dy * g * act'(a) | dy * act(a)].
+Tensor gated_activation(Activation act, const Tensor& x);
+Tensor gated_activation_backward(Activation act, const Tensor& dy, const Tensor& x);
+
+// ---- softmax over the last dimension ----
+Tensor softmax(const Tensor& x);
+Tensor softmax_backward(const Tensor& dy, const Tensor& y);  // y = softmax(x)
+
+// ---- LayerNorm / RMSNorm over the last dimension (C) ----
+enum class ZeroCenteredGamma : uint8_t { kNo, kYes };  // kYes: the scale is (1 + gamma)
+
+struct NormForward {
+  Tensor y;       // x's shape
+  Tensor mean;    // (rows,) f32; undefined for rmsnorm
+  Tensor rsigma;  // (rows,) f32: 1 / sqrt(var + eps), or 1 / sqrt(mean(x^2) + eps) for rmsnorm
+};
+// gamma and beta are (C,); beta may be null (no shift).
+NormForward layernorm(const Tensor& x, const Tensor& gamma, const Tensor* beta, float eps,
+                      ZeroCenteredGamma zc);
+NormForward rmsnorm(const Tensor& x, const Tensor& gamma, float eps, ZeroCenteredGamma zc);
+
+struct NormBackward {
+  Tensor dx;      // x's shape
+  Tensor dgamma;  // (C,)
+  Tensor dbeta;   // (C,) for layernorm; undefined for rmsnorm
+};
+NormBackward layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                                const Tensor& rsigma, const Tensor& gamma, ZeroCenteredGamma zc);
+NormBackward rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& rsigma,
+                              const Tensor& gamma, ZeroCenteredGamma zc);
+
+// ---- embedding ----
+// table (V, C), ids i32/i64 of any shape -> (ids..., C). An id outside [0, V) is an error naming
+// the id, its position and V.
+Tensor embedding(const Tensor& table, const Tensor& ids);
+// dtable (V, C): the rows of dy (ids..., C) summed per id, in position order (deterministic).
+Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t num_embeddings);
+
+// ---- dropout ----
+struct DropoutForward {
+  Tensor y;     // x * mask / (1 - p)
+  Tensor mask;  // u8, x's shape: 1 = kept
+};
+// Element i keeps when draw (gen.offset + i) of gen's Philox stream is >= p as a 24-bit uniform,
+// so the mask is the same for any thread count; gen advances by numel draws. p in [0, 1].
+DropoutForward dropout(const Tensor& x, float p, Generator& gen);
+Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float p);
+
+// ---- causal multi-head self-attention on packed QKV (llm.c layout) ----
+struct AttentionForward {
+  Tensor out;  // (B, T, H*D)
+  Tensor lse;  // (B, H, T) f32: log-sum-exp of each scaled, masked score row
+};
+// qkv (B, T, 3*H*D) laid out as (B, T, 3, H, D); scale is usually 1/sqrt(D).
+AttentionForward causal_attention(const Tensor& qkv, int64_t heads, float scale);
+// dqkv (B, T, 3*H*D), from the forward's out and lse (the probabilities are recomputed).
+Tensor causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                 const Tensor& lse, int64_t heads, float scale);
+
+// ---- cross-entropy over logits (N, V) and targets (N,) i32/i64 ----
+struct CrossEntropyForward {
+  Tensor loss;    // (1,) f32: mean over the counted rows; 0 when no row counts
+  Tensor lse;     // (N,) f32: log-sum-exp of every logit row
+  int64_t count;  // rows whose target != ignore_index
+};
+CrossEntropyForward cross_entropy(const Tensor& logits, const Tensor& targets,
+                                  int64_t ignore_index);
+// dlogits (N, V) = dloss * (softmax - onehot) / count; 0 on ignored rows (and everywhere when
+// count is 0).
+Tensor cross_entropy_backward(float dloss, const Tensor& logits, const Tensor& targets,
+                              const Tensor& lse, int64_t ignore_index, int64_t count);
+
+}  // namespace octet::ops
