@@ -1,0 +1,547 @@
+// The config schema (one table binding each dotted key to its field), type and range checks with
+// messages that name the key, layered loading, JSON round trip and the generated key reference.
+#include "tools/config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <optional>
+#include <variant>
+
+#include "runtime/device.h"
+#include "runtime/error.h"
+
+namespace octet::config {
+namespace {
+
+// Ordered, so a recipe object keeps the key order it was written in.
+using Json = nlohmann::ordered_json;
+using FieldRef =
+    std::variant<int64_t*, double*, bool*, std::string*, std::array<double, 2>*, Json*>;
+using Accessor = FieldRef (*)(RunConfig&);
+
+struct Entry {
+  KeySpec spec;
+  Accessor field;
+};
+
+// The key's dotted path is the member's own spelling, so the two cannot drift apart.
+#define OCTET_KEY(member) #member, [](RunConfig & c) -> FieldRef { return &c.member; }
+
+constexpr double kMaxCount = 1e9;
+constexpr double kMaxSeed = 9007199254740992.0;  // 2^53: exact in every JSON reader
+
+Entry int_key(const char* path, Accessor f, double lo, double hi, std::string doc) {
+  return {{path, KeyType::kInt, {lo, hi}, {}, std::move(doc)}, f};
+}
+Entry float_key(const char* path, Accessor f, Range range, std::string doc) {
+  return {{path, KeyType::kFloat, range, {}, std::move(doc)}, f};
+}
+Entry bool_key(const char* path, Accessor f, std::string doc) {
+  return {{path, KeyType::kBool, {}, {}, std::move(doc)}, f};
+}
+Entry string_key(const char* path, Accessor f, std::string doc) {
+  return {{path, KeyType::kString, {}, {}, std::move(doc)}, f};
+}
+Entry choice_key(const char* path, Accessor f, std::vector<std::string> choices, std::string doc) {
+  return {{path, KeyType::kChoice, {}, std::move(choices), std::move(doc)}, f};
+}
+
+const std::vector<Entry>& entries() {
+  static const std::vector<Entry> table = {
+      int_key(OCTET_KEY(model.n_layer), 1, 128, "transformer layers"),
+      int_key(OCTET_KEY(model.d_model), 8, 16384, "model width (a multiple of 16 for FP8 GEMMs)"),
+      int_key(OCTET_KEY(model.n_head), 1, 256, "attention heads; must divide model.d_model"),
+      int_key(OCTET_KEY(model.vocab), 0, 1 << 20, "vocabulary size; 0: the data's"),
+      int_key(OCTET_KEY(model.seq_len), 0, 65536,
+              "context length; 0: the task's example length (tasks only)"),
+      choice_key(OCTET_KEY(model.activation),
+                 {"gelu", "relu", "srelu", "silu", "swiglu", "geglu", "reglu"},
+                 "MLP activation (gelu is the tanh form; swiglu/geglu/reglu are gated)"),
+      choice_key(OCTET_KEY(model.norm), {"layernorm", "rmsnorm"}, "normalisation layers"),
+      bool_key(OCTET_KEY(model.zero_centered_gamma), "norm weights stored as gamma - 1"),
+      bool_key(OCTET_KEY(model.bias), "biases in linear layers"),
+      bool_key(OCTET_KEY(model.tie_embeddings), "LM head shares the token embedding"),
+      bool_key(OCTET_KEY(model.fp8_primary_weights),
+               "weights stored in FP8 with f32 master copies in the optimizer"),
+      bool_key(OCTET_KEY(fp8.enabled), "run the GEMMs in FP8 (false: f32 throughout)"),
+      {{"fp8.recipe",
+        KeyType::kRecipe,
+        {},
+        {},
+        "scaling recipe: a recipe JSON file or an inline "
+        "recipe object (see Recipes)"},
+       [](RunConfig& c) -> FieldRef { return &c.fp8.recipe; }},
+      choice_key(OCTET_KEY(data.kind), {"task", "text", "shards"},
+                 "built-in task, a UTF-8 text file (bytes), or llm.c token shards"),
+      string_key(OCTET_KEY(data.path),
+                 "text: the file; shards: a .bin file, a directory of them or a glob pattern"),
+      string_key(OCTET_KEY(data.val_path),
+                 "shards: validation shards; empty: hold out the tail of data.path"),
+      float_key(OCTET_KEY(data.val_fraction), {0, 0.5, Bound::kOpen, Bound::kClosed},
+                "share of text (or of shards without data.val_path) held out for validation"),
+      choice_key(OCTET_KEY(data.task), {"sort", "add"},
+                 "sort digits ascending, or add two numbers (sum written least-significant first)"),
+      int_key(OCTET_KEY(data.task_digits), 2, 16,
+              "sort: digits per sequence (3-16); add: digits per operand (2-8)"),
+      int_key(OCTET_KEY(data.seed), 0, kMaxSeed,
+              "which task problems are drawn and which are held out"),
+      choice_key(OCTET_KEY(optimizer.kind), {"sgd", "adamw"}, "optimizer"),
+      float_key(OCTET_KEY(optimizer.lr), {0, 10, Bound::kOpen, Bound::kClosed},
+                "peak learning rate"),
+      {{"optimizer.betas",
+        KeyType::kFloatPair,
+        {0, 1, Bound::kClosed, Bound::kOpen},
+        {},
+        "AdamW moment decay rates [beta1, beta2]"},
+       [](RunConfig& c) -> FieldRef { return &c.optimizer.betas; }},
+      float_key(OCTET_KEY(optimizer.eps), {0, 1, Bound::kOpen, Bound::kClosed}, "AdamW epsilon"),
+      float_key(OCTET_KEY(optimizer.weight_decay), {0, 10}, "decoupled weight decay"),
+      float_key(OCTET_KEY(optimizer.momentum), {0, 1, Bound::kClosed, Bound::kOpen},
+                "SGD momentum"),
+      float_key(OCTET_KEY(optimizer.grad_clip), {0, 1e6},
+                "clip the global gradient norm to this; 0: no clipping"),
+      int_key(OCTET_KEY(schedule.warmup_steps), 0, kMaxCount, "linear learning-rate warm-up"),
+      int_key(OCTET_KEY(schedule.total_steps), 0, kMaxCount,
+              "cosine decay length; 0: training.steps"),
+      float_key(OCTET_KEY(schedule.min_lr_ratio), {0, 1},
+                "learning rate at the end of the decay, as a share of optimizer.lr"),
+      int_key(OCTET_KEY(training.steps), 1, kMaxCount, "optimizer steps"),
+      int_key(OCTET_KEY(training.batch_size), 1, 65536, "sequences per micro-batch"),
+      int_key(OCTET_KEY(training.grad_accum), 1, 4096, "micro-batches per optimizer step"),
+      int_key(OCTET_KEY(training.eval_interval), 0, kMaxCount,
+              "steps between evaluations; 0: only at the end"),
+      int_key(OCTET_KEY(training.eval_batches), 1, 1e6, "validation batches per evaluation"),
+      int_key(OCTET_KEY(training.eval_examples), 1, 1e6,
+              "held-out problems generated for exact-match accuracy (tasks)"),
+      int_key(OCTET_KEY(training.checkpoint_interval), 0, kMaxCount,
+              "steps between checkpoints; 0: only at the end"),
+      int_key(OCTET_KEY(training.log_interval), 1, kMaxCount, "steps between metrics lines"),
+      int_key(OCTET_KEY(training.seed), 0, kMaxSeed, "weight initialisation and dropout"),
+      {{"training.device", KeyType::kDevice, {}, {}, "where to train: cpu, cuda or cuda:N"},
+       [](RunConfig& c) -> FieldRef { return &c.training.device; }},
+      int_key(OCTET_KEY(training.max_nonfinite_steps), 1, 1e6,
+              "steps in a row with a NaN/inf loss (each skipped) before the run stops"),
+      string_key(OCTET_KEY(output.dir), "run directory: config, metrics, checkpoints, plots"),
+  };
+  return table;
+}
+
+#undef OCTET_KEY
+
+const Entry* find_entry(std::string_view path) {
+  for (const Entry& e : entries()) {
+    if (e.spec.path == path) return &e;
+  }
+  return nullptr;
+}
+
+std::string section_of(const std::string& path) { return path.substr(0, path.find('.')); }
+
+bool is_section(std::string_view name) {
+  return std::any_of(entries().begin(), entries().end(),
+                     [&](const Entry& e) { return section_of(e.spec.path) == name; });
+}
+
+std::string number_text(double x) {
+  if (x == std::floor(x) && std::fabs(x) < 1e16) return fmt::format("{}", static_cast<int64_t>(x));
+  return fmt::format("{}", x);
+}
+
+std::string range_text(const Range& r) {
+  return (r.min_bound == Bound::kOpen ? "(" : "[") + number_text(r.min) + ", " +
+         number_text(r.max) + (r.max_bound == Bound::kOpen ? ")" : "]");
+}
+
+bool in_range(double x, const Range& r) {
+  const bool above = r.min_bound == Bound::kOpen ? x > r.min : x >= r.min;
+  const bool below = r.max_bound == Bound::kOpen ? x < r.max : x <= r.max;
+  return std::isfinite(x) && above && below;
+}
+
+std::string choices_text(const std::vector<std::string>& choices, const char* quote) {
+  std::string text;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (i > 0) text += i + 1 == choices.size() ? " or " : ", ";
+    text += quote + choices[i] + quote;
+  }
+  return text;
+}
+
+std::string expectation(const KeySpec& s) {
+  switch (s.type) {
+    case KeyType::kInt:
+      return "an integer in " + range_text(s.range);
+    case KeyType::kFloat:
+      return "a number in " + range_text(s.range);
+    case KeyType::kBool:
+      return "true or false";
+    case KeyType::kString:
+      return "a string";
+    case KeyType::kChoice:
+      return "one of " + choices_text(s.choices, "\"");
+    case KeyType::kFloatPair:
+      return "[a, b] with each number in " + range_text(s.range);
+    case KeyType::kDevice:
+      return "a device: \"cpu\", \"cuda\" or \"cuda:N\"";
+    case KeyType::kRecipe:
+      return "a recipe file path (a string) or an inline recipe object";
+  }
+  OCTET_FAIL("unknown key type ", static_cast<int>(s.type));
+}
+
+// An integer value, also accepted when written as an integral float (2e3).
+std::optional<int64_t> as_integer(const Json& v) {
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return {};
+    return static_cast<int64_t>(v.get<uint64_t>());
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18) {
+      return static_cast<int64_t>(d);
+    }
+  }
+  return {};
+}
+
+void set_value(RunConfig& config, const Entry& e, const Json& v, std::string_view source) {
+  const KeySpec& s = e.spec;
+  auto check = [&](bool ok) {
+    OCTET_CHECK(ok, "config key \"", s.path, "\" (from ", source, "): expected ", expectation(s),
+                ", got ", v.dump());
+  };
+  const FieldRef field = e.field(config);
+  switch (s.type) {
+    case KeyType::kInt: {
+      const std::optional<int64_t> i = as_integer(v);
+      check(i.has_value() && in_range(static_cast<double>(*i), s.range));
+      *std::get<int64_t*>(field) = *i;
+      return;
+    }
+    case KeyType::kFloat:
+      check(v.is_number() && in_range(v.get<double>(), s.range));
+      *std::get<double*>(field) = v.get<double>();
+      return;
+    case KeyType::kBool:
+      check(v.is_boolean());
+      *std::get<bool*>(field) = v.get<bool>();
+      return;
+    case KeyType::kString:
+      check(v.is_string());
+      *std::get<std::string*>(field) = v.get<std::string>();
+      return;
+    case KeyType::kChoice:
+      check(v.is_string() &&
+            std::find(s.choices.begin(), s.choices.end(), v.get<std::string>()) != s.choices.end());
+      *std::get<std::string*>(field) = v.get<std::string>();
+      return;
+    case KeyType::kFloatPair:
+      check(v.is_array() && v.size() == 2 && v[0].is_number() && v[1].is_number() &&
+            in_range(v[0].get<double>(), s.range) && in_range(v[1].get<double>(), s.range));
+      *std::get<std::array<double, 2>*>(field) = {v[0].get<double>(), v[1].get<double>()};
+      return;
+    case KeyType::kDevice: {
+      bool ok = v.is_string();
+      if (ok) {
+        try {
+          parse_device(v.get<std::string>());
+        } catch (const Error&) {
+          ok = false;
+        }
+      }
+      check(ok);
+      *std::get<std::string*>(field) = v.get<std::string>();
+      return;
+    }
+    case KeyType::kRecipe:
+      check(v.is_object() || (v.is_string() && !v.get<std::string>().empty()));
+      *std::get<Json*>(field) = v;
+      return;
+  }
+  OCTET_FAIL("unknown key type ", static_cast<int>(s.type));
+}
+
+Json get_value(const RunConfig& config, const Entry& e) {
+  // The accessor takes a mutable config so one table serves reads and writes; this only reads.
+  const FieldRef field = e.field(const_cast<RunConfig&>(config));
+  return std::visit([](auto* p) { return Json(*p); }, field);
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+[[noreturn]] void unknown_key(const std::string& path, std::string_view source) {
+  std::vector<std::string> candidates;
+  for (const Entry& e : entries()) {
+    candidates.push_back(e.spec.path);
+    if (std::find(candidates.begin(), candidates.end(), section_of(e.spec.path)) ==
+        candidates.end()) {
+      candidates.push_back(section_of(e.spec.path));
+    }
+  }
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, path.size() / 4) + 1;
+  for (const std::string& c : candidates) {
+    const size_t d = edit_distance(path, c);
+    if (d < best_distance) {
+      best = c;
+      best_distance = d;
+    }
+  }
+  std::string hint;
+  if (!best.empty()) {
+    hint = "; did you mean \"" + best + "\"?";
+  } else if (is_section(section_of(path))) {
+    std::vector<std::string> keys;
+    for (const Entry& e : entries()) {
+      if (section_of(e.spec.path) == section_of(path)) keys.push_back(e.spec.path);
+    }
+    hint = "; the keys of " + section_of(path) + " are " + choices_text(keys, "");
+  } else {
+    std::vector<std::string> sections;
+    for (const Entry& e : entries()) {
+      const std::string s = section_of(e.spec.path);
+      if (std::find(sections.begin(), sections.end(), s) == sections.end()) sections.push_back(s);
+    }
+    hint = "; the sections are " + choices_text(sections, "");
+  }
+  OCTET_FAIL("unknown config key \"", path, "\" (from ", source, ")", hint);
+}
+
+void apply_object(RunConfig& config, const std::string& prefix, const Json& object,
+                  std::string_view source) {
+  for (const auto& [key, value] : object.items()) {
+    const std::string path = prefix.empty() ? key : prefix + "." + key;
+    if (const Entry* e = find_entry(path)) {
+      set_value(config, *e, value, source);
+    } else if (prefix.empty() && is_section(path)) {
+      OCTET_CHECK(value.is_object(), "config key \"", path, "\" (from ", source,
+                  ") is a section: expected an object of its keys, got ", value.dump());
+      apply_object(config, path, value, source);
+    } else {
+      unknown_key(path, source);
+    }
+  }
+}
+
+// The JSON an override's text stands for: JSON when it parses as a value of the key's type,
+// otherwise the bare text as a string (so data.path=123 is the path "123").
+Json override_value(KeyType type, const std::string& text) {
+  const Json parsed = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const bool ok = !parsed.is_discarded();
+  switch (type) {
+    case KeyType::kString:
+    case KeyType::kChoice:
+    case KeyType::kDevice:
+      return ok && parsed.is_string() ? parsed : Json(text);
+    case KeyType::kRecipe:
+      return ok && (parsed.is_string() || parsed.is_object()) ? parsed : Json(text);
+    default:
+      return ok ? parsed : Json(text);
+  }
+}
+
+}  // namespace
+
+const std::vector<KeySpec>& schema() {
+  static const std::vector<KeySpec> specs = [] {
+    std::vector<KeySpec> out;
+    for (const Entry& e : entries()) out.push_back(e.spec);
+    return out;
+  }();
+  return specs;
+}
+
+const KeySpec* find_key(std::string_view path) {
+  for (const KeySpec& s : schema()) {
+    if (s.path == path) return &s;
+  }
+  return nullptr;
+}
+
+void apply_json(RunConfig& config, const nlohmann::ordered_json& json, std::string_view source) {
+  OCTET_CHECK(json.is_object(), "config (from ", source,
+              ") must be a JSON object of sections such as {\"model\": {...}}, got ",
+              json.type_name());
+  apply_object(config, "", json, source);
+}
+
+void apply_override(RunConfig& config, std::string_view assignment) {
+  const size_t eq = assignment.find('=');
+  OCTET_CHECK(eq != std::string_view::npos && eq > 0, "--set \"", assignment,
+              "\": expected key=value with a dotted key, such as model.n_layer=4");
+  const std::string key(assignment.substr(0, eq));
+  const std::string text(assignment.substr(eq + 1));
+  const std::string source = "--set " + std::string(assignment);
+  if (const Entry* e = find_entry(key)) {
+    set_value(config, *e, override_value(e->spec.type, text), source);
+  } else if (is_section(key)) {
+    const Json value = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    OCTET_CHECK(!value.is_discarded() && value.is_object(), "config key \"", key, "\" (from ",
+                source, ") is a section: expected a JSON object of its keys, got ", text);
+    apply_object(config, key, value, source);
+  } else {
+    unknown_key(key, source);
+  }
+}
+
+int64_t total_schedule_steps(const RunConfig& c) {
+  return c.schedule.total_steps > 0 ? c.schedule.total_steps : c.training.steps;
+}
+
+void validate(const RunConfig& c) {
+  OCTET_CHECK(c.model.d_model % c.model.n_head == 0,
+              "config key \"model.n_head\": ", c.model.n_head,
+              " heads do not divide model.d_model ", c.model.d_model);
+  const bool file_data = c.data.kind != "task";
+  OCTET_CHECK(!file_data || !c.data.path.empty(), "config key \"data.path\" is empty: data.kind \"",
+              c.data.kind, "\" needs a file to read");
+  OCTET_CHECK(!file_data || c.model.seq_len > 0,
+              "config key \"model.seq_len\" is 0 (take it "
+              "from the data), but only data.kind \"task\" has a natural length: set it for "
+              "data.kind \"",
+              c.data.kind, "\"");
+  if (c.data.kind == "task") {
+    const bool sort = c.data.task == "sort";
+    const int64_t lo = sort ? 3 : 2, hi = sort ? 16 : 8;
+    OCTET_CHECK(c.data.task_digits >= lo && c.data.task_digits <= hi,
+                "config key \"data.task_digits\": ", c.data.task_digits,
+                " does not suit data.task \"", c.data.task, "\": expected an integer in [", lo,
+                ", ", hi, "]");
+  }
+  OCTET_CHECK(c.schedule.warmup_steps <= total_schedule_steps(c),
+              "config key \"schedule.warmup_steps\": ", c.schedule.warmup_steps,
+              " warm-up steps exceed the schedule's ", total_schedule_steps(c),
+              " (schedule.total_steps, or training.steps when it is 0)");
+  OCTET_CHECK(!c.output.dir.empty(), "config key \"output.dir\" is empty: expected a directory");
+}
+
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  RunConfig config;
+  if (!path.empty()) {
+    std::ifstream in(path, std::ios::binary);
+    OCTET_CHECK(in.good(), "cannot open config file ", path, ": ", std::strerror(errno));
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    Json json;
+    try {
+      json = Json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+    } catch (const Json::exception& e) {
+      OCTET_FAIL("config file ", path, " is not valid JSON: ", e.what());
+    }
+    apply_json(config, json, "file " + path);
+  }
+  for (const std::string& assignment : overrides) apply_override(config, assignment);
+  validate(config);
+  return config;
+}
+
+nlohmann::ordered_json to_json(const RunConfig& config) {
+  Json out = Json::object();
+  for (const Entry& e : entries()) {
+    const std::string& path = e.spec.path;
+    const size_t dot = path.find('.');
+    out[path.substr(0, dot)][path.substr(dot + 1)] = get_value(config, e);
+  }
+  return out;
+}
+
+RunConfig from_json(const nlohmann::ordered_json& json, std::string_view source) {
+  RunConfig config;
+  apply_json(config, json, source);
+  validate(config);
+  return config;
+}
+
+data::DataOptions data_options(const RunConfig& c) {
+  data::DataOptions options;
+  options.kind = data::parse_data_kind(c.data.kind);
+  options.path = c.data.path;
+  options.val_path = c.data.val_path;
+  options.val_fraction = c.data.val_fraction;
+  options.task = data::parse_task_kind(c.data.task);
+  options.task_digits = c.data.task_digits;
+  options.seed = static_cast<uint64_t>(c.data.seed);
+  return options;
+}
+
+std::string keys_markdown() {
+  const RunConfig defaults;
+  std::string md =
+      "## Training config keys\n"
+      "\n"
+      "`octet train` starts from built-in defaults (the same values as\n"
+      "`configs/train/default.json`), applies the JSON file given with `--config` (an object of\n"
+      "sections; `//` comments allowed), then each `--set key=value`, which overrides one key by\n"
+      "its dotted path. The value is read as JSON, or else as a bare string: `--set "
+      "optimizer.lr=1e-3`,\n"
+      "`--set data.path=input.txt`, `--set optimizer.betas=[0.9,0.99]`, or a whole section with\n"
+      "`--set 'model={\"n_layer\":4}'`. Unknown keys, wrong types and out-of-range values are\n"
+      "errors naming the key. This table is generated from the schema in `tools/config.cpp`; a\n"
+      "test keeps the two equal.\n"
+      "\n"
+      "| key | type | default | allowed | meaning |\n"
+      "|---|---|---|---|---|\n";
+  for (const Entry& e : entries()) {
+    const KeySpec& s = e.spec;
+    std::string type, allowed;
+    switch (s.type) {
+      case KeyType::kInt:
+        type = "integer";
+        allowed = range_text(s.range);
+        break;
+      case KeyType::kFloat:
+        type = "number";
+        allowed = range_text(s.range);
+        break;
+      case KeyType::kBool:
+        type = "boolean";
+        allowed = "`true`, `false`";
+        break;
+      case KeyType::kString:
+        type = "string";
+        allowed = "any";
+        break;
+      case KeyType::kChoice:
+        type = "string";
+        allowed = choices_text(s.choices, "`");
+        break;
+      case KeyType::kFloatPair:
+        type = "[number, number]";
+        allowed = "each in " + range_text(s.range);
+        break;
+      case KeyType::kDevice:
+        type = "string";
+        allowed = "`cpu`, `cuda`, `cuda:N`";
+        break;
+      case KeyType::kRecipe:
+        type = "string or object";
+        allowed = "a recipe file path or a recipe object";
+        break;
+    }
+    md += "| `" + s.path + "` | " + type + " | `" + get_value(defaults, e).dump() + "` | " +
+          allowed + " | " + s.doc + " |\n";
+  }
+  return md;
+}
+
+}  // namespace octet::config

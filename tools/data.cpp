@@ -1,0 +1,108 @@
+// What every dataset shares: split and kind names, the cursor state and its checkpoint form, and
+// the factory that opens the dataset a run asks for.
+#include "tools/data.h"
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/error.h"
+#include "tools/task_data.h"
+#include "tools/token_data.h"
+
+namespace octet::data {
+
+std::string_view split_name(Split split) { return split == Split::kTrain ? "train" : "validation"; }
+
+std::string encode_state(const DataState& state) {
+  const nlohmann::ordered_json json = {
+      {"train", {state.train.segment, state.train.position}},
+      {"validation", {state.validation.segment, state.validation.position}}};
+  return json.dump();
+}
+
+DataState decode_state(std::string_view text) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    OCTET_FAIL("data state \"", text, "\" is not valid JSON: ", e.what());
+  }
+  auto cursor = [&](const char* key) {
+    OCTET_CHECK(json.is_object() && json.contains(key), "data state \"", text, "\" has no \"", key,
+                "\" cursor");
+    const nlohmann::json& pair = json[key];
+    OCTET_CHECK(pair.is_array() && pair.size() == 2 && pair[0].is_number_unsigned() &&
+                    pair[1].is_number_unsigned(),
+                "data state \"", text, "\": \"", key,
+                "\" must be [segment, position] with non-negative integers, got ", pair.dump());
+    return Cursor{pair[0].get<uint64_t>(), pair[1].get<uint64_t>()};
+  };
+  DataState state{cursor("train"), cursor("validation")};
+  OCTET_CHECK(json.size() == 2, "data state \"", text,
+              "\" has keys other than \"train\" and \"validation\"");
+  return state;
+}
+
+void Dataset::set_state(const DataState& state) {
+  check_cursor(Split::kTrain, state.train);
+  check_cursor(Split::kValidation, state.validation);
+  state_ = state;
+}
+
+DataKind parse_data_kind(std::string_view name) {
+  if (name == "task") return DataKind::kTask;
+  if (name == "text") return DataKind::kText;
+  if (name == "shards") return DataKind::kShards;
+  OCTET_FAIL("unknown data kind \"", name, "\": expected task, text or shards");
+}
+
+TaskKind parse_task_kind(std::string_view name) {
+  if (name == "sort") return TaskKind::kSort;
+  if (name == "add") return TaskKind::kAdd;
+  OCTET_FAIL("unknown task \"", name, "\": expected sort or add");
+}
+
+std::string_view data_kind_name(DataKind kind) {
+  switch (kind) {
+    case DataKind::kTask:
+      return "task";
+    case DataKind::kText:
+      return "text";
+    case DataKind::kShards:
+      return "shards";
+  }
+  OCTET_FAIL("unknown data kind code ", static_cast<int>(kind));
+}
+
+std::string_view task_kind_name(TaskKind kind) {
+  switch (kind) {
+    case TaskKind::kSort:
+      return "sort";
+    case TaskKind::kAdd:
+      return "add";
+  }
+  OCTET_FAIL("unknown task code ", static_cast<int>(kind));
+}
+
+std::unique_ptr<Dataset> open_dataset(const DataOptions& options) {
+  switch (options.kind) {
+    case DataKind::kTask:
+      return std::make_unique<AlgorithmicTask>(options.task, options.task_digits, options.seed);
+    case DataKind::kText:
+      OCTET_CHECK(!options.path.empty(), "text data needs a file path");
+      return std::make_unique<TextDataset>(options.path, options.val_fraction);
+    case DataKind::kShards:
+      OCTET_CHECK(!options.path.empty(), "token shard data needs a path or pattern");
+      return std::make_unique<ShardDataset>(options.path, options.val_path, options.val_fraction);
+  }
+  OCTET_FAIL("unknown data kind code ", static_cast<int>(options.kind));
+}
+
+namespace detail {
+
+Batch empty_batch(int64_t batch_size, int64_t seq_len) {
+  return {Tensor::empty({batch_size, seq_len}, DType::kI32),
+          Tensor::empty({batch_size, seq_len}, DType::kI32)};
+}
+
+}  // namespace detail
+}  // namespace octet::data
