@@ -71,3 +71,5 @@ void release_workspace();
 }  // namespace octet::ops
 
 #include "kernels/nn.h"  // the nn layers' forward and backward operations
+#include "kernels/optim.h"
+#include "kernels/quantized.h"

@@ -1,0 +1,140 @@
+// MXFP8 block cast and expansion on the CPU. The per-element rule is runtime/fp8.h (shared with
+// the CUDA kernels): e = to_e8m0(block_amax / fp8_max), q = fp8(x * 2^(127 - e)).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/mxfp8_cpu.h"
+#include "kernels/cpu/simd.h"
+#include "runtime/fp8.h"
+#include "runtime/mxfp8_tensor.h"
+#include "runtime/parallel.h"
+
+namespace octet::cpu {
+namespace {
+
+constexpr int64_t kBlock = kMXFP8BlockSize;
+
+// The exponent of a block and the power of two its elements are multiplied by before the cast.
+struct BlockScale {
+  uint8_t e;
+  float multiplier;  // 2^(127 - e), from 2^127 (e = 0) down to the f32 subnormal 2^-127
+};
+
+BlockScale block_scale(float block_amax, float fp8_max) {
+  const uint8_t e = to_e8m0(block_amax / fp8_max);
+  // e <= 254 for every non-NaN input, and the amax ignores NaN, so 254 - e is a valid exponent.
+  return {e, from_e8m0(static_cast<uint8_t>(254 - e))};
+}
+
+// max |x| over n values, NaN ignored (a NaN compares false and never wins).
+float block_amax(const float* x, int64_t n) {
+  float m = 0.f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::fabs(x[i]);
+    m = v > m ? v : m;
+  }
+  return m;
+}
+
+template <bool kE4M3>
+OCTET_VECTOR_CLONES void cast_scaled(const float* x, int64_t n, float multiplier, uint8_t* q) {
+  for (int64_t i = 0; i < n; ++i) {
+    q[i] = kE4M3 ? to_e4m3(x[i] * multiplier) : to_e5m2(x[i] * multiplier);
+  }
+}
+
+void cast_any(DType fp8, const float* x, int64_t n, float multiplier, uint8_t* q) {
+  if (fp8 == DType::kE4M3) {
+    cast_scaled<true>(x, n, multiplier, q);
+  } else {
+    cast_scaled<false>(x, n, multiplier, q);
+  }
+}
+
+}  // namespace
+
+void quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales) {
+  const int64_t rows = x.rows(), cols = x.cols();
+  const int64_t blocks = (cols + kBlock - 1) / kBlock;
+  const DType fp8 = data.dtype();
+  const float max = fp8_max(fp8);
+  const auto* px = static_cast<const uint8_t*>(x.data());
+  const size_t es = x.element_size();
+  uint8_t* q = data.data_as<uint8_t>();
+  uint8_t* e = scales.data_as<uint8_t>();
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(cols, 1));
+  parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = r0; r < r1; ++r) {
+      to_f32(x.dtype(), px + r * cols * es, row.data(), cols);
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t c0 = b * kBlock, n = std::min(kBlock, cols - c0);
+        const BlockScale s = block_scale(block_amax(row.data() + c0, n), max);
+        e[r * blocks + b] = s.e;
+        cast_any(fp8, row.data() + c0, n, s.multiplier, q + r * cols + c0);
+      }
+    }
+  });
+}
+
+void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales) {
+  const int64_t rows = x.rows(), cols = x.cols();
+  const int64_t blocks = (rows + kBlock - 1) / kBlock;  // per output row (= input column)
+  const DType fp8 = data.dtype();
+  const float max = fp8_max(fp8);
+  const auto* px = static_cast<const uint8_t*>(x.data());
+  const size_t es = x.element_size();
+  uint8_t* q = data.data_as<uint8_t>();
+  uint8_t* e = scales.data_as<uint8_t>();
+  // One task = one block of 32 input rows x a tile of columns, gathered transposed so that each
+  // column's block is contiguous: (tile, 32) floats.
+  constexpr int64_t kTile = 64;
+  const int64_t tiles = (cols + kTile - 1) / kTile;
+  parallel_for(0, blocks * tiles, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> in(static_cast<size_t>(kBlock * kTile));
+    std::vector<float> gathered(static_cast<size_t>(kTile * kBlock));
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t / tiles;
+      const int64_t r0 = b * kBlock, nr = std::min(kBlock, rows - r0);
+      const int64_t c0 = (t % tiles) * kTile, nc = std::min(kTile, cols - c0);
+      for (int64_t r = 0; r < nr; ++r) {
+        to_f32(x.dtype(), px + ((r0 + r) * cols + c0) * es, in.data() + r * kTile, nc);
+      }
+      for (int64_t c = 0; c < nc; ++c) {
+        float* column = gathered.data() + c * kBlock;
+        for (int64_t r = 0; r < nr; ++r) column[r] = in[static_cast<size_t>(r * kTile + c)];
+        const BlockScale s = block_scale(block_amax(column, nr), max);
+        e[(c0 + c) * blocks + b] = s.e;
+        cast_any(fp8, column, nr, s.multiplier, q + (c0 + c) * rows + r0);
+      }
+    }
+  });
+}
+
+void dequantize_mxfp8(const Tensor& data, const Tensor& scales, Tensor& out) {
+  const int64_t rows = data.rows(), cols = data.cols();
+  const int64_t blocks = (cols + kBlock - 1) / kBlock;
+  const float* table = data.dtype() == DType::kE4M3 ? e4m3_to_float_table() : e5m2_to_float_table();
+  const uint8_t* q = data.data_as<uint8_t>();
+  const uint8_t* e = scales.data_as<uint8_t>();
+  auto* po = static_cast<uint8_t*>(out.data());
+  const size_t es = out.element_size();
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(cols, 1));
+  parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        // A power of two times a value of at most 4 significant bits: exact in f32.
+        const float s = from_e8m0(e[r * blocks + b]);
+        const int64_t c0 = b * kBlock, c1 = std::min(cols, c0 + kBlock);
+        for (int64_t c = c0; c < c1; ++c) row[static_cast<size_t>(c)] = table[q[r * cols + c]] * s;
+      }
+      from_f32(row.data(), out.dtype(), po + r * cols * es, cols);
+    }
+  });
+}
+
+}  // namespace octet::cpu

@@ -1,0 +1,35 @@
+// Optimizer update kernels: AdamW (decoupled weight decay, bias-corrected moments) and SGD with
+// momentum, updating f32 master weights and f32 moments in place. Included by kernels/ops.h.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/tensor.h"
+
+namespace octet::ops {
+
+struct AdamWHyper {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.f;
+  int64_t step = 1;  // 1-based count of updates, for bias correction
+};
+
+// PyTorch's AdamW rule, in f32:
+//   w *= 1 - lr * weight_decay
+//   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+//   w -= lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+// `master`, `m`, `v` f32 of one shape; `grad` f32 or bf16 of that shape. Bumps versions.
+void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h);
+
+// SGD with momentum (PyTorch's form): buf = momentum buf + g (buf = g at the first step);
+// w -= lr * buf. momentum 0 skips the buffer (it may be undefined then).
+void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
+              float weight_decay, int64_t step);
+
+// Sum of squares of every element (f64 accumulation), for global gradient-norm clipping.
+double sum_of_squares(const Tensor& x);
+
+}  // namespace octet::ops

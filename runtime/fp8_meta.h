@@ -1,0 +1,78 @@
+// Delayed-scaling state of one FP8 module (DESIGN.md "Recipes", "Details that matter"): per slot a
+// scale, its inverse and an amax history, and the once-per-step update rule.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/recipe.h"
+#include "runtime/tensor.h"
+
+namespace octet {
+
+// Forward slots per GEMM: input, weight, output; backward slots per GEMM: grad_output,
+// grad_input. GEMM g's slots are 3g..3g+2 forward and 2g..2g+1 backward (LayerNormMLP: fc1 = 0-2,
+// fc2 = 3-5 forward).
+enum class ForwardTensor : uint8_t { kInput = 0, kWeight = 1, kOutput = 2 };
+enum class BackwardTensor : uint8_t { kGradOutput = 0, kGradInput = 1 };
+inline constexpr int kForwardSlotsPerGemm = 3;
+inline constexpr int kBackwardSlotsPerGemm = 2;
+
+struct SlotId {
+  FP8Direction direction;
+  int index;
+};
+constexpr SlotId forward_slot(int gemm, ForwardTensor t) {
+  return {FP8Direction::kForward, gemm * kForwardSlotsPerGemm + static_cast<int>(t)};
+}
+constexpr SlotId backward_slot(int gemm, BackwardTensor t) {
+  return {FP8Direction::kBackward, gemm * kBackwardSlotsPerGemm + static_cast<int>(t)};
+}
+
+struct FP8Slot {
+  Tensor scale;         // (1,) f32: the cast multiplies by it; starts at 1
+  Tensor scale_inv;     // (1,) f32: 1 / scale, rounded to nearest
+  Tensor amax_history;  // (amax_history_len,) f32, zeros at first; [0] collects this step's amax
+};
+
+// The update rule for one slot, exactly as DESIGN.md states it:
+// - newest amax (history[0]) is 0: nothing rolls, the scale stays;
+// - otherwise amax = max over the history (kMax, NaN ignored) or history[0] (kMostRecent), the
+//   history rolls like TE's torch.roll(history, -1): entry i+1 moves to i, history[0] wraps to the
+//   end, and the new history[0] is 0;
+// - scale = (fp8_max / amax) / 2^margin when amax is finite and > 0, else the old scale; an
+//   infinite scale becomes FLT_MAX; scale_inv = 1 / scale.
+// CPU tensors only (the slots are tiny; the CUDA backend would keep a host copy).
+void update_fp8_slot(FP8Slot& slot, float fp8_max, int margin, AmaxComputeAlgo algo);
+
+class FP8Meta {
+ public:
+  // `recipe` must be a delayed recipe; `num_gemms` >= 1. Tensors are allocated on the CPU under
+  // the caller's MemTagScope.
+  FP8Meta(const Recipe& recipe, int num_gemms);
+
+  const Recipe& recipe() const { return recipe_; }
+  int num_gemms() const { return num_gemms_; }
+  int num_slots(FP8Direction direction) const;
+
+  FP8Slot& slot(SlotId id);
+  const FP8Slot& slot(SlotId id) const;
+  DType dtype(SlotId id) const { return recipe_.dtype(id.direction); }
+
+  // Applies the update rule to every slot of one direction (forward: at the outermost FP8 scope's
+  // exit; backward: at the end of the backward pass).
+  void update(FP8Direction direction);
+  // How many times update() ran for a direction: the FP8 scope promises once per step.
+  int64_t update_count(FP8Direction direction) const {
+    return update_counts_[static_cast<size_t>(direction)];
+  }
+
+ private:
+  Recipe recipe_;
+  int num_gemms_;
+  std::vector<FP8Slot> forward_;
+  std::vector<FP8Slot> backward_;
+  int64_t update_counts_[2] = {0, 0};
+};
+
+}  // namespace octet

@@ -1,0 +1,78 @@
+// QuantizedTensor: metadata, the take/give protocol shared by every quantized format.
+#include "runtime/quantized_tensor.h"
+
+#include <sstream>
+
+namespace octet {
+
+std::string_view usage_name(Usage usage) {
+  switch (usage) {
+    case Usage::kNone:
+      return "none";
+    case Usage::kRowwise:
+      return "row-wise";
+    case Usage::kColumnwise:
+      return "column-wise";
+    case Usage::kBoth:
+      return "row-wise+column-wise";
+  }
+  OCTET_FAIL("unknown usage set ", static_cast<int>(usage));
+}
+
+std::string_view scaling_mode_name(ScalingMode mode) {
+  switch (mode) {
+    case ScalingMode::kPerTensor:
+      return "per-tensor";
+    case ScalingMode::kMXFP8:
+      return "mxfp8";
+  }
+  OCTET_FAIL("unknown scaling mode ", static_cast<int>(mode));
+}
+
+QuantizedTensor::QuantizedTensor(Shape shape, DType dtype, Usage usage, Ownership ownership,
+                                 Device device)
+    : shape_(std::move(shape)),
+      dtype_(dtype),
+      usage_(usage),
+      ownership_(ownership),
+      device_(device) {
+  OCTET_CHECK(is_fp8(dtype_), "a quantized tensor holds e4m3 or e5m2 data, got ", dtype_);
+  OCTET_CHECK(usage_ != Usage::kNone, "a quantized tensor of shape ", shape_str(shape_),
+              " must hold row-wise or column-wise data (or both)");
+}
+
+int64_t QuantizedTensor::rows() const {
+  return shape_.empty() ? 1 : shape_numel(Shape(shape_.begin(), shape_.end() - 1));
+}
+
+int64_t QuantizedTensor::cols() const { return shape_.empty() ? 1 : shape_.back(); }
+
+std::string QuantizedTensor::describe() const {
+  std::ostringstream out;
+  out << dtype_ << " " << scaling_mode_name(scaling_mode()) << " " << shape_str(shape_) << " "
+      << usage_name(usage_) << (ownership_ == Ownership::kOwned ? " owned" : " internal");
+  return out.str();
+}
+
+void QuantizedTensor::check_buffers_present(const char* what) const {
+  OCTET_CHECK(!taken_, what, " of ", describe(),
+              ": its buffers are held by a save-for-backward context (restore it first)");
+}
+
+void QuantizedTensor::begin_take() {
+  OCTET_CHECK(ownership_ == Ownership::kInternal, "take_buffers of ", describe(),
+              ": owned quantized tensors are saved by reference, never emptied");
+  OCTET_CHECK(!taken_, "take_buffers of ", describe(), ": buffers already taken");
+  taken_ = true;
+}
+
+void QuantizedTensor::begin_give(size_t got, size_t want) {
+  OCTET_CHECK(ownership_ == Ownership::kInternal, "give_buffers of ", describe(),
+              ": owned quantized tensors never hand out their buffers");
+  OCTET_CHECK(taken_, "give_buffers of ", describe(), ": its buffers were not taken");
+  OCTET_CHECK(got == want, "give_buffers of ", describe(), ": got ", got, " buffers, expected ",
+              want, " (exactly what take_buffers returned)");
+  taken_ = false;
+}
+
+}  // namespace octet

@@ -1,0 +1,236 @@
+// Recipe JSON: one checked reader per key type, so every error names the key and the expectation.
+#include "runtime/recipe.h"
+
+#include <cfloat>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "runtime/error.h"
+
+namespace octet {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kMaxMargin = 64;
+constexpr int64_t kMaxHistoryLen = int64_t{1} << 20;
+
+// The JSON type of a value, for "got ..." in messages.
+std::string shown(const json& value) {
+  std::string text = value.dump();
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  return std::string(value.type_name()) + " " + text;
+}
+
+std::string join(const std::vector<std::string_view>& names) {
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) text += (i ? ", " : "") + std::string(names[i]);
+  return text;
+}
+
+class Reader {
+ public:
+  Reader(const json& object, std::string_view where) : object_(object), where_(where) {}
+
+  std::string key(std::string_view name) const { return where_ + "." + std::string(name); }
+
+  const json* find(std::string_view name) const {
+    auto it = object_.find(std::string(name));
+    return it == object_.end() ? nullptr : &*it;
+  }
+
+  // One of `choices`; returns its index.
+  size_t choice(std::string_view name, const std::vector<std::string_view>& choices,
+                size_t fallback) const {
+    const json* v = find(name);
+    if (v == nullptr) return fallback;
+    const std::string list = join(choices);
+    OCTET_CHECK(v->is_string(), key(name), ": expected a string (one of ", list, "), got ",
+                shown(*v));
+    const std::string s = v->get<std::string>();
+    for (size_t i = 0; i < choices.size(); ++i) {
+      if (s == choices[i]) return i;
+    }
+    OCTET_FAIL(key(name), ": expected one of ", list, ", got \"", s, "\"");
+  }
+
+  int64_t integer(std::string_view name, int64_t lo, int64_t hi, int64_t fallback) const {
+    const json* v = find(name);
+    if (v == nullptr) return fallback;
+    OCTET_CHECK(v->is_number_integer(), key(name), ": expected an integer in [", lo, ", ", hi,
+                "], got ", shown(*v));
+    // Unsigned JSON integers above int64's range are out of range too.
+    bool in_range = false;
+    if (v->is_number_unsigned()) {
+      const uint64_t u = v->get<uint64_t>();
+      in_range = u <= static_cast<uint64_t>(hi) && (lo <= 0 || u >= static_cast<uint64_t>(lo));
+    } else {
+      in_range = v->get<int64_t>() >= lo && v->get<int64_t>() <= hi;
+    }
+    OCTET_CHECK(in_range, key(name), ": expected an integer in [", lo, ", ", hi, "], got ",
+                v->dump());
+    return v->get<int64_t>();
+  }
+
+  bool boolean(std::string_view name, bool fallback) const {
+    const json* v = find(name);
+    if (v == nullptr) return fallback;
+    OCTET_CHECK(v->is_boolean(), key(name), ": expected true or false, got ", shown(*v));
+    return v->get<bool>();
+  }
+
+  // A finite number >= 0 that fits in f32.
+  float non_negative_float(std::string_view name, float fallback) const {
+    const json* v = find(name);
+    if (v == nullptr) return fallback;
+    OCTET_CHECK(v->is_number(), key(name), ": expected a number >= 0, got ", shown(*v));
+    const double d = v->get<double>();
+    OCTET_CHECK(std::isfinite(d) && d >= 0 && d <= FLT_MAX, key(name),
+                ": expected a finite number >= 0 (at most ", FLT_MAX, "), got ", v->dump());
+    return static_cast<float>(d);
+  }
+
+  void reject_unknown(const std::vector<std::string_view>& known,
+                      std::string_view recipe_name) const {
+    for (auto it = object_.begin(); it != object_.end(); ++it) {
+      bool ok = false;
+      for (std::string_view k : known) ok = ok || it.key() == k;
+      OCTET_CHECK(ok, key(it.key()), ": unknown key for the '", recipe_name,
+                  "' recipe (its keys: ", join(known), ")");
+    }
+  }
+
+ private:
+  const json& object_;
+  std::string where_;
+};
+
+const std::vector<std::string_view> kKinds = {"delayed", "current", "mxfp8"};
+const std::vector<std::string_view> kFormats = {"e4m3", "hybrid"};
+const std::vector<std::string_view> kAlgos = {"max", "most_recent"};
+
+}  // namespace
+
+std::string_view recipe_kind_name(RecipeKind kind) { return kKinds.at(static_cast<size_t>(kind)); }
+std::string_view fp8_format_name(FP8Format format) {
+  return kFormats.at(static_cast<size_t>(format));
+}
+std::string_view amax_compute_algo_name(AmaxComputeAlgo algo) {
+  return kAlgos.at(static_cast<size_t>(algo));
+}
+
+Recipe Recipe::delayed(FP8Format format, int margin, int64_t amax_history_len,
+                       AmaxComputeAlgo algo) {
+  OCTET_CHECK(margin >= 0 && margin <= kMaxMargin, "delayed recipe: margin ", margin,
+              " outside [0, ", kMaxMargin, "]");
+  OCTET_CHECK(amax_history_len >= 1 && amax_history_len <= kMaxHistoryLen,
+              "delayed recipe: amax_history_len ", amax_history_len, " outside [1, ",
+              kMaxHistoryLen, "]");
+  Recipe r;
+  r.kind = RecipeKind::kDelayed;
+  r.fp8_format = format;
+  r.margin = margin;
+  r.amax_history_len = amax_history_len;
+  r.amax_compute_algo = algo;
+  return r;
+}
+
+Recipe Recipe::current(FP8Format format) {
+  Recipe r;
+  r.kind = RecipeKind::kCurrent;
+  r.fp8_format = format;
+  return r;
+}
+
+Recipe Recipe::mxfp8() {
+  Recipe r;
+  r.kind = RecipeKind::kMXFP8;
+  r.fp8_format = FP8Format::kE4M3;
+  return r;
+}
+
+DType Recipe::dtype(FP8Direction direction) const {
+  if (fp8_format == FP8Format::kHybrid && direction == FP8Direction::kBackward) {
+    return DType::kE5M2;
+  }
+  return DType::kE4M3;
+}
+
+Recipe recipe_from_json(const json& object, std::string_view where) {
+  OCTET_CHECK(object.is_object(), where, ": expected a JSON object, got ", shown(object));
+  const Reader in(object, where);
+  OCTET_CHECK(in.find("recipe") != nullptr, in.key("recipe"), ": missing (one of ", join(kKinds),
+              ")");
+  Recipe r;
+  r.kind = static_cast<RecipeKind>(in.choice("recipe", kKinds, 0));
+  switch (r.kind) {
+    case RecipeKind::kDelayed:
+      in.reject_unknown({"recipe", "fp8_format", "margin", "amax_history_len", "amax_compute_algo",
+                         "reduce_amax"},
+                        "delayed");
+      r.fp8_format = static_cast<FP8Format>(in.choice("fp8_format", kFormats, 1));
+      r.margin = static_cast<int>(in.integer("margin", 0, kMaxMargin, 0));
+      r.amax_history_len = in.integer("amax_history_len", 1, kMaxHistoryLen, 1024);
+      r.amax_compute_algo = static_cast<AmaxComputeAlgo>(in.choice("amax_compute_algo", kAlgos, 0));
+      r.reduce_amax = in.boolean("reduce_amax", true);
+      break;
+    case RecipeKind::kCurrent:
+      in.reject_unknown({"recipe", "fp8_format", "power_2_scale", "amax_epsilon"}, "current");
+      r.fp8_format = static_cast<FP8Format>(in.choice("fp8_format", kFormats, 1));
+      r.power_2_scale = in.boolean("power_2_scale", false);
+      r.amax_epsilon = in.non_negative_float("amax_epsilon", 0.f);
+      break;
+    case RecipeKind::kMXFP8:
+      in.reject_unknown({"recipe", "fp8_format"}, "mxfp8");
+      // MXFP8 uses e4m3 for every tensor; the key is accepted only to say so explicitly.
+      r.fp8_format = static_cast<FP8Format>(in.choice("fp8_format", {"e4m3"}, 0));
+      break;
+  }
+  return r;
+}
+
+Recipe parse_recipe(std::string_view text, std::string_view where) {
+  json object;
+  try {
+    object = json::parse(text.begin(), text.end());
+  } catch (const json::parse_error& e) {
+    OCTET_FAIL(where, ": invalid JSON: ", e.what());
+  }
+  return recipe_from_json(object, where);
+}
+
+Recipe load_recipe(const std::string& path) {
+  std::ifstream file(path);
+  OCTET_CHECK(file.good(), "cannot open recipe file '", path, "'");
+  std::stringstream text;
+  text << file.rdbuf();
+  return parse_recipe(text.str(), path + ": recipe");
+}
+
+json recipe_to_json(const Recipe& r) {
+  json out;
+  out["recipe"] = recipe_kind_name(r.kind);
+  out["fp8_format"] = fp8_format_name(r.fp8_format);
+  switch (r.kind) {
+    case RecipeKind::kDelayed:
+      out["margin"] = r.margin;
+      out["amax_history_len"] = r.amax_history_len;
+      out["amax_compute_algo"] = amax_compute_algo_name(r.amax_compute_algo);
+      out["reduce_amax"] = r.reduce_amax;
+      break;
+    case RecipeKind::kCurrent:
+      out["power_2_scale"] = r.power_2_scale;
+      out["amax_epsilon"] = r.amax_epsilon;
+      break;
+    case RecipeKind::kMXFP8:
+      break;
+  }
+  return out;
+}
+
+std::string describe(const Recipe& recipe) { return recipe_to_json(recipe).dump(); }
+
+}  // namespace octet
