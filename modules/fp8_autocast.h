@@ -1,0 +1,50 @@
+// The FP8 scope (TE's fp8_autocast): turns FP8 on with a recipe for the modules that run inside
+// it, and runs the once-per-step delayed-scaling updates (DESIGN.md "Recipes").
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "runtime/fp8_meta.h"
+#include "runtime/quantized_tensor.h"
+#include "runtime/recipe.h"
+
+namespace octet::modules {
+
+enum class FP8Enabled : uint8_t { kNo, kYes };
+
+// RAII, thread-local, nestable. The innermost scope decides whether FP8 is on and with which
+// recipe (an inner FP8Enabled::kNo turns it off inside). When the outermost scope exits with
+// gradients enabled, the forward slots of every FP8Meta registered inside it update once; with
+// gradients disabled (validation, inference) nothing updates. A scope left by an exception updates
+// nothing (the amaxes stay in history[0] and join the next step's).
+class FP8Autocast {
+ public:
+  explicit FP8Autocast(const Recipe& recipe, FP8Enabled enabled = FP8Enabled::kYes);
+  ~FP8Autocast();
+  FP8Autocast(const FP8Autocast&) = delete;
+  FP8Autocast& operator=(const FP8Autocast&) = delete;
+
+ private:
+  bool previous_enabled_;
+  std::shared_ptr<const Recipe> previous_recipe_;
+  int uncaught_at_entry_;
+};
+
+bool fp8_enabled();          // inside a scope with FP8 on
+const Recipe& fp8_recipe();  // the active recipe; throws unless fp8_enabled()
+int fp8_scope_depth();       // 0 outside every scope
+
+// What an FP8 module's casts pass for AmaxRecording: kRecord with gradients enabled, kSkip
+// otherwise (evaluation data never moves training scales).
+AmaxRecording fp8_amax_recording();
+
+// Called by an FP8 module's forward under delayed scaling: `meta`'s forward slots update when the
+// outermost scope exits (once, however often the module ran). Throws outside a scope.
+void register_fp8_forward(const std::shared_ptr<FP8Meta>& meta);
+
+// Called from an FP8 module's backward (inside autograd's backward pass): `meta`'s backward slots
+// update when this pass ends, once per pass however many of the module's nodes call it.
+void schedule_fp8_backward_update(const std::shared_ptr<FP8Meta>& meta);
+
+}  // namespace octet::modules

@@ -1,0 +1,144 @@
+// FP8 module state and weight operands.
+#include "modules/fp8_state.h"
+
+#include "autograd/grad_mode.h"
+#include "kernels/ops.h"
+#include "kernels/quantizer.h"
+#include "modules/fp8_autocast.h"
+#include "runtime/memory.h"
+
+namespace octet::modules {
+
+FP8State::FP8State(int num_gemms, const std::optional<Recipe>& recipe) : num_gemms_(num_gemms) {
+  if (recipe) adopt(*recipe);
+}
+
+void FP8State::adopt(const Recipe& recipe) {
+  recipe_ = recipe;
+  ++generation_;
+  meta_.reset();
+  if (recipe.kind == RecipeKind::kDelayed) {
+    MemTagScope tag(MemTag::kOther);
+    meta_ = std::make_shared<FP8Meta>(recipe, num_gemms_);
+  }
+  forward_q_.assign(static_cast<size_t>(num_gemms_ * kForwardSlotsPerGemm), nullptr);
+  backward_q_.assign(static_cast<size_t>(num_gemms_ * kBackwardSlotsPerGemm), nullptr);
+}
+
+void FP8State::begin_forward(const Recipe& recipe) {
+  if (!recipe_ || !(*recipe_ == recipe)) adopt(recipe);
+  if (meta_ && autograd::grad_enabled()) register_fp8_forward(meta_);
+}
+
+const Recipe& FP8State::recipe() const {
+  OCTET_CHECK(recipe_.has_value(), "FP8 state has no recipe yet (no FP8 forward ran)");
+  return *recipe_;
+}
+
+const Quantizer* FP8State::quantizer(SlotId slot) {
+  auto& list = slot.direction == FP8Direction::kForward ? forward_q_ : backward_q_;
+  auto& q = list.at(static_cast<size_t>(slot.index));
+  if (!q) q = make_quantizer(recipe(), meta_.get(), slot);
+  return q.get();
+}
+
+std::shared_ptr<const Quantizer> FP8State::frozen(SlotId slot) {
+  const Quantizer* q = quantizer(slot);
+  if (!meta_)
+    return (slot.direction == FP8Direction::kForward ? forward_q_ : backward_q_)
+        .at(static_cast<size_t>(slot.index));
+  const FP8Slot& s = meta_->slot(slot);
+  Tensor scratch_history = Tensor::zeros({1}, DType::kF32);
+  return std::make_shared<DelayedScalingQuantizer>(s.scale.clone(), scratch_history, q->dtype());
+}
+
+Operand cast_input(FP8State* state, int gemm, const Tensor& x, Usage usage) {
+  if (state == nullptr) return {x, nullptr};
+  return make_operand(x, state->quantizer(forward_slot(gemm, ForwardTensor::kInput)), usage,
+                      Ownership::kInternal, fp8_amax_recording());
+}
+
+Operand cast_grad(FP8State* state, int gemm, const Tensor& dy, Usage usage) {
+  if (state == nullptr || usage == Usage::kNone) return {dy, nullptr};
+  return make_operand(dy, state->quantizer(backward_slot(gemm, BackwardTensor::kGradOutput)), usage,
+                      Ownership::kInternal, AmaxRecording::kRecord);
+}
+
+Operand cast_with(const Quantizer* frozen, const Tensor& x, Usage usage) {
+  if (frozen == nullptr) return {x, nullptr};
+  return make_operand(x, frozen, usage, Ownership::kInternal, AmaxRecording::kSkip);
+}
+
+void FP8State::schedule_backward_update() const {
+  if (meta_) schedule_fp8_backward_update(meta_);
+}
+
+std::vector<std::pair<std::string, Tensor*>> FP8State::buffers() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  if (!meta_) return out;
+  for (FP8Direction d : {FP8Direction::kForward, FP8Direction::kBackward}) {
+    const std::string dir = d == FP8Direction::kForward ? "forward" : "backward";
+    for (int i = 0; i < meta_->num_slots(d); ++i) {
+      FP8Slot& s = meta_->slot({d, i});
+      const std::string base = "fp8_meta." + dir + "." + std::to_string(i);
+      out.emplace_back(base + ".scale", &s.scale);
+      out.emplace_back(base + ".scale_inv", &s.scale_inv);
+      out.emplace_back(base + ".amax_history", &s.amax_history);
+    }
+  }
+  return out;
+}
+
+Usage FP8Weight::needed_usage() {
+  return autograd::grad_enabled() ? Usage::kBoth : Usage::kRowwise;
+}
+
+Operand FP8Weight::get(const Tensor& hp, FP8State* state, int gemm, FirstMicrobatch first) {
+  if (state == nullptr || !fp8_enabled()) return {hp, nullptr};
+  const Quantizer* q = state->quantizer(forward_slot(gemm, ForwardTensor::kWeight));
+  const Usage usage = needed_usage();
+  if (first == FirstMicrobatch::kUnset) {
+    // A fresh cast per forward: the operation's own (counted as activations), so it hands its
+    // buffers to the context.
+    MemTagScope tag(MemTag::kActivations);
+    return {Tensor(), q->quantize(hp, usage, Ownership::kInternal, fp8_amax_recording())};
+  }
+  MemTagScope tag(MemTag::kWeights);  // a cache is owned state, like the weight itself
+  switch (first) {
+    case FirstMicrobatch::kUnset:
+      break;
+    case FirstMicrobatch::kYes:
+      if (cache_ && cache_generation_ == state->generation() && has_usage(cache_->usage(), usage)) {
+        ops::quantize_into(*cache_, hp, fp8_amax_recording());
+      } else {
+        cache_ = q->quantize(hp, usage, Ownership::kOwned, fp8_amax_recording());
+        cache_generation_ = state->generation();
+      }
+      return {Tensor(), cache_};
+    case FirstMicrobatch::kNo:
+      OCTET_CHECK(cache_ != nullptr && cache_generation_ == state->generation(),
+                  "forward with first_microbatch = false needs a weight cache made by a "
+                  "first_microbatch = true forward under the same recipe");
+      if (!has_usage(cache_->usage(), usage)) {
+        // Rebuilt when it lacks a usage now needed (no amax is recorded for a reused cache).
+        cache_ = q->quantize(hp, usage, Ownership::kOwned, AmaxRecording::kSkip);
+      }
+      return {Tensor(), cache_};
+  }
+  OCTET_FAIL("unknown FirstMicrobatch value");
+}
+
+Operand FP8Weight::primary(const std::shared_ptr<QuantizedTensor>& weight, const Tensor* master) {
+  const Usage usage = needed_usage();
+  if (!has_usage(weight->usage(), usage)) {
+    MemTagScope tag(MemTag::kWeights);
+    const bool mxfp8 = weight->scaling_mode() == ScalingMode::kMXFP8;
+    OCTET_CHECK(!mxfp8 || master != nullptr,
+                "an MXFP8 primary weight without column-wise data needs its master weight to "
+                "make it (the optimizer holds it)");
+    ops::update_usage(*weight, weight->usage() | usage, mxfp8 ? master : nullptr);
+  }
+  return {Tensor(), weight};
+}
+
+}  // namespace octet::modules

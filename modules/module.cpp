@@ -1,0 +1,126 @@
+// Module registration, traversal and the state dict.
+#include "modules/module.h"
+
+#include <cstring>
+
+#include "runtime/error.h"
+#include "runtime/float8_tensor.h"
+#include "runtime/mxfp8_tensor.h"
+
+namespace octet::modules {
+namespace {
+
+std::string join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+
+// The tensors that make up an FP8 primary weight in a checkpoint: its row-wise data under the
+// parameter's name, and its scaling under "<name>.scale_inv" (per-tensor) or "<name>.scales"
+// (MXFP8, E8M0 per block).
+void add_fp8_entries(const std::string& name, const QuantizedTensor& q,
+                     std::vector<std::pair<std::string, Tensor>>& out) {
+  if (const auto* f = dynamic_cast<const Float8Tensor*>(&q)) {
+    out.emplace_back(name, f->rowwise_data());
+    out.emplace_back(name + ".scale_inv", f->scale_inv());
+  } else if (const auto* m = dynamic_cast<const MXFP8Tensor*>(&q)) {
+    out.emplace_back(name, m->rowwise_data());
+    out.emplace_back(name + ".scales", m->rowwise_scales());
+  } else {
+    OCTET_FAIL("state_dict: parameter ", name, " is a quantized tensor of unknown kind");
+  }
+}
+
+}  // namespace
+
+void Module::register_parameter(std::string name, Tensor* tensor) {
+  OCTET_ASSERT(tensor != nullptr && tensor->defined(), "parameter ", name, " is undefined");
+  params_.push_back({std::move(name), tensor, nullptr, nullptr});
+}
+
+void Module::register_fp8_parameter(std::string name, Tensor* tensor,
+                                    std::shared_ptr<QuantizedTensor>* fp8, Tensor* initial_master) {
+  OCTET_ASSERT(tensor != nullptr && tensor->defined() && fp8 != nullptr, "FP8 parameter ", name,
+               " is undefined");
+  params_.push_back({std::move(name), tensor, fp8, initial_master});
+}
+
+void Module::register_buffer(std::string name, Tensor* tensor) {
+  buffers_.emplace_back(std::move(name), tensor);
+}
+
+void Module::visit(const std::string& prefix,
+                   const std::function<void(const std::string&, Module&)>& f) {
+  f(prefix, *this);
+  for (auto& [name, child] : children_) child->visit(join(prefix, name), f);
+}
+
+std::vector<Parameter> Module::parameters() {
+  std::vector<Parameter> out;
+  visit("", [&](const std::string& prefix, Module& m) {
+    for (const Parameter& p : m.params_) {
+      Parameter q = p;
+      q.name = join(prefix, p.name);
+      out.push_back(q);
+    }
+  });
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor*>> Module::buffers() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  visit("", [&](const std::string& prefix, Module& m) {
+    for (auto& [name, t] : m.buffers_) out.emplace_back(join(prefix, name), t);
+    for (auto& [name, t] : m.dynamic_buffers()) out.emplace_back(join(prefix, name), t);
+  });
+  return out;
+}
+
+int64_t Module::num_parameters() {
+  int64_t n = 0;
+  for (const Parameter& p : parameters()) n += p.tensor->numel();
+  return n;
+}
+
+void Module::set_mode(Mode mode) {
+  visit("", [mode](const std::string&, Module& m) {
+    m.mode_ = mode;
+    m.on_mode_change(mode);
+  });
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::state_dict() {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const Parameter& p : parameters()) {
+    if (p.is_fp8()) {
+      add_fp8_entries(p.name, **p.fp8, out);
+    } else {
+      out.emplace_back(p.name, *p.tensor);
+    }
+  }
+  for (auto& [name, t] : buffers()) out.emplace_back(name, *t);
+  return out;
+}
+
+void Module::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state) {
+  std::vector<std::pair<std::string, Tensor>> live = state_dict();
+  for (const auto& [name, src] : state) {
+    bool known = false;
+    for (const auto& [live_name, _] : live) known = known || live_name == name;
+    OCTET_CHECK(known, "load_state_dict: unexpected key \"", name, "\" (not in this ", type_, ")");
+  }
+  for (auto& [name, dst] : live) {
+    const Tensor* src = nullptr;
+    for (const auto& [n, t] : state) {
+      if (n == name) src = &t;
+    }
+    OCTET_CHECK(src != nullptr, "load_state_dict: missing key \"", name, "\"");
+    OCTET_CHECK(src->shape() == dst.shape() && src->dtype() == dst.dtype(), "load_state_dict: \"",
+                name, "\" is ", *src, " but the model expects ", dst);
+    OCTET_CHECK(src->device().is_cpu() && dst.device().is_cpu(), "load_state_dict: \"", name,
+                "\": CPU tensors only");
+    std::memcpy(dst.data(), src->data(), dst.nbytes());
+    dst.bump_version();
+  }
+}
+
+}  // namespace octet::modules

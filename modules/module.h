@@ -1,0 +1,94 @@
+// Module: the base of every layer. Named parameters and buffers (recursive, dotted names),
+// train/eval mode, a state dict for checkpoints, and parameter counts.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/quantized_tensor.h"
+#include "runtime/tensor.h"
+
+namespace octet::modules {
+
+enum class Mode : uint8_t { kTrain, kEval };
+
+// A trainable weight. `tensor` is the autograd leaf whose gradient the optimizer reads: the
+// f32/bf16 value itself, or with FP8 primary weights a handle on the row-wise data of `fp8` (an
+// owned quantized tensor; its gradient is f32 and the optimizer keeps the f32 master copy).
+struct Parameter {
+  std::string name;  // dotted, from the root module
+  Tensor* tensor = nullptr;
+  std::shared_ptr<QuantizedTensor>* fp8 = nullptr;  // set only for FP8 primary weights
+  // FP8 primary weights: the f32 value they were cast from at initialisation, handed to the
+  // optimizer as its master copy (then released by the module); undefined after that.
+  Tensor* initial_master = nullptr;
+  bool is_fp8() const { return fp8 != nullptr && *fp8 != nullptr; }
+};
+
+class Module {
+ public:
+  explicit Module(std::string type) : type_(std::move(type)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  const std::string& type() const { return type_; }
+
+  // Every parameter below this module, depth first, with dotted names ("layers.0.fc1.weight").
+  std::vector<Parameter> parameters();
+  // Non-trainable state (FP8 scales and amax histories, ...), with dotted names.
+  std::vector<std::pair<std::string, Tensor*>> buffers();
+  int64_t num_parameters();
+
+  void set_mode(Mode mode);
+  void train() { set_mode(Mode::kTrain); }
+  void eval() { set_mode(Mode::kEval); }
+  bool training() const { return mode_ == Mode::kTrain; }
+
+  // Names -> tensors: parameters (FP8 primary weights as their data and scale_inv, see
+  // FP8 weight naming in the module issue) and buffers. Tensors are handles to the live state.
+  std::vector<std::pair<std::string, Tensor>> state_dict();
+  // Copies values into the live state; every name must exist with the same shape and dtype, and
+  // every state entry must be given (clear errors naming the key).
+  void load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state);
+
+ protected:
+  // Registration, from the constructor of the derived module.
+  void register_parameter(std::string name, Tensor* tensor);
+  void register_fp8_parameter(std::string name, Tensor* tensor,
+                              std::shared_ptr<QuantizedTensor>* fp8, Tensor* initial_master);
+  void register_buffer(std::string name, Tensor* tensor);
+  template <typename M>
+  std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
+    children_.emplace_back(std::move(name), module);
+    return module;
+  }
+  // A weight in either form (see WeightStorage in modules/linear.h).
+  template <typename W>
+  void register_weight(std::string name, W& w) {
+    if (w.is_fp8()) {
+      register_fp8_parameter(std::move(name), &w.fp8_leaf, &w.fp8, &w.initial_master);
+    } else {
+      register_parameter(std::move(name), &w.hp);
+    }
+  }
+  // Called by set_mode on every module.
+  virtual void on_mode_change(Mode) {}
+  // Buffers whose tensors may be replaced over time (FP8 metas rebuilt for a new recipe): asked
+  // for afresh by every buffers() / state_dict() call.
+  virtual std::vector<std::pair<std::string, Tensor*>> dynamic_buffers() { return {}; }
+
+ private:
+  void visit(const std::string& prefix, const std::function<void(const std::string&, Module&)>& f);
+
+  std::string type_;
+  Mode mode_ = Mode::kTrain;
+  std::vector<Parameter> params_;  // names local to this module
+  std::vector<std::pair<std::string, Tensor*>> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+}  // namespace octet::modules
