@@ -22,8 +22,8 @@ struct Parameter {
   std::string name;  // dotted, from the root module
   Tensor* tensor = nullptr;
   std::shared_ptr<QuantizedTensor>* fp8 = nullptr;  // set only for FP8 primary weights
-  // FP8 primary weights: the f32 value they were cast from at initialisation, handed to the
-  // optimizer as its master copy (then released by the module); undefined after that.
+  // FP8 primary weights: the f32 value they were cast from at initialisation; the optimizer
+  // adopts it as its master copy (same storage, counted as optimizer state).
   Tensor* initial_master = nullptr;
   bool is_fp8() const { return fp8 != nullptr && *fp8 != nullptr; }
 };

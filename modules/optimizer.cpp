@@ -25,9 +25,10 @@ Optimizer::Optimizer(std::vector<Parameter> params, OptimizerOptions options)
     State s;
     if (p.is_fp8()) {
       if (p.initial_master != nullptr && p.initial_master->defined()) {
+        // Shared, not copied: the optimizer owns the updates, and the module can still requantize
+        // an MXFP8 weight from it when a usage is missing.
         s.master = *p.initial_master;
         s.master.storage()->set_tag(MemTag::kOptimizer);
-        *p.initial_master = Tensor();  // the optimizer is now the master's only holder
       } else {
         s.master = ops::dequantize(**p.fp8, DType::kF32);
       }

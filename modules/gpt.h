@@ -1,0 +1,85 @@
+// The transformer modules built from the FP8 blocks: Embedding, causal multi-head self-attention
+// (QKV from a LayerNormLinear, fused SDPA core, output Linear), the pre-norm TransformerLayer,
+// and a GPT model (token + position embeddings, N layers, final norm, LM head tied to the token
+// embedding).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "modules/layernorm_mlp.h"
+#include "modules/linear.h"
+#include "modules/module.h"
+#include "modules/norm.h"
+#include "runtime/rng.h"
+
+namespace octet::modules {
+
+struct GPTConfig {
+  int64_t vocab_size = 16;
+  int64_t max_seq_len = 64;  // position embeddings
+  int64_t n_layer = 2;
+  int64_t d_model = 64;
+  int64_t n_head = 4;
+  int64_t ffn = 0;  // 0: 4 * d_model
+  MLPActivation activation = MLPActivation::kGelu;
+  NormKind norm = NormKind::kLayerNorm;
+  ZeroCenteredGamma zero_centered_gamma = ZeroCenteredGamma::kNo;
+  float norm_eps = 1e-5f;
+  Bias bias = Bias::kYes;
+  DType dtype = DType::kF32;
+  float init_std = 0.02f;
+  float dropout = 0.f;
+  Recompute recompute = Recompute::kNo;  // LayerNormMLP recompute
+  std::optional<Recipe> recipe;          // FP8 metas exist from construction
+  FP8PrimaryWeights fp8_primary_weights = FP8PrimaryWeights::kNo;  // needs recipe
+  uint64_t seed = 0;
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num, int64_t dim, DType dtype, float init_std, uint64_t seed);
+  Tensor forward(const Tensor& ids);  // ids (...) i32/i64 -> (..., dim)
+  const Tensor& table() const { return table_; }
+
+ private:
+  Tensor table_;
+};
+
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(const GPTConfig& config, uint64_t seed);
+  Tensor forward(const Tensor& x,
+                 FirstMicrobatch first);  // (B, T, C) -> (B, T, C), pre-norm inside
+};
+
+class TransformerLayer : public Module {
+ public:
+  TransformerLayer(const GPTConfig& config, uint64_t seed);
+  // x + attention(x), then + mlp(.): the norms are inside the fused modules (pre-norm).
+  Tensor forward(const Tensor& x, FirstMicrobatch first);
+};
+
+class GPT : public Module {
+ public:
+  explicit GPT(const GPTConfig& config);
+  const GPTConfig& config() const { return config_; }
+
+  // ids (B, T) i32 -> logits (B, T, vocab) f32. Under an FP8 scope the layers' GEMMs run in FP8
+  // (the LM head stays in high precision). T <= max_seq_len.
+  Tensor forward(const Tensor& ids, FirstMicrobatch first = FirstMicrobatch::kUnset);
+  // Mean cross-entropy over positions whose target is not -100; targets (B, T) i32.
+  Tensor loss(const Tensor& ids, const Tensor& targets,
+              FirstMicrobatch first = FirstMicrobatch::kUnset);
+  // Appends `new_tokens` tokens to each prompt (N, P) i32: greedy at temperature 0, else
+  // sampled from `gen`. Runs in inference mode (no autograd state); returns (N, new_tokens).
+  Tensor generate(const Tensor& prompts, int64_t new_tokens, float temperature = 0.f,
+                  Generator* gen = nullptr);
+
+ private:
+  GPTConfig config_;
+};
+
+}  // namespace octet::modules
