@@ -12,20 +12,10 @@
 #include "runtime/fp8.h"
 #include "tests/support/test_util.h"
 
-#if OCTET_HAVE_CUDA_HEADERS
-#include <cuda_fp8.h>
-#endif
-
 namespace octet {
 namespace {
 
-uint8_t reference_cast(float v, DType dtype) {
-#if OCTET_HAVE_CUDA_HEADERS
-  return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, dtype == DType::kE4M3 ? __NV_E4M3 : __NV_E5M2);
-#else
-  return dtype == DType::kE4M3 ? to_e4m3(v) : to_e5m2(v);
-#endif
-}
+using test::reference_cast;
 
 struct CastCase {
   Shape shape;

@@ -14,7 +14,7 @@
 #include "tests/support/test_util.h"
 
 #if OCTET_HAVE_CUDA_HEADERS
-#include <cuda_fp8.h>
+#include <cuda_fp8.h>  // CUDA's host E8M0 conversion, the exponent reference
 #endif
 
 namespace octet {
@@ -23,13 +23,7 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-uint8_t reference_cast(float v, DType dtype) {
-#if OCTET_HAVE_CUDA_HEADERS
-  return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, dtype == DType::kE4M3 ? __NV_E4M3 : __NV_E5M2);
-#else
-  return dtype == DType::kE4M3 ? to_e4m3(v) : to_e5m2(v);
-#endif
-}
+using test::reference_cast;
 
 // DESIGN.md: e = e8m0(block_amax / fp8_max) rounded up to a power of two: the smallest e in
 // [0, 254] with 2^(e - 127) >= the f32 quotient.

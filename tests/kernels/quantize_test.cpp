@@ -13,23 +13,13 @@
 #include "runtime/fp8.h"
 #include "tests/support/test_util.h"
 
-#if OCTET_HAVE_CUDA_HEADERS
-#include <cuda_fp8.h>
-#endif
-
 namespace octet {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-uint8_t reference_cast(float v, DType dtype) {
-#if OCTET_HAVE_CUDA_HEADERS
-  return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, dtype == DType::kE4M3 ? __NV_E4M3 : __NV_E5M2);
-#else
-  return dtype == DType::kE4M3 ? to_e4m3(v) : to_e5m2(v);
-#endif
-}
+using test::reference_cast;
 
 std::shared_ptr<DelayedScalingQuantizer> delayed(float scale, DType fp8, int64_t history = 1) {
   return std::make_shared<DelayedScalingQuantizer>(Tensor::from_floats({scale}, {1}),

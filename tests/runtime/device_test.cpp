@@ -11,6 +11,7 @@
 #include "runtime/error.h"
 #include "runtime/memory.h"
 #include "runtime/tensor.h"
+#include "tests/support/test_util.h"
 
 namespace octet {
 namespace {
@@ -18,17 +19,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-// The message of the octet::Error that `f` throws ("" and a test failure if it throws none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an octet::Error";
-  return "";
-}
+using test::error_of;
 
 TEST(Device, ParseAndPrint) {
   EXPECT_EQ(parse_device("cpu"), Device::cpu());

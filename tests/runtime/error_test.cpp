@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "runtime/log.h"
+#include "tests/support/test_util.h"
 
 namespace octet {
 namespace {
@@ -18,17 +19,7 @@ using ::testing::HasSubstr;
 
 static_assert(std::is_base_of_v<std::runtime_error, Error>);
 
-// The message of the octet::Error that `f` throws ("" and a test failure if it throws none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an octet::Error";
-  return "";
-}
+using test::error_of;
 
 TEST(Error, CheckMessageHasFileLineAndParts) {
   int line = 0;

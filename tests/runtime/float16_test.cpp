@@ -9,23 +9,16 @@
 #include <cstring>
 #include <limits>
 
+#include "tests/support/test_util.h"
+
 namespace octet {
 namespace {
 
 int bf16(float x) { return to_bf16(x); }
 int f16(float x) { return to_f16(x); }
 
-float from_bits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof(x));
-  return x;
-}
-
-uint32_t to_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof(u));
-  return u;
-}
+float from_bits(uint32_t u) { return test::float_from_bits(u); }
+uint32_t to_bits(float x) { return test::bits_of(x); }
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();

@@ -11,6 +11,8 @@
 #include <limits>
 #include <random>
 
+#include "tests/support/test_util.h"
+
 namespace octet {
 namespace {
 
@@ -19,17 +21,8 @@ int e4m3(float x) { return to_e4m3(x); }
 int e5m2(float x) { return to_e5m2(x); }
 int e8m0(float x) { return to_e8m0(x); }
 
-float from_bits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof(x));
-  return x;
-}
-
-uint32_t to_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof(u));
-  return u;
-}
+float from_bits(uint32_t u) { return test::float_from_bits(u); }
+uint32_t to_bits(float x) { return test::bits_of(x); }
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();

@@ -13,22 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/test_util.h"
+
 namespace octet {
 namespace {
 
 using ::testing::HasSubstr;
 
-// The message of the octet::Error that `f` throws ("" and a test failure if it throws none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an octet::Error";
-  return "";
-}
+using test::error_of;
 
 std::vector<float> iota(int64_t n, float start = 0.f) {
   std::vector<float> values(static_cast<size_t>(n));

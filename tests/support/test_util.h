@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/device.h"
+#include "runtime/fp8.h"
 #include "runtime/rng.h"
 #include "runtime/tensor.h"
 
@@ -72,11 +73,40 @@ inline Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, floa
   return t;
 }
 
+// The message of the octet::Error that `f` throws ("" and a test failure if it throws none).
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an octet::Error";
+  return "";
+}
+
+inline float float_from_bits(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, sizeof(x));
+  return x;
+}
+
+inline uint32_t bits_of(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof(u));
+  return u;
+}
+
 // Fills a tensor's bytes with 0xAB so a kernel that skips an element is caught.
 inline void poison(Tensor& t) {
   std::vector<uint8_t> bytes(t.nbytes(), 0xAB);
   if (!bytes.empty()) std::memcpy(t.data(), bytes.data(), bytes.size());
 }
+
+// The FP8 cast reference: CUDA's own host conversion where the toolkit's headers exist (the
+// rule octet must match bit for bit), else runtime/fp8.h (itself verified on all 2^32 inputs
+// against CUDA in tests/runtime/fp8_exhaustive_test.cpp).
+uint8_t reference_cast(float v, DType dtype);
 
 }  // namespace octet::test
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tests/support/scratch_dir.h"
+#include "tests/support/test_util.h"
 
 namespace octet::config {
 namespace {
@@ -19,16 +20,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using Json = nlohmann::ordered_json;
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an octet::Error";
-  return "";
-}
+using test::error_of;
 
 // The repository root, from this file's own path (tests/tools/config_test.cpp).
 std::filesystem::path repo_root() {

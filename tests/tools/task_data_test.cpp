@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tests/support/scratch_dir.h"
+#include "tests/support/test_util.h"
 #include "tools/token_data.h"
 
 namespace octet::data {
@@ -20,16 +21,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an octet::Error";
-  return "";
-}
+using test::error_of;
 
 std::vector<int32_t> values(const Tensor& t) {
   const int32_t* p = t.data_as<int32_t>();

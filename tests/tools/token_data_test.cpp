@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tests/support/scratch_dir.h"
+#include "tests/support/test_util.h"
 
 namespace octet::data {
 namespace {
@@ -21,16 +22,7 @@ using test::ScratchDir;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an octet::Error";
-  return "";
-}
+using test::error_of;
 
 // Tokens first, first+1, ...: a batch's contents then say exactly where it was cut from.
 std::vector<uint16_t> counting(uint16_t first, size_t n) {
