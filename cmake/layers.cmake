@@ -23,12 +23,16 @@ function(octet_add_layer layer)
   octet_layer_include_root(${layer} root)
   if(ARG_SOURCES)
     add_library(octet_${layer} STATIC ${ARG_SOURCES})
-    target_include_directories(octet_${layer} PUBLIC "$<BUILD_INTERFACE:${root}>")
+    target_include_directories(octet_${layer} PUBLIC "$<BUILD_INTERFACE:${root}>"
+                                                     "$<INSTALL_INTERFACE:include/octet>")
     target_link_libraries(octet_${layer} PUBLIC ${ARG_DEPS})
   else()
     add_library(octet_${layer} INTERFACE)
-    target_include_directories(octet_${layer} INTERFACE "$<BUILD_INTERFACE:${root}>")
+    target_include_directories(octet_${layer} INTERFACE "$<BUILD_INTERFACE:${root}>"
+                                                        "$<INSTALL_INTERFACE:include/octet>")
     target_link_libraries(octet_${layer} INTERFACE ${ARG_DEPS})
   endif()
+  # Installed as octet::<layer>, the same name the build tree's alias gives it.
+  set_target_properties(octet_${layer} PROPERTIES EXPORT_NAME ${layer})
   add_library(octet::${layer} ALIAS octet_${layer})
 endfunction()

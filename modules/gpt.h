@@ -45,7 +45,7 @@ class Embedding : public Module {
   const Tensor& table() const { return table_; }
 
  private:
-  Tensor table_;
+  Tensor table_;  // (num, dim)
 };
 
 class CausalSelfAttention : public Module {
@@ -53,6 +53,11 @@ class CausalSelfAttention : public Module {
   CausalSelfAttention(const GPTConfig& config, uint64_t seed);
   Tensor forward(const Tensor& x,
                  FirstMicrobatch first);  // (B, T, C) -> (B, T, C), pre-norm inside
+
+ private:
+  int64_t d_model_, n_head_;
+  std::shared_ptr<LayerNormLinear> qkv_;  // norm, then C -> 3C packed as (3, H, D)
+  std::shared_ptr<Linear> proj_;          // C -> C
 };
 
 class TransformerLayer : public Module {
@@ -60,6 +65,15 @@ class TransformerLayer : public Module {
   TransformerLayer(const GPTConfig& config, uint64_t seed);
   // x + attention(x), then + mlp(.): the norms are inside the fused modules (pre-norm).
   Tensor forward(const Tensor& x, FirstMicrobatch first);
+
+ private:
+  // Dropout on each residual branch (training mode, dropout > 0); Philox, seeded per layer.
+  Tensor branch_dropout(const Tensor& branch);
+
+  float dropout_;
+  Generator dropout_gen_;
+  std::shared_ptr<CausalSelfAttention> attn_;
+  std::shared_ptr<LayerNormMLP> mlp_;
 };
 
 class GPT : public Module {
@@ -75,11 +89,24 @@ class GPT : public Module {
               FirstMicrobatch first = FirstMicrobatch::kUnset);
   // Appends `new_tokens` tokens to each prompt (N, P) i32: greedy at temperature 0, else
   // sampled from `gen`. Runs in inference mode (no autograd state); returns (N, new_tokens).
+  // Under an FP8 scope the token rows are padded (right and/or extra sequences) to the FP8 GEMM
+  // row rule, so any N and P work.
   Tensor generate(const Tensor& prompts, int64_t new_tokens, float temperature = 0.f,
                   Generator* gen = nullptr);
 
  private:
+  // The final norm's output (B, T, C): everything but the LM head.
+  Tensor hidden(const Tensor& ids, FirstMicrobatch first);
+  // The LM head on hidden states (..., C) -> (..., vocab): x · wteᵀ in high precision.
+  Tensor lm_head(const Tensor& h);
+  // Under an FP8 scope, B*T must satisfy the FP8 GEMM row rule: a clear error naming B and T.
+  void check_fp8_rows(int64_t batch, int64_t seq) const;
+
   GPTConfig config_;
+  std::shared_ptr<Embedding> wte_;  // (vocab, C), also the LM head
+  std::shared_ptr<Embedding> wpe_;  // (max_seq_len, C)
+  std::vector<std::shared_ptr<TransformerLayer>> layers_;
+  std::shared_ptr<Norm> ln_f_;
 };
 
 }  // namespace octet::modules

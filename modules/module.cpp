@@ -88,6 +88,15 @@ void Module::set_mode(Mode mode) {
   });
 }
 
+void Module::to(Device device) {
+  require_device(device);
+  OCTET_CHECK(device.is_cpu(), type_, "::to(", device,
+              "): modules run on the CPU only; moving them to CUDA is not supported yet");
+  for (const Parameter& p : parameters()) {
+    OCTET_ASSERT(p.tensor->device().is_cpu(), "parameter ", p.name, " is on ", p.tensor->device());
+  }
+}
+
 std::vector<std::pair<std::string, Tensor>> Module::state_dict() {
   std::vector<std::pair<std::string, Tensor>> out;
   for (const Parameter& p : parameters()) {

@@ -48,6 +48,11 @@ class Module {
   void eval() { set_mode(Mode::kEval); }
   bool training() const { return mode_ == Mode::kTrain; }
 
+  // Moves every parameter and buffer to `device`. The modules run on the CPU for now: the CPU is
+  // a no-op, and a CUDA device is an error ("no CUDA device ..." without one, else "not supported
+  // yet"), never a half-moved model.
+  void to(Device device);
+
   // Names -> tensors: parameters (FP8 primary weights as their data and scale_inv, see
   // FP8 weight naming in the module issue) and buffers. Tensors are handles to the live state.
   std::vector<std::pair<std::string, Tensor>> state_dict();

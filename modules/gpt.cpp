@@ -1,0 +1,204 @@
+// The GPT model: embeddings, layers, final norm, tied LM head, loss, and generation that pads
+// its batch to the FP8 GEMM row rule so it runs under any FP8 scope.
+#include "modules/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/arithmetic.h"
+#include "autograd/ops/linalg.h"
+#include "autograd/ops/nn.h"
+#include "autograd/ops/shape.h"
+#include "kernels/ops.h"
+#include "modules/fp8_autocast.h"
+#include "modules/gpt_options.h"
+
+namespace octet::modules {
+namespace {
+
+// Token rows an FP8 GEMM needs a multiple of under the active scope (1 without FP8).
+int64_t fp8_row_multiple() {
+  if (!fp8_enabled()) return 1;
+  return fp8_recipe().kind == RecipeKind::kMXFP8 ? 32 : 8;
+}
+
+// ids (B, T) of positions 0..T-1, for the position embedding (an embedding of (B, T) ids keeps the
+// add with the token embedding shape for shape, with no broadcast).
+Tensor positions(int64_t batch, int64_t seq) {
+  Tensor pos = Tensor::empty({batch, seq}, DType::kI32);
+  auto* p = pos.data_as<int32_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t t = 0; t < seq; ++t) p[b * seq + t] = static_cast<int32_t>(t);
+  }
+  return pos;
+}
+
+// The (padded batch, padded length) with the fewest token rows whose product is a multiple of
+// `multiple`, for `batch` sequences of `seq` tokens and lengths up to `max_seq`. Padding the length
+// on the right is harmless under causal attention; padding the batch adds dummy sequences.
+std::pair<int64_t, int64_t> padded_shape(int64_t batch, int64_t seq, int64_t max_seq,
+                                         int64_t multiple) {
+  std::pair<int64_t, int64_t> best{0, 0};
+  for (int64_t t = seq; t <= max_seq; ++t) {
+    int64_t b = batch;
+    while ((b * t) % multiple != 0) ++b;
+    if (best.first == 0 || b * t < best.first * best.second) best = {b, t};
+  }
+  return best;
+}
+
+// Index of the token drawn from one row of logits: argmax (first of equals) at temperature 0,
+// else a sample of softmax(logits / temperature) using one uniform draw of `gen`.
+int32_t pick_token(const float* logits, int64_t vocab, float temperature, Generator* gen) {
+  int64_t best = 0;
+  for (int64_t v = 1; v < vocab; ++v) {
+    if (logits[v] > logits[best]) best = v;
+  }
+  if (temperature == 0.f) return static_cast<int32_t>(best);
+  std::vector<double> p(static_cast<size_t>(vocab));
+  double total = 0;
+  for (int64_t v = 0; v < vocab; ++v) {
+    p[static_cast<size_t>(v)] = std::exp((static_cast<double>(logits[v]) - logits[best]) /
+                                         static_cast<double>(temperature));
+    total += p[static_cast<size_t>(v)];
+  }
+  const double u = static_cast<double>(gen->uniform()) * total;
+  double cumulative = 0;
+  for (int64_t v = 0; v < vocab; ++v) {
+    cumulative += p[static_cast<size_t>(v)];
+    if (u < cumulative) return static_cast<int32_t>(v);
+  }
+  return static_cast<int32_t>(best);  // u within rounding of the total
+}
+
+}  // namespace
+
+GPT::GPT(const GPTConfig& config) : Module("GPT"), config_(config) {
+  const GPTConfig& c = config_;
+  OCTET_CHECK(c.vocab_size > 0 && c.max_seq_len > 0 && c.n_layer >= 0 && c.d_model > 0,
+              "GPT: vocab_size ", c.vocab_size, ", max_seq_len ", c.max_seq_len, ", d_model ",
+              c.d_model, " must be positive and n_layer ", c.n_layer, " >= 0");
+  // bf16 parameters would meet f32 activations (the nn kernels return f32) in a GEMM that does
+  // not mix them; until activations follow the parameter dtype, say so up front.
+  OCTET_CHECK(c.dtype == DType::kF32, "GPT: parameter dtype ", c.dtype,
+              " is not supported yet (f32 only; use an FP8 recipe for low precision)");
+  OCTET_CHECK(c.vocab_size <= std::numeric_limits<int32_t>::max(), "GPT: vocab_size ", c.vocab_size,
+              " does not fit the i32 token ids");
+  wte_ = register_module("wte",
+                         std::make_shared<Embedding>(c.vocab_size, c.d_model, c.dtype, c.init_std,
+                                                     detail::derive_seed(c.seed, 0)));
+  wpe_ = register_module("wpe",
+                         std::make_shared<Embedding>(c.max_seq_len, c.d_model, c.dtype, c.init_std,
+                                                     detail::derive_seed(c.seed, 1)));
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    layers_.push_back(
+        register_module("layers." + std::to_string(i),
+                        std::make_shared<TransformerLayer>(
+                            c, detail::derive_seed(c.seed, 100 + static_cast<uint64_t>(i)))));
+  }
+  ln_f_ = register_module("ln_f", std::make_shared<Norm>(c.d_model, detail::norm_options(c)));
+}
+
+void GPT::check_fp8_rows(int64_t batch, int64_t seq) const {
+  const int64_t multiple = fp8_row_multiple();
+  OCTET_CHECK((batch * seq) % multiple == 0, "GPT under FP8 (", recipe_kind_name(fp8_recipe().kind),
+              "): ids (B, T) = (", batch, ", ", seq, ") give ", batch * seq,
+              " token rows, but FP8 GEMMs need a multiple of ", multiple,
+              " (per-tensor: 8, MXFP8: 32); change the batch or sequence length, or run outside "
+              "the FP8 scope");
+}
+
+Tensor GPT::hidden(const Tensor& ids, FirstMicrobatch first) {
+  OCTET_CHECK(ids.dim() == 2 && (ids.dtype() == DType::kI32 || ids.dtype() == DType::kI64),
+              "GPT: ids ", ids, " must be (B, T) i32 or i64");
+  const int64_t batch = ids.size(0), seq = ids.size(1);
+  OCTET_CHECK(batch > 0 && seq > 0 && seq <= config_.max_seq_len, "GPT: ids ", ids,
+              " must have 1 <= T <= max_seq_len ", config_.max_seq_len, " and B >= 1");
+  check_fp8_rows(batch, seq);
+  Tensor x = autograd::add(wte_->forward(ids), wpe_->forward(positions(batch, seq)));  // (B, T, C)
+  for (const auto& layer : layers_) x = layer->forward(x, first);
+  return ln_f_->forward(x);
+}
+
+Tensor GPT::lm_head(const Tensor& h) {
+  // Tied to the token embedding: the table gets gradient from the lookup and from here.
+  return autograd::linear(h, wte_->table());
+}
+
+Tensor GPT::forward(const Tensor& ids, FirstMicrobatch first) {
+  return lm_head(hidden(ids, first));
+}
+
+Tensor GPT::loss(const Tensor& ids, const Tensor& targets, FirstMicrobatch first) {
+  OCTET_CHECK(targets.shape() == ids.shape(), "GPT::loss: targets ", targets,
+              " must have the shape of ids ", ids);
+  const Tensor logits = forward(ids, first);  // (B, T, V)
+  const int64_t rows = ids.numel();
+  return autograd::cross_entropy(autograd::reshape(logits, {rows, config_.vocab_size}),
+                                 targets.reshape({rows}), -100);
+}
+
+Tensor GPT::generate(const Tensor& prompts, int64_t new_tokens, float temperature, Generator* gen) {
+  OCTET_CHECK(prompts.dim() == 2 && prompts.size(0) > 0 && prompts.size(1) > 0 &&
+                  (prompts.dtype() == DType::kI32 || prompts.dtype() == DType::kI64),
+              "GPT::generate: prompts ", prompts, " must be (N, P) i32 or i64 with N, P >= 1");
+  OCTET_CHECK(new_tokens >= 0, "GPT::generate: new_tokens ", new_tokens, " must be >= 0");
+  OCTET_CHECK(std::isfinite(temperature) && temperature >= 0.f, "GPT::generate: temperature ",
+              temperature, " must be finite and >= 0 (0: greedy)");
+  OCTET_CHECK(temperature == 0.f || gen != nullptr, "GPT::generate: temperature ", temperature,
+              " samples, so it needs a Generator");
+  autograd::InferenceModeGuard inference;
+  const int64_t n = prompts.size(0), p = prompts.size(1), total = p + new_tokens;
+  // Every sequence, prompt then generated tokens: (N, P + new_tokens).
+  std::vector<int32_t> seq(static_cast<size_t>(n * total));
+  const std::vector<float> prompt_values = prompts.to_floats();
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t t = 0; t < p; ++t) {
+      const float id = prompt_values[static_cast<size_t>(i * p + t)];
+      OCTET_CHECK(id >= 0 && id < static_cast<float>(config_.vocab_size), "GPT::generate: prompt ",
+                  i, " token ", t, " is ", id, ", outside the vocabulary [0, ", config_.vocab_size,
+                  ")");
+      seq[static_cast<size_t>(i * total + t)] = static_cast<int32_t>(id);
+    }
+  }
+  const int64_t c = config_.d_model, vocab = config_.vocab_size;
+  const int64_t multiple = fp8_row_multiple();
+  Tensor out = Tensor::empty({n, new_tokens}, DType::kI32);
+  auto* out_ids = out.data_as<int32_t>();
+  for (int64_t step = 0; step < new_tokens; ++step) {
+    const int64_t len = p + step;
+    const int64_t window = std::min(len, config_.max_seq_len);  // the last max_seq_len tokens
+    const auto [batch_pad, seq_pad] = padded_shape(n, window, config_.max_seq_len, multiple);
+    Tensor ids = Tensor::zeros({batch_pad, seq_pad}, DType::kI32);  // padding: token 0
+    auto* id = ids.data_as<int32_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(id + i * seq_pad, seq.data() + i * total + (len - window),
+                  static_cast<size_t>(window) * sizeof(int32_t));
+    }
+    const Tensor h = hidden(ids, FirstMicrobatch::kUnset);  // (N_pad, T_pad, C)
+    // Only each real sequence's last position goes through the LM head: (N, C).
+    Tensor last = Tensor::empty({n, c}, h.dtype());
+    const auto* hp = static_cast<const char*>(h.data());
+    const size_t row_bytes = static_cast<size_t>(c) * h.element_size();
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(static_cast<char*>(last.data()) + static_cast<size_t>(i) * row_bytes,
+                  hp + static_cast<size_t>(i * seq_pad + window - 1) * row_bytes, row_bytes);
+    }
+    const Tensor logits = lm_head(last);  // (N, V) f32
+    const auto* lp = logits.data_as<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t token = pick_token(lp + i * vocab, vocab, temperature, gen);
+      seq[static_cast<size_t>(i * total + len)] = token;
+      out_ids[i * new_tokens + step] = token;
+    }
+  }
+  return out;
+}
+
+}  // namespace octet::modules

@@ -1,0 +1,83 @@
+// Embedding, causal multi-head self-attention and the pre-norm TransformerLayer of modules/gpt.h.
+#include <cmath>
+
+#include "autograd/ops/arithmetic.h"
+#include "autograd/ops/nn.h"
+#include "autograd/variable.h"
+#include "modules/gpt.h"
+#include "modules/gpt_options.h"
+
+namespace octet::modules {
+
+Embedding::Embedding(int64_t num, int64_t dim, DType dtype, float init_std, uint64_t seed)
+    : Module("Embedding") {
+  OCTET_CHECK(num > 0 && dim > 0, "Embedding(", num, ", ", dim, "): sizes must be positive");
+  // The lookup's gradient is f32 (kernels/nn.h), so an f32 table is what backward can feed.
+  OCTET_CHECK(dtype == DType::kF32, "Embedding: parameter dtype ", dtype,
+              " is not supported yet (f32 only)");
+  OCTET_CHECK(init_std >= 0.f, "Embedding: init_std ", init_std, " must be >= 0");
+  MemTagScope tag(MemTag::kWeights);
+  table_ = Tensor::empty({num, dim}, DType::kF32);
+  Generator gen(seed);
+  gen.fill_normal(table_, 0.f, init_std);
+  autograd::set_requires_grad(table_);
+  register_parameter("weight", &table_);
+}
+
+Tensor Embedding::forward(const Tensor& ids) { return autograd::embedding(table_, ids); }
+
+CausalSelfAttention::CausalSelfAttention(const GPTConfig& config, uint64_t seed)
+    : Module("CausalSelfAttention"), d_model_(config.d_model), n_head_(config.n_head) {
+  OCTET_CHECK(n_head_ > 0 && d_model_ > 0 && d_model_ % n_head_ == 0,
+              "CausalSelfAttention: d_model ", d_model_, " must be a positive multiple of n_head ",
+              n_head_);
+  LayerNormLinearOptions qkv_options;
+  qkv_options.norm = detail::norm_options(config);
+  qkv_options.linear = detail::linear_options(config, detail::derive_seed(seed, 0));
+  qkv_ = register_module("qkv",
+                         std::make_shared<LayerNormLinear>(d_model_, 3 * d_model_, qkv_options));
+  proj_ = register_module(
+      "proj",
+      std::make_shared<Linear>(d_model_, d_model_,
+                               detail::linear_options(config, detail::derive_seed(seed, 1))));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x, FirstMicrobatch first) {
+  OCTET_CHECK(x.dim() == 3 && x.size(2) == d_model_, "CausalSelfAttention(d_model ", d_model_,
+              "): input ", x, " must be (B, T, ", d_model_, ")");
+  const Tensor qkv = qkv_->forward(x, first);  // (B, T, 3C) as (B, T, 3, H, D)
+  const float scale = 1.f / std::sqrt(static_cast<float>(d_model_ / n_head_));
+  const Tensor y = autograd::causal_attention(qkv, n_head_, scale);  // (B, T, C)
+  return proj_->forward(y, first);
+}
+
+TransformerLayer::TransformerLayer(const GPTConfig& config, uint64_t seed)
+    : Module("TransformerLayer"),
+      dropout_(config.dropout),
+      dropout_gen_(detail::derive_seed(seed, 2)) {
+  OCTET_CHECK(dropout_ >= 0.f && dropout_ < 1.f, "TransformerLayer: dropout ", dropout_,
+              " must be in [0, 1)");
+  OCTET_CHECK(config.ffn >= 0, "TransformerLayer: ffn ", config.ffn,
+              " must be >= 0 (0: 4 * d_model)");
+  attn_ = register_module(
+      "attn", std::make_shared<CausalSelfAttention>(config, detail::derive_seed(seed, 0)));
+  LayerNormMLPOptions mlp_options;
+  mlp_options.norm = detail::norm_options(config);
+  mlp_options.activation = config.activation;
+  mlp_options.recompute = config.recompute;
+  mlp_options.linear = detail::linear_options(config, detail::derive_seed(seed, 1));
+  const int64_t ffn = config.ffn == 0 ? 4 * config.d_model : config.ffn;
+  mlp_ = register_module("mlp", std::make_shared<LayerNormMLP>(config.d_model, ffn, mlp_options));
+}
+
+Tensor TransformerLayer::branch_dropout(const Tensor& branch) {
+  if (dropout_ == 0.f || !training()) return branch;
+  return autograd::dropout(branch, dropout_, dropout_gen_);
+}
+
+Tensor TransformerLayer::forward(const Tensor& x, FirstMicrobatch first) {
+  const Tensor h = autograd::add(x, branch_dropout(attn_->forward(x, first)));
+  return autograd::add(h, branch_dropout(mlp_->forward(h, first)));
+}
+
+}  // namespace octet::modules

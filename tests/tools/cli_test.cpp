@@ -1,0 +1,198 @@
+// The `octet` program end to end through run_octet (what main() calls): train -> checkpoint ->
+// resume -> eval -> generate -> inspect on a tiny run, and bad input as one clear line.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "runtime/safetensors.h"
+#include "tests/support/scratch_dir.h"
+#include "tests/support/test_util.h"
+#include "tools/commands.h"
+
+namespace octet::cli {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+struct Outcome {
+  int code;
+  std::string out, err;
+};
+
+Outcome octet(const Args& args) {
+  std::ostringstream out, err;
+  const int code = run_octet(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+// The tiny run of the trainer tests, as command-line words.
+Args tiny_train(const std::string& dir, const Args& more = {}) {
+  Args a = {"train", "--quiet",
+            "--out", dir,
+            "--set", "model.n_layer=1",
+            "--set", "model.d_model=32",
+            "--set", "model.n_head=2",
+            "--set", "data.task_digits=4",
+            "--set", "training.steps=6",
+            "--set", "training.batch_size=8",
+            "--set", "training.eval_examples=16",
+            "--set", "training.checkpoint_interval=3",
+            "--set", "schedule.warmup_steps=2"};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+// One line, saying who failed, with no source locations.
+void expect_one_clear_line(const Outcome& r, const std::string& command, const std::string& says) {
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.err, StartsWith("octet " + command + ": error: "));
+  EXPECT_THAT(r.err, HasSubstr(says));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr(".cpp:"))) << r.err;
+}
+
+TEST(Cli, NoArgumentsOrHelpPrintsUsage) {
+  for (const Args& args : {Args{}, Args{"--help"}, Args{"help", "train"}, Args{"eval", "--help"},
+                           Args{"generate", "-h"}, Args{"inspect", "--help"}}) {
+    const Outcome r = octet(args);
+    EXPECT_EQ(r.code, 0);
+    EXPECT_THAT(r.out, HasSubstr("usage: octet"));
+    EXPECT_EQ(r.err, "");
+  }
+  EXPECT_THAT(octet({}).out, AllOf(HasSubstr("train"), HasSubstr("eval"), HasSubstr("generate"),
+                                   HasSubstr("bench"), HasSubstr("inspect")));
+}
+
+TEST(Cli, BadInputIsOneClearLine) {
+  const Outcome unknown = octet({"fly"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("unknown command \"fly\""));
+  expect_one_clear_line(octet({"train", "--bogus"}), "train", "unknown option --bogus");
+  expect_one_clear_line(octet({"train", "--config"}), "train", "--config needs a value");
+  expect_one_clear_line(octet({"train", "--set", "model.n_layers=3"}), "train", "model.n_layers");
+  expect_one_clear_line(octet({"train", "--set", "optimizer.lr=-1"}), "train", "optimizer.lr");
+  expect_one_clear_line(octet({"train", "--config", "/nonexistent/run.json"}), "train",
+                        "/nonexistent/run.json");
+  expect_one_clear_line(octet({"eval"}), "eval", "--checkpoint is required");
+  expect_one_clear_line(octet({"generate", "--checkpoint", "x"}), "generate",
+                        "--prompt is required");
+  expect_one_clear_line(octet({"inspect"}), "inspect", "expected one checkpoint path");
+  expect_one_clear_line(octet({"inspect", "/nonexistent.safetensors"}), "inspect",
+                        "/nonexistent.safetensors");
+  expect_one_clear_line(octet({"train", "--set", "data.kind=text", "--set", "model.seq_len=8"}),
+                        "train", "data.path");
+}
+
+TEST(Cli, TrainResumeEvalGenerateInspect) {
+  test::ScratchDir scratch;
+  const std::string dir = scratch.file("run");
+  const std::string ckpt = dir + "/checkpoint.safetensors";
+
+  const Outcome train = octet(tiny_train(dir));
+  ASSERT_EQ(train.code, 0) << train.err;
+  EXPECT_THAT(train.out, AllOf(HasSubstr("done: 6 steps"), HasSubstr("accuracy ")));
+  for (const char* f : {"config.json", "metrics.jsonl", "loss.svg", "checkpoint.safetensors"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir + "/" + f)) << f;
+  }
+
+  // Resume with the saved config, extended by --set.
+  const Outcome more =
+      octet({"train", "--quiet", "--resume", "--out", dir, "--set", "training.steps=9"});
+  ASSERT_EQ(more.code, 0) << more.err;
+  EXPECT_THAT(more.out, HasSubstr("done: 9 steps"));
+
+  const Outcome eval = octet({"eval", "--checkpoint", ckpt, "--examples", "40"});
+  ASSERT_EQ(eval.code, 0) << eval.err;
+  EXPECT_THAT(eval.out, AllOf(HasSubstr("accuracy "), HasSubstr("on 40 held-out examples"),
+                              HasSubstr("step 9")));
+  const Outcome eval_json = octet({"eval", "--checkpoint", ckpt, "--json"});
+  ASSERT_EQ(eval_json.code, 0) << eval_json.err;
+  const auto j = nlohmann::json::parse(eval_json.out);
+  EXPECT_EQ(j["metric"], "accuracy");
+  EXPECT_EQ(j["examples"], 16);
+  EXPECT_GE(j["value"].get<double>(), 0.0);
+
+  const Outcome gen = octet({"generate", "--checkpoint", ckpt, "--prompt", "3141>"});
+  ASSERT_EQ(gen.code, 0) << gen.err;
+  const std::string first_line = gen.out.substr(0, gen.out.find('\n'));
+  EXPECT_THAT(first_line, StartsWith("3141>"));
+  EXPECT_EQ(first_line.size(), 9u);  // the prompt and the 4-digit answer
+  // Inference mode: nothing for backward, no optimizer, no column-wise copies.
+  EXPECT_THAT(gen.out, AllOf(HasSubstr("0 B FP8 column-wise"), HasSubstr("0 B saved for backward"),
+                             HasSubstr("0 B optimizer state")));
+  const Outcome sampled = octet({"generate", "--checkpoint", ckpt, "--prompt", "3141>",
+                                 "--temperature", "1.5", "--seed", "7", "--max-new-tokens", "3"});
+  ASSERT_EQ(sampled.code, 0) << sampled.err;
+  EXPECT_EQ(sampled.out.find('\n'), 8u);
+  expect_one_clear_line(octet({"generate", "--checkpoint", ckpt, "--prompt", "31x1>"}), "generate",
+                        "x");
+
+  const Outcome inspect = octet({"inspect", ckpt});
+  ASSERT_EQ(inspect.code, 0) << inspect.err;
+  EXPECT_THAT(inspect.out, AllOf(HasSubstr("trainer: step 9"), HasSubstr("FP8 metas (20 slots)"),
+                                 HasSubstr("bytes by usage"), HasSubstr("optimizer state"),
+                                 HasSubstr("\"n_layer\": 1")));
+  const Outcome inspect_json = octet({"inspect", ckpt, "--json"});
+  ASSERT_EQ(inspect_json.code, 0) << inspect_json.err;
+  const auto i = nlohmann::json::parse(inspect_json.out);
+  EXPECT_EQ(i["trainer"]["step"], 9);
+  EXPECT_EQ(i["fp8_metas"].size(), 20u);
+  EXPECT_GT(i["bytes_by_usage"]["optimizer"].get<int64_t>(), 0);
+  EXPECT_GT(i["bytes_by_usage"]["master"].get<int64_t>(), 0);
+  EXPECT_EQ(i["bytes_by_usage"]["fp8_columnwise"], 0);
+  int64_t sum = 0;
+  for (const auto& t : i["tensors"]) sum += t["bytes"].get<int64_t>();
+  const auto& u = i["bytes_by_usage"];
+  EXPECT_EQ(sum, u["fp8_rowwise"].get<int64_t>() + u["master"].get<int64_t>() +
+                     u["optimizer"].get<int64_t>() + u["fp8_meta"].get<int64_t>());
+}
+
+TEST(Cli, Fp8PrimaryWeightsLoadRowwiseOnlyForInference) {
+  test::ScratchDir scratch;
+  const std::string dir = scratch.file("p");
+  ASSERT_EQ(octet(tiny_train(dir, {"--set", "model.fp8_primary_weights=true"})).code, 0);
+  const std::string ckpt = dir + "/checkpoint.safetensors";
+  const Outcome gen = octet({"generate", "--checkpoint", ckpt, "--prompt", "9120>"});
+  ASSERT_EQ(gen.code, 0) << gen.err;
+  // 4 GEMM weights of the one layer: qkv (96x32), proj (32x32), fc1 (128x32), fc2 (32x128), one
+  // byte each, row-wise only.
+  EXPECT_THAT(gen.out, HasSubstr("weights 12.0 KiB FP8 row-wise, 0 B FP8 column-wise"));
+  const auto i = nlohmann::json::parse(octet({"inspect", ckpt, "--json"}).out);
+  EXPECT_EQ(i["bytes_by_usage"]["fp8_rowwise"], (96 + 32 + 128 + 128) * 32 + 4 * 4);
+}
+
+TEST(Cli, CorruptTruncatedOrForeignCheckpointsAreClearErrors) {
+  test::ScratchDir scratch;
+  const std::string dir = scratch.file("c");
+  ASSERT_EQ(octet(tiny_train(dir)).code, 0);
+  const std::string good = test::read_file_bytes(dir + "/checkpoint.safetensors");
+  auto write = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(scratch.file(name), std::ios::binary) << bytes;
+    return scratch.file(name);
+  };
+  const std::string truncated = write("truncated.safetensors", good.substr(0, good.size() / 2));
+  expect_one_clear_line(octet({"inspect", truncated}), "inspect", truncated);
+  expect_one_clear_line(octet({"eval", "--checkpoint", truncated}), "eval", truncated);
+  std::string garbled = good;
+  garbled[10] = '#';  // inside the JSON header
+  const std::string bad_header = write("garbled.safetensors", garbled);
+  expect_one_clear_line(octet({"inspect", bad_header}), "inspect", bad_header);
+  const std::string foreign = scratch.file("foreign.safetensors");
+  save_safetensors(foreign, {{"w", Tensor::zeros({2, 2}, DType::kF32)}});
+  expect_one_clear_line(octet({"inspect", foreign}), "inspect", "not an octet checkpoint");
+  // Resuming a run with a shape-changing key is refused before anything is touched.
+  expect_one_clear_line(octet(tiny_train(dir, {"--resume", "--set", "model.d_model=64"})), "train",
+                        "model.d_model");
+  EXPECT_EQ(test::read_file_bytes(dir + "/checkpoint.safetensors"), good);
+}
+
+}  // namespace
+}  // namespace octet::cli

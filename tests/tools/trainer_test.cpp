@@ -1,0 +1,219 @@
+// The trainer on tiny configs: an interrupted run resumed from its checkpoint gives bit-identical
+// losses, non-finite steps are skipped and too many stop the run keeping the last good
+// checkpoint, and the run directory holds what it promises.
+#include "tools/trainer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "tests/support/scratch_dir.h"
+#include "tests/support/test_util.h"
+#include "tools/checkpoint.h"
+#include "tools/metrics.h"
+
+namespace octet::train {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// A run of a few seconds: 1-layer GPT, sort 4 digits (sequence 7), 2 micro-batches of 8 per step
+// so the FP8 weight cache (first micro-batch kYes, then kNo) is on the path being resumed.
+config::RunConfig tiny(const std::string& dir, std::vector<std::string> sets = {}) {
+  std::vector<std::string> all = {"model.n_layer=1",          "model.d_model=32",
+                                  "model.n_head=2",           "data.task_digits=4",
+                                  "training.steps=12",        "training.batch_size=8",
+                                  "training.grad_accum=2",    "training.checkpoint_interval=4",
+                                  "training.eval_interval=6", "training.eval_examples=24",
+                                  "training.log_interval=1",  "schedule.warmup_steps=3",
+                                  "output.dir=" + dir};
+  all.insert(all.end(), sets.begin(), sets.end());
+  return config::load_config("", all);
+}
+
+std::vector<nlohmann::ordered_json> train_lines(const std::string& dir) {
+  std::vector<nlohmann::ordered_json> out;
+  for (auto& line : read_metrics(dir + "/metrics.jsonl")) {
+    if (line.contains("loss")) out.push_back(std::move(line));
+  }
+  return out;
+}
+
+TEST(Trainer, InterruptedRunResumesWithBitIdenticalLosses) {
+  test::ScratchDir scratch;
+  std::ostringstream out;
+  const config::RunConfig straight = tiny(scratch.file("straight"));
+  const TrainResult a = train(straight, Resume::kNo, out, ProgressStyle::kQuiet);
+  ASSERT_EQ(a.losses.size(), 12u);
+
+  // Killed after step 6: the last checkpoint is step 4's, so steps 5 and 6 are run again.
+  const config::RunConfig broken = tiny(scratch.file("broken"));
+  TrainHooks kill;
+  kill.interrupt_after_step = 6;
+  const TrainResult b1 = train(broken, Resume::kNo, out, ProgressStyle::kQuiet, kill);
+  EXPECT_EQ(b1.end_step, 6);
+  EXPECT_FALSE(b1.final_eval.has_value());
+  EXPECT_EQ(read_checkpoint(scratch.file("broken/checkpoint.safetensors")).state.step, 4);
+  const TrainResult b2 = train(broken, Resume::kYes, out, ProgressStyle::kQuiet);
+  EXPECT_EQ(b2.start_step, 4);
+  ASSERT_EQ(b2.losses.size(), 8u);
+  for (size_t i = 0; i < b2.losses.size(); ++i) {
+    const auto [step, loss] = b2.losses[i];
+    EXPECT_EQ(step, a.losses[i + 4].first);
+    // Bit for bit: the same data, weights, FP8 scales and amax histories, optimizer moments.
+    EXPECT_EQ(loss, a.losses[i + 4].second) << "step " << step;
+  }
+  ASSERT_TRUE(a.final_eval && b2.final_eval);
+  EXPECT_EQ(a.final_eval->value, b2.final_eval->value);
+
+  // metrics.jsonl lists each step once (the redone steps 5 and 6 replace the first attempt's).
+  const auto la = train_lines(scratch.file("straight")), lb = train_lines(scratch.file("broken"));
+  ASSERT_EQ(la.size(), lb.size());
+  for (size_t i = 0; i < la.size(); ++i) {
+    EXPECT_EQ(la[i]["step"], lb[i]["step"]);
+    EXPECT_EQ(la[i]["loss"], lb[i]["loss"]);
+    EXPECT_EQ(la[i]["fp8_slots"], lb[i]["fp8_slots"]);
+  }
+  // And the final checkpoints hold the same bytes.
+  const Checkpoint ca = read_checkpoint(scratch.file("straight/checkpoint.safetensors"));
+  const Checkpoint cb = read_checkpoint(scratch.file("broken/checkpoint.safetensors"));
+  ASSERT_EQ(ca.tensors.size(), cb.tensors.size());
+  for (size_t i = 0; i < ca.tensors.size(); ++i) {
+    const Tensor& x = ca.tensors[i].second;
+    const Tensor& y = cb.tensors[i].second;
+    ASSERT_EQ(x.nbytes(), y.nbytes()) << ca.tensors[i].first;
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.nbytes()), 0) << ca.tensors[i].first;
+  }
+  EXPECT_EQ(ca.state.data, cb.state.data);
+}
+
+TEST(Trainer, ResumeWithFp8PrimaryWeightsIsBitIdentical) {
+  test::ScratchDir scratch;
+  std::ostringstream out;
+  const std::vector<std::string> primary = {"model.fp8_primary_weights=true",
+                                            "training.grad_accum=1", "training.eval_interval=0"};
+  const TrainResult a =
+      train(tiny(scratch.file("a"), primary), Resume::kNo, out, ProgressStyle::kQuiet);
+  TrainHooks kill;
+  kill.interrupt_after_step = 5;
+  train(tiny(scratch.file("b"), primary), Resume::kNo, out, ProgressStyle::kQuiet, kill);
+  const TrainResult b =
+      train(tiny(scratch.file("b"), primary), Resume::kYes, out, ProgressStyle::kQuiet);
+  ASSERT_EQ(b.losses.size(), 8u);
+  for (size_t i = 0; i < b.losses.size(); ++i) {
+    EXPECT_EQ(b.losses[i].second, a.losses[i + 4].second) << "step " << b.losses[i].first;
+  }
+  // The FP8 primary weights are stored as FP8 with their scale_inv.
+  const Checkpoint c = read_checkpoint(scratch.file("a/checkpoint.safetensors"));
+  int fp8 = 0;
+  for (const auto& [name, t] : c.model) fp8 += is_fp8(t.dtype()) ? 1 : 0;
+  EXPECT_GT(fp8, 0);
+}
+
+TEST(Trainer, ResumeRejectsAnIncompatibleConfig) {
+  test::ScratchDir scratch;
+  std::ostringstream out;
+  train(tiny(scratch.file("r"), {"training.steps=4"}), Resume::kNo, out, ProgressStyle::kQuiet);
+  const std::string e = test::error_of([&] {
+    train(tiny(scratch.file("r"), {"model.d_model=64"}), Resume::kYes, out, ProgressStyle::kQuiet);
+  });
+  EXPECT_THAT(e, AllOf(HasSubstr("cannot resume"), HasSubstr("model.d_model=32"),
+                       HasSubstr("model.d_model=64")));
+  EXPECT_THAT(test::error_of([&] {
+                train(tiny(scratch.file("none")), Resume::kYes, out, ProgressStyle::kQuiet);
+              }),
+              HasSubstr("no checkpoint at"));
+}
+
+TEST(Trainer, NonFiniteStepsAreSkippedAndTheRunGoesOn) {
+  test::ScratchDir scratch;
+  std::ostringstream out;
+  TrainHooks hooks;
+  hooks.poison_loss = [](int64_t step) { return step == 3 || step == 4; };
+  const TrainResult r =
+      train(tiny(scratch.file("n")), Resume::kNo, out, ProgressStyle::kQuiet, hooks);
+  EXPECT_EQ(r.end_step, 12);
+  EXPECT_EQ(r.skipped_steps, 2);
+  EXPECT_TRUE(std::isnan(r.losses[2].second));
+  EXPECT_TRUE(std::isfinite(r.losses[4].second));
+  EXPECT_THAT(r.summary, HasSubstr("2 steps skipped"));
+  const auto lines = train_lines(scratch.file("n"));
+  EXPECT_EQ(lines[2]["loss"], "nan");  // still a JSON line, saying what happened
+  EXPECT_EQ(lines.back()["skipped_steps"], 2);
+}
+
+TEST(Trainer, TooManyNonFiniteStepsStopKeepingTheLastGoodCheckpoint) {
+  test::ScratchDir scratch;
+  std::ostringstream out;
+  TrainHooks hooks;
+  hooks.poison_loss = [](int64_t step) { return step >= 6; };
+  const config::RunConfig c = tiny(scratch.file("s"), {"training.max_nonfinite_steps=3"});
+  const std::string e =
+      test::error_of([&] { train(c, Resume::kNo, out, ProgressStyle::kQuiet, hooks); });
+  EXPECT_THAT(e, AllOf(HasSubstr("stopped at step 8"), HasSubstr("3 steps in a row"),
+                       HasSubstr("(step 4)")));
+  EXPECT_EQ(read_checkpoint(scratch.file("s/checkpoint.safetensors")).state.step, 4);
+}
+
+TEST(Trainer, RunDirectoryHoldsConfigMetricsCurveAndFp8Health) {
+  test::ScratchDir scratch;
+  std::ostringstream out;
+  const config::RunConfig c = tiny(scratch.file("d"));
+  const TrainResult r = train(c, Resume::kNo, out, ProgressStyle::kLines);
+  EXPECT_THAT(out.str(), AllOf(HasSubstr("step 12/12"), HasSubstr("held-out accuracy"),
+                               HasSubstr("peak memory: total"), HasSubstr("optimizer"),
+                               HasSubstr("done: 12 steps")));
+  EXPECT_THAT(r.summary, HasSubstr("accuracy "));
+  EXPECT_EQ(config::load_config(scratch.file("d/config.json")), c);
+  const std::string svg = test::read_file_bytes(scratch.file("d/loss.svg"));
+  EXPECT_THAT(svg, AllOf(HasSubstr("<svg"), HasSubstr("<polyline"), HasSubstr("</svg>")));
+  const auto lines = train_lines(scratch.file("d"));
+  ASSERT_EQ(lines.size(), 12u);
+  const auto& last = lines.back();
+  for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s"}) {
+    EXPECT_TRUE(last[key].is_number()) << key;
+  }
+  // Five slots per GEMM (3 forward, 2 backward) for qkv, proj, fc1 and fc2 of the one layer.
+  ASSERT_TRUE(last.contains("fp8_slots"));
+  EXPECT_EQ(last["fp8_slots"].size(), 20u);
+  const auto& weight_slot = last["fp8_slots"]["layers.0.mlp.forward.1"];
+  EXPECT_GT(weight_slot["amax"].get<double>(), 0.0);
+  EXPECT_GT(weight_slot["scale"].get<double>(), 1.0);
+  ASSERT_TRUE(last.contains("fp8_weights"));
+  EXPECT_EQ(last["fp8_weights"].size(), 4u);
+  for (const auto& [name, w] : last["fp8_weights"].items()) {
+    EXPECT_GE(w["saturated"].get<double>(), 0.0) << name;
+    EXPECT_LE(w["saturated"].get<double>(), 1.0) << name;
+    EXPECT_GE(w["flushed_to_zero"].get<double>(), 0.0) << name;
+  }
+}
+
+TEST(Metrics, WeightHealthCountsSaturatedAndFlushedValues) {
+  // A weight slot scale of 1000 on e4m3: 0.5 -> 500 saturates (max 448); 1e-7 -> 1e-4 is below
+  // half the smallest subnormal (2^-10 ~ 9.8e-4) and flushes; 0 is not counted as flushed.
+  modules::LinearOptions options;
+  options.recipe = Recipe::delayed();
+  options.bias = modules::Bias::kNo;
+  modules::Linear linear(16, 16, options);
+  std::vector<float> w(256, 0.01f);
+  w[0] = 0.5f;
+  w[1] = -0.6f;
+  w[2] = 1e-7f;
+  w[3] = 0.f;
+  std::memcpy(const_cast<Tensor&>(linear.weight()).data(), w.data(), w.size() * sizeof(float));
+  linear.fp8_state()
+      .meta()
+      ->slot(forward_slot(0, ForwardTensor::kWeight))
+      .scale.data_as<float>()[0] = 1000.f;
+  const auto health = fp8_weight_health(linear, Recipe::delayed());
+  ASSERT_EQ(health.size(), 1u);
+  EXPECT_EQ(health[0].name, "weight");
+  EXPECT_DOUBLE_EQ(health[0].saturated, 2.0 / 256);
+  EXPECT_DOUBLE_EQ(health[0].flushed_to_zero, 1.0 / 256);
+}
+
+}  // namespace
+}  // namespace octet::train

@@ -1,0 +1,462 @@
+// `octet bench`: CPU timings of f32 against each FP8 recipe at four sizes of work: single GEMMs,
+// a LayerNormMLP forward+backward, a GPT-2-sized TransformerLayer training step and a small GPT.
+#include "tools/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "autograd/engine.h"
+#include "autograd/variable.h"
+#include "kernels/ops.h"
+#include "kernels/quantizer.h"
+#include "modules/fp8_autocast.h"
+#include "modules/gpt.h"
+#include "modules/layernorm_mlp.h"
+#include "modules/optimizer.h"
+#include "runtime/error.h"
+#include "runtime/fp8_meta.h"
+#include "runtime/memory.h"
+#include "runtime/parallel.h"
+#include "runtime/recipe.h"
+#include "runtime/rng.h"
+
+namespace octet::bench {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: octet bench [gemm|layer|block|model ...] [--json] [--reps N] [--warmup N] [--quick]\n"
+    "                   [--threads N]\n"
+    "  gemm    FP8 GEMMs (fprop, dgrad, wgrad) on quantized operands and the f32 GEMM\n"
+    "  block   LayerNormMLP forward + backward (d 768, ffn 3072, 1024 tokens)\n"
+    "  layer   TransformerLayer training step: forward, backward, AdamW (d 768, 12 heads,\n"
+    "          seq 256, batch 4)\n"
+    "  model   GPT training step (2 layers, d 128, 4 heads, vocab 256, seq 128, batch 8)\n"
+    "  no group: all four. Each runs in f32 and under the delayed, current and mxfp8 recipes.\n"
+    "  --json     one JSON array on stdout instead of the table\n"
+    "  --reps N   timed runs per result (median reported; default 9, --quick 1)\n"
+    "  --warmup N untimed runs first (default 2, --quick 1)\n"
+    "  --quick    small shapes, for smoke tests: numbers are not comparable with full runs\n"
+    "  --threads N  worker threads (default: the runtime's)\n";
+
+enum class Group : uint8_t { kGemm, kBlock, kLayer, kModel };
+constexpr Group kAllGroups[] = {Group::kGemm, Group::kBlock, Group::kLayer, Group::kModel};
+
+const char* group_name(Group g) {
+  switch (g) {
+    case Group::kGemm:
+      return "gemm";
+    case Group::kBlock:
+      return "block";
+    case Group::kLayer:
+      return "layer";
+    case Group::kModel:
+      return "model";
+  }
+  OCTET_FAIL("unknown bench group ", static_cast<int>(g));
+}
+
+struct Options {
+  std::vector<Group> groups;
+  bool json = false;
+  bool quick = false;
+  int reps = 9;
+  int warmup = 2;
+};
+
+int parse_count(const std::vector<std::string>& args, size_t& i, int min) {
+  OCTET_CHECK(i + 1 < args.size(), "bench: ", args[i], " needs a number");
+  const std::string& text = args[++i];
+  size_t used = 0;
+  int value = 0;
+  try {
+    value = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  OCTET_CHECK(used == text.size() && value >= min, "bench: ", args[i - 1],
+              " expects an integer >= ", min, ", got '", text, "'");
+  return value;
+}
+
+// Returns nullopt when --help was asked for.
+std::optional<Options> parse_options(const std::vector<std::string>& args) {
+  Options o;
+  bool reps_set = false, warmup_set = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    bool is_group = false;
+    for (Group g : kAllGroups) {
+      if (a == group_name(g)) {
+        if (std::find(o.groups.begin(), o.groups.end(), g) == o.groups.end()) o.groups.push_back(g);
+        is_group = true;
+      }
+    }
+    if (is_group) continue;
+    if (a == "--json") {
+      o.json = true;
+    } else if (a == "--quick") {
+      o.quick = true;
+    } else if (a == "--reps") {
+      o.reps = parse_count(args, i, 1);
+      reps_set = true;
+    } else if (a == "--warmup") {
+      o.warmup = parse_count(args, i, 0);
+      warmup_set = true;
+    } else if (a == "--threads") {
+      set_num_threads(parse_count(args, i, 1));
+    } else if (a == "--help" || a == "-h") {
+      return std::nullopt;
+    } else {
+      OCTET_FAIL("bench: unknown argument '", a,
+                 "' (expected gemm, block, layer, model, --json, --reps N, --warmup N, --quick, "
+                 "--threads N)");
+    }
+  }
+  if (o.groups.empty()) o.groups.assign(std::begin(kAllGroups), std::end(kAllGroups));
+  if (o.quick && !reps_set) o.reps = 1;
+  if (o.quick && !warmup_set) o.warmup = 1;
+  return o;
+}
+
+// f32, then one entry per FP8 recipe; hybrid (e5m2 gradients) is TE's default for per-tensor.
+struct Precision {
+  const char* name;
+  std::optional<Recipe> recipe;
+};
+std::vector<Precision> precisions() {
+  return {{"f32", std::nullopt},
+          {"delayed", Recipe::delayed(FP8Format::kHybrid)},
+          {"current", Recipe::current(FP8Format::kHybrid)},
+          {"mxfp8", Recipe::mxfp8()}};
+}
+
+struct Result {
+  std::string bench;
+  Group group;
+  std::string precision;
+  double median_ms = 0;
+  double flops = 0;
+  int64_t tokens = 0;  // 0: not a token-processing bench (a bare GEMM)
+  int64_t peak_bytes = 0;
+  double gflops() const { return flops / (median_ms * 1e6); }
+  double tokens_per_s() const { return tokens / (median_ms * 1e-3); }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Warm-up runs (first-touch allocations, GEMM workspaces, delayed scales settling), then the
+// timed runs. The peak is the highest total of live CPU bytes during the timed runs, so it
+// includes what the bench holds throughout (weights, optimizer state, operands).
+void measure(Result& r, const Options& o, const std::function<void()>& run) {
+  for (int i = 0; i < o.warmup; ++i) run();
+  reset_peak_memory();
+  std::vector<double> times;
+  for (int i = 0; i < o.reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    const auto t1 = std::chrono::steady_clock::now();
+    times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  r.median_ms = median(times);
+  r.peak_bytes = memory_stats().total_peak;
+}
+
+Tensor random_tensor(const Shape& shape, Generator& gen, float std = 1.f) {
+  Tensor t = Tensor::empty(shape, DType::kF32);
+  gen.fill_normal(t, 0.f, std);
+  return t;
+}
+
+using Emit = std::function<void(const Result&)>;
+
+// ---- gemm: Y (M, N) = X (M, K) · W (N, K)ᵀ and its two backward GEMMs ----
+
+void bench_gemm(const Options& o, const Emit& emit) {
+  struct Mnk {
+    int64_t m, n, k;
+  };
+  const std::vector<Mnk> shapes =
+      o.quick ? std::vector<Mnk>{{64, 64, 64}}
+              : std::vector<Mnk>{{768, 768, 768}, {1024, 3072, 768}, {1024, 768, 3072}};
+  using ops::GemmLayout;
+  using ops::Transpose;
+  Generator gen(11);
+  for (const Mnk& s : shapes) {
+    const Tensor x = random_tensor({s.m, s.k}, gen);   // (M, K)
+    const Tensor w = random_tensor({s.n, s.k}, gen);   // (N, K)
+    const Tensor dy = random_tensor({s.m, s.n}, gen);  // (M, N)
+    const double flops = 2.0 * s.m * s.n * s.k;
+    for (GemmLayout layout : {GemmLayout::kFprop, GemmLayout::kDgrad, GemmLayout::kWgrad}) {
+      const std::string name = std::string("gemm.") + std::string(ops::gemm_layout_name(layout)) +
+                               "." + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+                               std::to_string(s.k);
+      // fprop: Y = X·Wᵀ (M, N); dgrad: dX = dY·W (M, K); wgrad: dW = dYᵀ·X (N, K).
+      const Shape out_shape = layout == GemmLayout::kFprop   ? Shape{s.m, s.n}
+                              : layout == GemmLayout::kDgrad ? Shape{s.m, s.k}
+                                                             : Shape{s.n, s.k};
+      Tensor out = Tensor::empty(out_shape, DType::kF32);
+      for (const Precision& p : precisions()) {
+        Result r{name, Group::kGemm, p.name, 0, flops, 0, 0};
+        if (!p.recipe) {
+          const Tensor& a = layout == GemmLayout::kFprop ? x : dy;
+          const Tensor& b = layout == GemmLayout::kWgrad ? x : w;
+          const Transpose ta = layout == GemmLayout::kWgrad ? Transpose::kYes : Transpose::kNo;
+          const Transpose tb = layout == GemmLayout::kFprop ? Transpose::kYes : Transpose::kNo;
+          measure(r, o, [&] { ops::gemm(a, ta, b, tb, out); });
+        } else {
+          // The operands in the usages this layout reads (DESIGN.md "GEMM operands"), quantized
+          // once outside the timing: this times the GEMM, the blocks below time the casts too.
+          // Only delayed scaling keeps per-slot state; the other recipes take no meta.
+          std::unique_ptr<FP8Meta> meta;
+          if (p.recipe->kind == RecipeKind::kDelayed)
+            meta = std::make_unique<FP8Meta>(*p.recipe, 1);
+          auto quantize = [&](const Tensor& t, SlotId slot, Usage usage) {
+            return make_quantizer(*p.recipe, meta.get(), slot)
+                ->quantize(t, usage, Ownership::kOwned, AmaxRecording::kSkip);
+          };
+          const SlotId x_slot = forward_slot(0, ForwardTensor::kInput);
+          const SlotId w_slot = forward_slot(0, ForwardTensor::kWeight);
+          const SlotId dy_slot = backward_slot(0, BackwardTensor::kGradOutput);
+          std::shared_ptr<QuantizedTensor> a, b;
+          if (layout == GemmLayout::kFprop) {
+            a = quantize(x, x_slot, Usage::kRowwise);
+            b = quantize(w, w_slot, Usage::kRowwise);
+          } else if (layout == GemmLayout::kDgrad) {
+            a = quantize(dy, dy_slot, Usage::kRowwise);
+            b = quantize(w, w_slot, Usage::kColumnwise);
+          } else {
+            a = quantize(dy, dy_slot, Usage::kColumnwise);
+            b = quantize(x, x_slot, Usage::kColumnwise);
+          }
+          measure(r, o, [&] { ops::fp8_gemm(*a, *b, layout, out); });
+        }
+        emit(r);
+      }
+    }
+  }
+  ops::release_workspace();
+}
+
+// ---- block: LayerNormMLP forward + backward ----
+
+void bench_block(const Options& o, const Emit& emit) {
+  const int64_t batch = o.quick ? 2 : 4, seq = o.quick ? 32 : 256;
+  const int64_t hidden = o.quick ? 128 : 768, ffn = 4 * hidden;
+  const int64_t tokens = batch * seq;
+  // Two GEMMs of 2·tokens·hidden·ffn each, and backward does twice the forward's GEMM work.
+  const double flops = 3.0 * 2 * (2.0 * tokens * hidden * ffn);
+  Generator gen(12);
+  const Tensor x_data = random_tensor({batch, seq, hidden}, gen);  // (B, T, C)
+  const Tensor grad = random_tensor({batch, seq, hidden}, gen);    // (B, T, C)
+  for (const Precision& p : precisions()) {
+    modules::LayerNormMLPOptions options;
+    options.linear.recipe = p.recipe;
+    options.linear.seed = 1;
+    modules::LayerNormMLP mlp(hidden, ffn, options);
+    // The input takes a gradient as inside a network, so dgrad runs too.
+    Tensor x = x_data.clone();
+    autograd::set_requires_grad(x);
+    Result r{"block.layernorm_mlp", Group::kBlock, p.name, 0, flops, tokens, 0};
+    measure(r, o, [&] {
+      Tensor y;
+      {
+        std::optional<modules::FP8Autocast> scope;
+        if (p.recipe) scope.emplace(*p.recipe);
+        y = mlp.forward(x);
+      }
+      autograd::backward(y, grad);
+      for (const modules::Parameter& param : mlp.parameters()) autograd::zero_grad(*param.tensor);
+      autograd::zero_grad(x);
+    });
+    emit(r);
+  }
+  ops::release_workspace();
+}
+
+// ---- layer: one TransformerLayer training step ----
+
+// Forward FLOPs of one pre-norm layer: QKV, projection and the two MLP GEMMs, plus the attention
+// scores and weighted sum counted dense (T·T, as is usual, though the causal mask halves them).
+double layer_forward_flops(int64_t batch, int64_t seq, int64_t d, int64_t ffn) {
+  const double tokens = static_cast<double>(batch * seq);
+  const double gemms = 2 * tokens * (3 * d * d + d * d + 2 * d * ffn);
+  const double attention = 2.0 * 2 * batch * seq * seq * d;
+  return gemms + attention;
+}
+
+void bench_layer(const Options& o, const Emit& emit) {
+  modules::GPTConfig config;
+  config.d_model = o.quick ? 128 : 768;
+  config.n_head = o.quick ? 4 : 12;
+  config.ffn = 4 * config.d_model;
+  config.max_seq_len = o.quick ? 32 : 256;
+  config.seed = 3;
+  const int64_t batch = o.quick ? 2 : 4, seq = config.max_seq_len;
+  const double flops = 3 * layer_forward_flops(batch, seq, config.d_model, config.ffn);
+  Generator gen(13);
+  const Tensor x_data = random_tensor({batch, seq, config.d_model}, gen);  // (B, T, C)
+  const Tensor grad = random_tensor({batch, seq, config.d_model}, gen);    // (B, T, C)
+  for (const Precision& p : precisions()) {
+    config.recipe = p.recipe;
+    modules::TransformerLayer layer(config, config.seed);
+    modules::Optimizer optimizer(layer.parameters(), modules::OptimizerOptions{});
+    Tensor x = x_data.clone();
+    autograd::set_requires_grad(x);
+    Result r{"layer.transformer_train_step", Group::kLayer, p.name, 0, flops, batch * seq, 0};
+    measure(r, o, [&] {
+      Tensor y;
+      {
+        std::optional<modules::FP8Autocast> scope;
+        if (p.recipe) scope.emplace(*p.recipe);
+        y = layer.forward(x, modules::FirstMicrobatch::kUnset);
+      }
+      autograd::backward(y, grad);
+      optimizer.step(1e-4f);
+      optimizer.zero_grad();
+      autograd::zero_grad(x);
+    });
+    emit(r);
+  }
+  ops::release_workspace();
+}
+
+// ---- model: one GPT training step on random tokens ----
+
+void bench_model(const Options& o, const Emit& emit) {
+  modules::GPTConfig config;
+  config.vocab_size = 256;
+  config.n_layer = 2;
+  config.d_model = 128;
+  config.n_head = 4;
+  config.ffn = 4 * config.d_model;
+  config.max_seq_len = o.quick ? 32 : 128;
+  config.seed = 4;
+  const int64_t batch = o.quick ? 2 : 8, seq = config.max_seq_len;
+  const double lm_head = 2.0 * batch * seq * config.d_model * config.vocab_size;
+  const double flops =
+      3 * (config.n_layer * layer_forward_flops(batch, seq, config.d_model, config.ffn) + lm_head);
+  Generator gen(14);
+  Tensor ids = Tensor::empty({batch, seq}, DType::kI32);      // (B, T)
+  Tensor targets = Tensor::empty({batch, seq}, DType::kI32);  // (B, T)
+  for (Tensor* t : {&ids, &targets}) {
+    int32_t* v = t->data_as<int32_t>();
+    for (int64_t i = 0; i < t->numel(); ++i) {
+      v[i] = static_cast<int32_t>(gen.next_u32() % config.vocab_size);
+    }
+  }
+  for (const Precision& p : precisions()) {
+    config.recipe = p.recipe;
+    modules::GPT model(config);
+    modules::Optimizer optimizer(model.parameters(), modules::OptimizerOptions{});
+    Result r{"model.gpt_train_step", Group::kModel, p.name, 0, flops, batch * seq, 0};
+    measure(r, o, [&] {
+      Tensor loss;
+      {
+        std::optional<modules::FP8Autocast> scope;
+        if (p.recipe) scope.emplace(*p.recipe);
+        loss = model.loss(ids, targets);
+      }
+      autograd::backward(loss);
+      optimizer.step(1e-4f);
+      optimizer.zero_grad();
+    });
+    emit(r);
+  }
+  ops::release_workspace();
+}
+
+// ---- output ----
+
+std::string mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+void print_row(std::ostream& out, const Result& r) {
+  char line[256];
+  char tokens[32] = "-";
+  if (r.tokens > 0) std::snprintf(tokens, sizeof tokens, "%.0f", r.tokens_per_s());
+  std::snprintf(line, sizeof line, "%-30s %-9s %11.3f %10.1f %12s %12s\n", r.bench.c_str(),
+                r.precision.c_str(), r.median_ms, r.gflops(), tokens, mib(r.peak_bytes).c_str());
+  out << line << std::flush;
+}
+
+nlohmann::json to_json(const Result& r, const Options& o) {
+  nlohmann::json j;
+  j["bench"] = r.bench;
+  j["group"] = group_name(r.group);
+  j["precision"] = r.precision;
+  j["median_ms"] = r.median_ms;
+  j["gflops"] = r.gflops();
+  j["flops"] = r.flops;
+  j["tokens_per_s"] = r.tokens > 0 ? nlohmann::json(r.tokens_per_s()) : nlohmann::json();
+  j["peak_bytes"] = r.peak_bytes;
+  j["reps"] = o.reps;
+  j["warmup"] = o.warmup;
+  j["threads"] = num_threads();
+  j["quick"] = o.quick;
+  return j;
+}
+
+}  // namespace
+
+int run_bench(const std::vector<std::string>& args, std::ostream& out) {
+  const std::optional<Options> parsed = parse_options(args);
+  if (!parsed) {
+    out << kUsage;
+    return 0;
+  }
+  const Options& o = *parsed;
+  nlohmann::json results = nlohmann::json::array();
+  const Emit emit = [&](const Result& r) {
+    if (o.json) {
+      results.push_back(to_json(r, o));
+    } else {
+      print_row(out, r);
+    }
+  };
+  if (!o.json) {
+    out << "octet bench on the CPU: " << num_threads() << " threads, median of " << o.reps
+        << " runs after " << o.warmup << " warm-up" << (o.quick ? ", quick shapes" : "") << "\n";
+    char header[256];
+    std::snprintf(header, sizeof header, "%-30s %-9s %11s %10s %12s %12s\n", "bench", "precision",
+                  "median ms", "GFLOP/s", "tokens/s", "peak");
+    out << header;
+  }
+  for (Group g : o.groups) {
+    switch (g) {
+      case Group::kGemm:
+        bench_gemm(o, emit);
+        break;
+      case Group::kBlock:
+        bench_block(o, emit);
+        break;
+      case Group::kLayer:
+        bench_layer(o, emit);
+        break;
+      case Group::kModel:
+        bench_model(o, emit);
+        break;
+    }
+  }
+  if (o.json) out << results.dump(2) << "\n";
+  return 0;
+}
+
+int run_bench(const std::vector<std::string>& args) { return run_bench(args, std::cout); }
+
+}  // namespace octet::bench

@@ -1,0 +1,360 @@
+// Command-line parsing and the train / eval / generate / inspect commands.
+#include "tools/commands.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <regex>
+
+#include "autograd/grad_mode.h"
+#include "runtime/error.h"
+#include "runtime/float8_tensor.h"
+#include "runtime/log.h"
+#include "runtime/memory.h"
+#include "runtime/mxfp8_tensor.h"
+#include "tools/bench.h"
+#include "tools/checkpoint.h"
+#include "tools/inspect.h"
+#include "tools/metrics.h"
+#include "tools/task_data.h"
+#include "tools/trainer.h"
+
+namespace octet::cli {
+namespace {
+
+// ---- arguments ----
+
+enum class Takes : uint8_t { kFlag, kValue };
+struct OptionSpec {
+  std::string_view name;  // "--config"
+  Takes takes;
+};
+
+struct Parsed {
+  std::map<std::string, std::vector<std::string>, std::less<>> options;
+  std::vector<std::string> positional;
+  bool has(std::string_view name) const { return options.find(name) != options.end(); }
+  std::optional<std::string> value(std::string_view name) const {
+    auto it = options.find(name);
+    if (it == options.end()) return std::nullopt;
+    return it->second.back();
+  }
+  std::vector<std::string> values(std::string_view name) const {
+    auto it = options.find(name);
+    return it == options.end() ? std::vector<std::string>{} : it->second;
+  }
+};
+
+// "--name value" and "--name=value"; --help anywhere. Anything unknown is an error naming it.
+Parsed parse(const Args& args, std::string_view command, std::initializer_list<OptionSpec> specs) {
+  Parsed parsed;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& word = args[i];
+    if (word == "--help" || word == "-h") {
+      parsed.options["--help"].push_back("");
+      continue;
+    }
+    if (!word.starts_with("-") || word == "-") {
+      parsed.positional.push_back(word);
+      continue;
+    }
+    const size_t eq = word.find('=');
+    const std::string name = word.substr(0, eq);
+    const OptionSpec* spec = nullptr;
+    for (const OptionSpec& s : specs) {
+      if (s.name == name) spec = &s;
+    }
+    OCTET_CHECK(spec != nullptr, "octet ", command, ": unknown option ", name, " (see octet ",
+                command, " --help)");
+    if (spec->takes == Takes::kFlag) {
+      OCTET_CHECK(eq == std::string::npos, "octet ", command, ": ", name, " takes no value");
+      parsed.options[name].push_back("");
+    } else if (eq != std::string::npos) {
+      parsed.options[name].push_back(word.substr(eq + 1));
+    } else {
+      OCTET_CHECK(i + 1 < args.size(), "octet ", command, ": ", name, " needs a value (see octet ",
+                  command, " --help)");
+      parsed.options[name].push_back(args[++i]);
+    }
+  }
+  return parsed;
+}
+
+int64_t parse_int(const std::string& text, std::string_view option, int64_t min) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  OCTET_CHECK(ec == std::errc() && end == text.data() + text.size() && v >= min, option,
+              ": expected an integer >= ", min, ", got \"", text, "\"");
+  return v;
+}
+
+double parse_double(const std::string& text, std::string_view option) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  OCTET_CHECK(used == text.size() && used > 0 && std::isfinite(v), option,
+              ": expected a number, got \"", text, "\"");
+  return v;
+}
+
+void no_positional(const Parsed& p, std::string_view command) {
+  OCTET_CHECK(p.positional.empty(), "octet ", command, ": unexpected argument \"",
+              p.positional.empty() ? "" : p.positional.front(), "\" (see octet ", command,
+              " --help)");
+}
+
+std::string required(const Parsed& p, std::string_view name, std::string_view command) {
+  auto v = p.value(name);
+  OCTET_CHECK(v.has_value() && !v->empty(), "octet ", command, ": ", name,
+              " is required (see octet ", command, " --help)");
+  return *v;
+}
+
+// ---- the model of a checkpoint ----
+
+// The config a checkpoint was trained with, with `sets` applied; model.* and fp8.* must stay.
+config::RunConfig checkpoint_config(const train::Checkpoint& ckpt,
+                                    const std::vector<std::string>& sets) {
+  config::RunConfig c = ckpt.state.config;
+  for (const std::string& s : sets) config::apply_override(c, s);
+  OCTET_CHECK(c.model == ckpt.state.config.model && c.fp8 == ckpt.state.config.fp8,
+              "--set cannot change model.* or fp8.* of a trained checkpoint (", ckpt.path, ")");
+  // The vocabulary the weights were trained with, whatever data is given now.
+  for (const auto& [name, t] : ckpt.model) {
+    if (name == "wte.weight" && t.dim() == 2 && c.model.vocab == 0) c.model.vocab = t.size(0);
+  }
+  config::validate(c);
+  return c;
+}
+
+struct LoadedModel {
+  config::RunConfig config;
+  std::unique_ptr<data::Dataset> dataset;
+  std::unique_ptr<modules::GPT> model;
+  int64_t step = 0;
+};
+
+// Builds and loads the model in inference mode (the caller holds the guard): FP8 primary weights
+// are made row-wise only, and nothing records autograd state.
+LoadedModel load_model(const std::string& path, const std::vector<std::string>& sets,
+                       const std::optional<std::string>& data_path) {
+  const train::Checkpoint ckpt = train::read_checkpoint(path);
+  config::RunConfig c = checkpoint_config(ckpt, sets);
+  if (data_path) {
+    OCTET_CHECK(c.data.kind != "task", "--data: checkpoint ", path,
+                " was trained on the built-in task (", c.data.task,
+                "), which reads no file; --data is for text and shard checkpoints");
+    c.data.path = *data_path;
+  }
+  LoadedModel m;
+  m.dataset = data::open_dataset(config::data_options(c));
+  m.model = std::make_unique<modules::GPT>(train::gpt_config(c, *m.dataset));
+  train::load_model_state(*m.model, ckpt);
+  m.model->eval();
+  m.config = std::move(c);
+  m.step = ckpt.state.step;
+  return m;
+}
+
+std::string memory_line(modules::GPT& model) {
+  int64_t rowwise = 0, columnwise = 0, high = 0;
+  for (const modules::Parameter& p : model.parameters()) {
+    if (!p.is_fp8()) {
+      high += static_cast<int64_t>(p.tensor->nbytes());
+      continue;
+    }
+    const QuantizedTensor& q = **p.fp8;
+    auto bytes = [](const Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; };
+    if (const auto* f = dynamic_cast<const Float8Tensor*>(&q)) {
+      rowwise += bytes(f->rowwise_data());
+      columnwise += bytes(f->columnwise_data());
+    } else if (const auto* x = dynamic_cast<const MXFP8Tensor*>(&q)) {
+      rowwise += bytes(x->rowwise_data()) + bytes(x->rowwise_scales());
+      columnwise += bytes(x->columnwise_data()) + bytes(x->columnwise_scales());
+    }
+  }
+  const MemoryStats s = memory_stats();
+  return fmt::format(
+      "memory (inference mode): weights {} FP8 row-wise, {} FP8 column-wise, {} high precision; "
+      "peak {} in all, {} saved for backward, {} optimizer state",
+      train::format_bytes(rowwise), train::format_bytes(columnwise), train::format_bytes(high),
+      train::format_bytes(s.total_peak), train::format_bytes(s.peak_of(MemTag::kSaved)),
+      train::format_bytes(s.peak_of(MemTag::kOptimizer)));
+}
+
+}  // namespace
+
+// ---- commands ----
+
+int run_train(const Args& args, std::ostream& out) {
+  const Parsed p = parse(args, "train",
+                         {{"--config", Takes::kValue},
+                          {"--set", Takes::kValue},
+                          {"--out", Takes::kValue},
+                          {"--resume", Takes::kFlag},
+                          {"--quiet", Takes::kFlag}});
+  if (p.has("--help")) {
+    out << help_text("train");
+    return 0;
+  }
+  no_positional(p, "train");
+  const std::vector<std::string> sets = p.values("--set");
+  const train::Resume resume = p.has("--resume") ? train::Resume::kYes : train::Resume::kNo;
+  config::RunConfig c;
+  if (resume == train::Resume::kYes && !p.has("--config")) {
+    // Resuming without a config file continues the run as it was configured (plus --set).
+    // Only to find the run directory: the full config is validated once it is assembled.
+    config::RunConfig probe;
+    for (const std::string& s : sets) config::apply_override(probe, s);
+    const std::string dir = p.value("--out").value_or(probe.output.dir);
+    const std::string path = (std::filesystem::path(dir) / train::kCheckpointFile).string();
+    OCTET_CHECK(std::filesystem::exists(path), "--resume: no checkpoint at ", path);
+    c = train::read_checkpoint(path).state.config;
+    for (const std::string& s : sets) config::apply_override(c, s);
+    c.output.dir = dir;
+  } else {
+    c = config::load_config(p.value("--config").value_or(""), sets);
+    if (p.has("--out")) c.output.dir = *p.value("--out");
+  }
+  config::validate(c);
+  const train::ProgressStyle style = p.has("--quiet")          ? train::ProgressStyle::kQuiet
+                                     : ::isatty(STDOUT_FILENO) ? train::ProgressStyle::kLive
+                                                               : train::ProgressStyle::kLines;
+  train::train(c, resume, out, style);
+  return 0;
+}
+
+int run_eval(const Args& args, std::ostream& out) {
+  const Parsed p = parse(args, "eval",
+                         {{"--checkpoint", Takes::kValue},
+                          {"--data", Takes::kValue},
+                          {"--set", Takes::kValue},
+                          {"--examples", Takes::kValue},
+                          {"--json", Takes::kFlag}});
+  if (p.has("--help")) {
+    out << help_text("eval");
+    return 0;
+  }
+  no_positional(p, "eval");
+  const std::string path = required(p, "--checkpoint", "eval");
+  std::vector<std::string> sets = p.values("--set");
+  if (auto n = p.value("--examples")) {
+    sets.push_back("training.eval_examples=" + std::to_string(parse_int(*n, "--examples", 1)));
+  }
+  autograd::InferenceModeGuard inference;
+  LoadedModel m = load_model(path, sets, p.value("--data"));
+  const train::EvalResult r = train::evaluate(*m.model, *m.dataset, m.config);
+  if (p.has("--json")) {
+    const nlohmann::ordered_json j = {{"checkpoint", path},     {"step", m.step},
+                                      {"metric", r.name()},     {"value", r.value},
+                                      {"examples", r.examples}, {"data", m.dataset->describe()}};
+    out << j.dump() << '\n';
+  } else {
+    out << fmt::format("{} on {} held-out {} of {} (checkpoint {}, step {})\n", r.text(),
+                       r.examples, r.metric == data::Metric::kExactMatch ? "examples" : "tokens",
+                       m.dataset->describe(), path, m.step);
+    for (const std::string& mistake : r.mistakes) out << "  e.g. " << mistake << '\n';
+  }
+  return 0;
+}
+
+int run_generate(const Args& args, std::ostream& out) {
+  const Parsed p = parse(args, "generate",
+                         {{"--checkpoint", Takes::kValue},
+                          {"--prompt", Takes::kValue},
+                          {"--max-new-tokens", Takes::kValue},
+                          {"--temperature", Takes::kValue},
+                          {"--seed", Takes::kValue}});
+  if (p.has("--help")) {
+    out << help_text("generate");
+    return 0;
+  }
+  no_positional(p, "generate");
+  const std::string path = required(p, "--checkpoint", "generate");
+  const std::string prompt = required(p, "--prompt", "generate");
+  const double temperature = parse_double(p.value("--temperature").value_or("0"), "--temperature");
+  OCTET_CHECK(temperature >= 0, "--temperature: expected a number >= 0 (0: greedy), got ",
+              temperature);
+  const auto seed = static_cast<uint64_t>(parse_int(p.value("--seed").value_or("0"), "--seed", 0));
+  reset_peak_memory();
+  autograd::InferenceModeGuard inference;
+  LoadedModel m = load_model(path, {}, std::nullopt);
+  const auto* task = dynamic_cast<const data::AlgorithmicTask*>(m.dataset.get());
+  const int64_t new_tokens = p.has("--max-new-tokens")
+                                 ? parse_int(*p.value("--max-new-tokens"), "--max-new-tokens", 1)
+                                 : (task != nullptr ? task->answer_len() : 64);
+  const std::vector<int32_t> ids = m.dataset->encode(prompt);
+  OCTET_CHECK(!ids.empty(), "--prompt: \"", prompt, "\" encodes to no tokens");
+  const Tensor prompts =
+      Tensor::from_bytes(ids.data(), {1, static_cast<int64_t>(ids.size())}, DType::kI32);
+  Generator gen(seed);
+  const Tensor tokens = train::generate_tokens(*m.model, train::run_recipe(m.config), prompts,
+                                               new_tokens, static_cast<float>(temperature), &gen);
+  const auto* t = tokens.data_as<int32_t>();
+  out << prompt << m.dataset->decode(std::vector<int32_t>(t, t + tokens.numel())) << '\n';
+  out << memory_line(*m.model) << '\n';
+  return 0;
+}
+
+int run_inspect(const Args& args, std::ostream& out) {
+  const Parsed p = parse(args, "inspect", {{"--json", Takes::kFlag}});
+  if (p.has("--help")) {
+    out << help_text("inspect");
+    return 0;
+  }
+  OCTET_CHECK(p.positional.size() == 1, "octet inspect: expected one checkpoint path, got ",
+              p.positional.size(), " (see octet inspect --help)");
+  const train::Checkpoint ckpt = train::read_checkpoint(p.positional.front());
+  if (p.has("--json")) {
+    out << train::inspect_json(ckpt).dump(2) << '\n';
+  } else {
+    out << train::inspect_text(ckpt);
+  }
+  return 0;
+}
+
+std::string user_message(std::string_view what) {
+  static const std::regex location(R"([A-Za-z0-9_]+\.(cpp|cu|cc|h):[0-9]+: )");
+  std::string text = std::regex_replace(std::string(what), location, "");
+  for (char& ch : text) {
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  }
+  return text;
+}
+
+int run_octet(const Args& args, std::ostream& out, std::ostream& err) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    out << help_text(args.size() > 1 && args[0] == "help" ? args[1] : "");
+    return 0;
+  }
+  const std::string& command = args[0];
+  const Args rest(args.begin() + 1, args.end());
+  try {
+    if (command == "train") return run_train(rest, out);
+    if (command == "eval") return run_eval(rest, out);
+    if (command == "generate") return run_generate(rest, out);
+    if (command == "inspect") return run_inspect(rest, out);
+    if (command == "bench") return bench::run_bench(rest, out);
+    err << "octet: unknown command \"" << command
+        << "\"; the commands are train, eval, generate, bench and inspect (octet --help)\n";
+    return 2;
+  } catch (const Error& e) {
+    OCTET_LOG_DEBUG("{}", e.what());  // with file:line, for whoever runs with debug logging
+    err << "octet " << command << ": error: " << user_message(e.what()) << '\n';
+  } catch (const std::exception& e) {
+    err << "octet " << command << ": error: " << user_message(e.what()) << '\n';
+  }
+  return 1;
+}
+
+}  // namespace octet::cli

@@ -1,0 +1,99 @@
+// The help texts of the `octet` program.
+#include <string>
+#include <string_view>
+
+#include "runtime/error.h"
+#include "tools/commands.h"
+
+namespace octet::cli {
+
+std::string help_text(std::string_view command) {
+  if (command.empty()) {
+    return R"(usage: octet <command> [options]      (octet <command> --help for its options)
+
+FP8 training and inference for small GPT models on the CPU (and CUDA where present).
+
+commands:
+  train      train a GPT from a JSON config (no arguments: the built-in default run,
+             a 2-layer GPT sorting 6 digits under FP8 delayed scaling)
+  eval       held-out accuracy / bits per byte / loss of a checkpoint
+  generate   continue a prompt with a checkpoint, in inference mode
+  bench      time f32 and each FP8 recipe: GEMMs, layers, a model
+  inspect    what a checkpoint holds: tensors, FP8 metas, bytes by usage, config
+
+examples:
+  octet train
+  octet train --set training.steps=500 --out runs/short
+  octet train --resume --out runs/short --set training.steps=1000
+  octet eval --checkpoint runs/default/checkpoint.safetensors
+  octet generate --checkpoint runs/default/checkpoint.safetensors --prompt 931275'>'
+  octet inspect runs/default/checkpoint.safetensors
+)";
+  }
+  if (command == "train") {
+    return R"(usage: octet train [--config FILE] [--set key=value ...] [--out DIR] [--resume] [--quiet]
+
+Trains a GPT as the config says: built-in defaults (configs/train/default.json), then FILE,
+then each --set (a dotted key, e.g. --set optimizer.lr=1e-3; every key: configs/README.md).
+
+  --config FILE     a JSON run config (an object of sections; // comments allowed)
+  --set key=value   override one key; repeatable; the value is JSON or a bare string
+  --out DIR         the run directory (output.dir): config.json, metrics.jsonl, loss.svg,
+                    checkpoint.safetensors
+  --resume          continue exactly from DIR/checkpoint.safetensors; without --config the
+                    run's saved config is used (extend it with --set training.steps=N)
+  --quiet           print only the closing summary
+
+A terminal gets a live progress line; otherwise plain lines now and then.
+)";
+  }
+  if (command == "eval") {
+    return R"(usage: octet eval --checkpoint PATH [--data FILE] [--examples N] [--set key=value ...] [--json]
+
+Evaluates a checkpoint on held-out data in inference mode: exact-match accuracy of greedy answers
+(built-in task), bits per byte (text) or loss (token shards).
+
+  --checkpoint PATH  a checkpoint written by octet train
+  --data FILE        other text / shard data than the run's (same vocabulary)
+  --examples N       held-out problems to generate (task; default training.eval_examples)
+  --set key=value    override data.* or training.eval_* keys of the saved config
+  --json             one JSON object instead of a sentence
+)";
+  }
+  if (command == "generate") {
+    return R"(usage: octet generate --checkpoint PATH --prompt TEXT [--max-new-tokens N] [--temperature T] [--seed S]
+
+Continues TEXT with the checkpoint's model in inference mode: FP8 weights row-wise only, no
+column-wise data, no optimizer state, no saved tensors. Ends with a one-line memory summary.
+
+  --checkpoint PATH    a checkpoint written by octet train
+  --prompt TEXT        in the data's alphabet (task: digits and '>' or '+', '='; text: UTF-8)
+  --max-new-tokens N   tokens to add (default: the task's answer length, else 64)
+  --temperature T      0 (default): greedy; > 0: sample from softmax(logits / T)
+  --seed S             the sampling stream (default 0)
+)";
+  }
+  if (command == "inspect") {
+    return R"(usage: octet inspect PATH [--json]
+
+Shows what a checkpoint holds: every tensor with dtype, shape and bytes; FP8 metas (scale, newest
+amax, head of the amax history per slot); bytes by usage (FP8 row-wise / column-wise, master
+weights, optimizer state, FP8 metas); the trainer state and the config.
+
+  --json   the same as one JSON document
+)";
+  }
+  if (command == "bench") {
+    return R"(usage: octet bench [gemm|layer|block|model] [--json]
+
+Times f32 and each FP8 recipe: GEMMs, a LayerNormMLP forward+backward, a GPT-2-sized transformer
+layer training step and a small model; prints ms, GFLOP/s, tokens/s and peak bytes.
+
+  --json   one JSON object per result (bench, precision, median_ms, gflops, peak_bytes, ...)
+)";
+  }
+  OCTET_FAIL("no help for unknown command \"", command,
+             "\"; the commands are train, eval, generate, bench and inspect");
+}
+
+}  // namespace octet::cli

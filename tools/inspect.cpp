@@ -1,0 +1,163 @@
+// The checkpoint report of `octet inspect`.
+#include "tools/inspect.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include "tools/metrics.h"
+
+namespace octet::train {
+namespace {
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// How many amax history entries the report shows per slot.
+constexpr size_t kHistoryHead = 4;
+
+struct MetaSlot {
+  std::string name;  // "layers.0.mlp.forward.1"
+  float scale = 0.f;
+  std::vector<float> head;
+  float newest = 0.f;
+};
+
+std::vector<MetaSlot> meta_slots(const Checkpoint& c) {
+  std::map<std::string, MetaSlot> slots;
+  std::vector<std::string> order;
+  for (const auto& [name, t] : c.model) {
+    const size_t at = name.find("fp8_meta.");
+    const size_t dot = name.rfind('.');
+    if (at == std::string::npos) continue;
+    const std::string field = name.substr(dot + 1);
+    if (field != "scale" && field != "amax_history") continue;
+    const std::string slot = name.substr(0, at) + name.substr(at + 9, dot - at - 9);
+    if (!slots.contains(slot)) order.push_back(slot);
+    MetaSlot& s = slots[slot];
+    s.name = slot;
+    const std::vector<float> v = t.to_floats();
+    if (field == "scale") {
+      s.scale = v.at(0);
+    } else {
+      s.head.assign(v.begin(),
+                    v.begin() + static_cast<std::ptrdiff_t>(std::min(kHistoryHead, v.size())));
+      s.newest = v.back();
+    }
+  }
+  std::vector<MetaSlot> out;
+  for (const auto& name : order) out.push_back(slots[name]);
+  return out;
+}
+
+std::string usage_of(const Checkpoint& c, const std::string& full_name, const Tensor& t) {
+  if (full_name.starts_with(kOptimizerPrefix)) {
+    return ends_with(full_name, ".master") ? "master" : "optimizer";
+  }
+  if (full_name.find("fp8_meta.") != std::string::npos) return "fp8 meta";
+  if (is_fp8(t.dtype())) return "fp8 row-wise";
+  for (std::string_view suffix : {".scale_inv", ".scales"}) {
+    if (!ends_with(full_name, suffix)) continue;
+    const std::string data = full_name.substr(0, full_name.size() - suffix.size());
+    for (const auto& [name, other] : c.tensors) {
+      if (name == data && is_fp8(other.dtype())) return "fp8 row-wise";
+    }
+  }
+  return "master";
+}
+
+}  // namespace
+
+UsageBytes usage_bytes(const Checkpoint& c) {
+  UsageBytes b;
+  for (const auto& [name, t] : c.tensors) {
+    const std::string usage = usage_of(c, name, t);
+    const auto bytes = static_cast<int64_t>(t.nbytes());
+    if (usage == "optimizer") b.optimizer += bytes;
+    if (usage == "master") b.master += bytes;
+    if (usage == "fp8 meta") b.fp8_meta += bytes;
+    if (usage == "fp8 row-wise") b.fp8_rowwise += bytes;
+  }
+  return b;
+}
+
+nlohmann::ordered_json inspect_json(const Checkpoint& c) {
+  nlohmann::ordered_json j;
+  j["path"] = c.path;
+  j["file_bytes"] = std::filesystem::file_size(c.path);
+  j["trainer"] = {{"step", c.state.step},
+                  {"skipped_steps", c.state.skipped_steps},
+                  {"rng", {{"seed", c.state.rng.seed}, {"offset", c.state.rng.offset}}},
+                  {"data_state", nlohmann::ordered_json::parse(data::encode_state(c.state.data))}};
+  const UsageBytes b = usage_bytes(c);
+  j["bytes_by_usage"] = {{"fp8_rowwise", b.fp8_rowwise},
+                         {"fp8_columnwise", b.fp8_columnwise},
+                         {"master", b.master},
+                         {"optimizer", b.optimizer},
+                         {"fp8_meta", b.fp8_meta}};
+  nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+  for (const auto& [name, t] : c.tensors) {
+    tensors.push_back({{"name", name},
+                       {"dtype", safetensors_dtype_name(t.dtype())},
+                       {"shape", t.shape()},
+                       {"bytes", t.nbytes()},
+                       {"usage", usage_of(c, name, t)}});
+  }
+  j["tensors"] = std::move(tensors);
+  nlohmann::ordered_json metas = nlohmann::ordered_json::array();
+  for (const MetaSlot& s : meta_slots(c)) {
+    metas.push_back({{"slot", s.name},
+                     {"scale", s.scale},
+                     {"amax_history_head", s.head},
+                     {"amax_newest", s.newest}});
+  }
+  j["fp8_metas"] = std::move(metas);
+  j["config"] = config::to_json(c.state.config);
+  return j;
+}
+
+std::string inspect_text(const Checkpoint& c) {
+  std::string out =
+      fmt::format("checkpoint {} ({})\n", c.path,
+                  format_bytes(static_cast<int64_t>(std::filesystem::file_size(c.path))));
+  out += fmt::format("trainer: step {}, {} skipped, rng seed {} offset {}, data {}\n", c.state.step,
+                     c.state.skipped_steps, c.state.rng.seed, c.state.rng.offset,
+                     data::encode_state(c.state.data));
+  size_t width = 4;
+  for (const auto& [name, t] : c.tensors) width = std::max(width, name.size());
+  out += fmt::format("\ntensors ({}):\n  {:<{}}  {:<8} {:<14} {:>10}  {}\n", c.tensors.size(),
+                     "name", width, "dtype", "shape", "bytes", "usage");
+  for (const auto& [name, t] : c.tensors) {
+    out += fmt::format("  {:<{}}  {:<8} {:<14} {:>10}  {}\n", name, width,
+                       safetensors_dtype_name(t.dtype()), shape_str(t.shape()), t.nbytes(),
+                       usage_of(c, name, t));
+  }
+  const std::vector<MetaSlot> slots = meta_slots(c);
+  out += fmt::format("\nFP8 metas ({} slots): scale, newest amax, amax history[0:{}]\n",
+                     slots.size(), kHistoryHead);
+  if (slots.empty()) out += "  none (FP8 off, or a recipe without state)\n";
+  for (const MetaSlot& s : slots) {
+    std::string head;
+    for (float v : s.head) head += fmt::format("{}{:.4g}", head.empty() ? "" : ", ", v);
+    out += fmt::format("  {:<32} scale {:<12.6g} amax {:<10.4g} [{}]\n", s.name, s.scale, s.newest,
+                       head);
+  }
+  const UsageBytes b = usage_bytes(c);
+  out += "\nbytes by usage:\n";
+  out += fmt::format("  FP8 weights, row-wise     {:>12}\n", format_bytes(b.fp8_rowwise));
+  out += fmt::format(
+      "  FP8 weights, column-wise  {:>12}  (never stored: rebuilt from row-wise "
+      "data when training needs it)\n",
+      format_bytes(b.fp8_columnwise));
+  out += fmt::format("  master weights            {:>12}\n", format_bytes(b.master));
+  out += fmt::format("  optimizer state           {:>12}\n", format_bytes(b.optimizer));
+  out += fmt::format("  FP8 metas                 {:>12}\n", format_bytes(b.fp8_meta));
+  out += "\nconfig:\n" + config::to_json(c.state.config).dump(2) + "\n";
+  return out;
+}
+
+}  // namespace octet::train

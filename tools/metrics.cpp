@@ -1,0 +1,262 @@
+// metrics.jsonl, FP8 health, the loss-curve SVG and the memory summary.
+#include "tools/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "runtime/error.h"
+#include "runtime/fp8.h"
+#include "runtime/fp8_meta.h"
+
+namespace octet::train {
+namespace {
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// JSON has no NaN or infinity; a non-finite number is written as its name so the line still
+// parses and a reader sees what happened.
+nlohmann::ordered_json number(double v) {
+  if (std::isfinite(v)) return v;
+  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+}
+
+}  // namespace
+
+std::vector<SlotHealth> fp8_slot_health(modules::Module& model) {
+  // Buffers come as "<module>.fp8_meta.<direction>.<i>.scale" / ".amax_history".
+  std::map<std::string, SlotHealth> slots;
+  std::vector<std::string> order;
+  for (auto& [name, tensor] : model.buffers()) {
+    const size_t at = name.find("fp8_meta.");
+    if (at == std::string::npos) continue;
+    const size_t last_dot = name.rfind('.');
+    const std::string field = name.substr(last_dot + 1);
+    if (field != "scale" && field != "amax_history") continue;
+    std::string slot = name.substr(0, at) + name.substr(at + 9, last_dot - at - 9);
+    if (!slots.contains(slot)) order.push_back(slot);
+    SlotHealth& health = slots[slot];
+    health.name = slot;
+    const std::vector<float> values = tensor->to_floats();
+    if (field == "scale") {
+      health.scale = values.at(0);
+    } else {
+      float amax = 0.f;
+      for (float a : values) {
+        if (!std::isnan(a)) amax = std::max(amax, a);
+      }
+      health.amax = amax;
+      // After an update the newest amax has rolled to the end (history[0] restarts at 0).
+      health.amax_newest = values.back();
+    }
+  }
+  std::vector<SlotHealth> out;
+  out.reserve(order.size());
+  for (const std::string& slot : order) out.push_back(slots[slot]);
+  return out;
+}
+
+std::vector<WeightHealth> fp8_weight_health(modules::Module& model, const Recipe& recipe) {
+  std::vector<WeightHealth> out;
+  if (recipe.kind != RecipeKind::kDelayed) return out;
+  std::map<std::string, Tensor*> buffers;
+  for (auto& [name, tensor] : model.buffers()) buffers[name] = tensor;
+  const DType dtype = recipe.dtype(FP8Direction::kForward);
+  const float max = fp8_max(dtype);
+  for (const modules::Parameter& p : model.parameters()) {
+    if (p.is_fp8()) continue;
+    // Which module and GEMM the weight feeds: "<m>.weight" is GEMM 0 of <m>, LayerNormMLP's
+    // "<m>.fc1.weight" / "<m>.fc2.weight" are GEMMs 0 and 1; "<m>." is the meta's prefix.
+    const std::string& n = p.name;
+    int gemm = 0;
+    size_t leaf = 0;
+    if (n == "fc2.weight" || ends_with(n, ".fc2.weight")) {
+      gemm = 1;
+      leaf = 10;
+    } else if (n == "fc1.weight" || ends_with(n, ".fc1.weight")) {
+      leaf = 10;
+    } else if (n == "weight" || ends_with(n, ".weight")) {
+      leaf = 6;
+    } else {
+      continue;
+    }
+    const std::string scale_name = n.substr(0, n.size() - leaf) + "fp8_meta.forward." +
+                                   std::to_string(gemm * kForwardSlotsPerGemm + 1) + ".scale";
+    auto it = buffers.find(scale_name);
+    if (it == buffers.end()) continue;  // not an FP8 GEMM weight (norms, embeddings)
+    const float scale = it->second->item();
+    const std::vector<float> w = p.tensor->to_floats();
+    int64_t saturated = 0, flushed = 0, counted = 0;
+    for (float x : w) {
+      if (std::isnan(x)) continue;
+      ++counted;
+      const float scaled = x * scale;
+      if (std::fabs(scaled) > max) ++saturated;
+      if (x != 0.f) {
+        const uint8_t code = dtype == DType::kE4M3 ? to_e4m3(scaled) : to_e5m2(scaled);
+        if ((code & 0x7F) == 0) ++flushed;
+      }
+    }
+    const double total = static_cast<double>(std::max<int64_t>(counted, 1));
+    out.push_back(
+        {p.name, static_cast<double>(saturated) / total, static_cast<double>(flushed) / total});
+  }
+  return out;
+}
+
+nlohmann::ordered_json step_json(const StepRecord& r, const std::vector<SlotHealth>& slots,
+                                 const std::vector<WeightHealth>& weights) {
+  nlohmann::ordered_json line;
+  line["step"] = r.step;
+  line["loss"] = number(r.loss);
+  line["lr"] = r.lr;
+  line["grad_norm"] = number(r.grad_norm);
+  line["tokens_per_s"] = r.tokens_per_s;
+  line["skipped_steps"] = r.skipped_steps;
+  if (!slots.empty()) {
+    nlohmann::ordered_json fp8 = nlohmann::ordered_json::object();
+    for (const SlotHealth& s : slots) {
+      fp8[s.name] = {{"scale", number(s.scale)},
+                     {"amax", number(s.amax)},
+                     {"amax_newest", number(s.amax_newest)}};
+    }
+    line["fp8_slots"] = std::move(fp8);
+  }
+  if (!weights.empty()) {
+    nlohmann::ordered_json fp8 = nlohmann::ordered_json::object();
+    for (const WeightHealth& w : weights) {
+      fp8[w.name] = {{"saturated", w.saturated}, {"flushed_to_zero", w.flushed_to_zero}};
+    }
+    line["fp8_weights"] = std::move(fp8);
+  }
+  return line;
+}
+
+MetricsLog::MetricsLog(std::string path, MetricsOpen open, int64_t keep_through_step)
+    : path_(std::move(path)) {
+  std::vector<nlohmann::ordered_json> kept;
+  if (open == MetricsOpen::kResumeAt) {
+    std::ifstream probe(path_);
+    if (probe.good()) {
+      for (auto& line : read_metrics(path_)) {
+        if (line.value("step", int64_t{0}) <= keep_through_step) kept.push_back(std::move(line));
+      }
+    }
+  }
+  std::ofstream out(path_, std::ios::trunc);
+  OCTET_CHECK(out.good(), "cannot write ", path_);
+  for (const auto& line : kept) out << line.dump() << '\n';
+}
+
+void MetricsLog::append(const nlohmann::ordered_json& line) {
+  std::ofstream out(path_, std::ios::app);
+  out << line.dump() << '\n';
+  OCTET_CHECK(out.good(), "cannot append to ", path_);
+}
+
+std::vector<nlohmann::ordered_json> read_metrics(const std::string& path) {
+  std::ifstream in(path);
+  OCTET_CHECK(in.good(), "cannot open metrics file ", path);
+  std::vector<nlohmann::ordered_json> lines;
+  std::string text;
+  for (int64_t n = 1; std::getline(in, text); ++n) {
+    if (text.empty()) continue;
+    auto line = nlohmann::ordered_json::parse(text, nullptr, false);
+    OCTET_CHECK(!line.is_discarded() && line.is_object(), path, ":", n,
+                ": not a JSON object: ", text.substr(0, 80));
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+std::string loss_curve_svg(const std::vector<CurvePoint>& loss, const std::vector<CurvePoint>& eval,
+                           const std::string& eval_label) {
+  constexpr double kW = 720, kH = 400, kLeft = 70, kRight = 70, kTop = 30, kBottom = 50;
+  const double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom;
+  double max_step = 1;
+  for (const auto& p : loss) max_step = std::max(max_step, p.step);
+  for (const auto& p : eval) max_step = std::max(max_step, p.step);
+  auto range = [](const std::vector<CurvePoint>& pts) {
+    double lo = INFINITY, hi = -INFINITY;
+    for (const auto& p : pts) {
+      if (!std::isfinite(p.value)) continue;
+      lo = std::min(lo, p.value);
+      hi = std::max(hi, p.value);
+    }
+    if (!(lo <= hi)) return std::pair{0.0, 1.0};
+    return hi - lo < 1e-12 ? std::pair{lo - 0.5, hi + 0.5} : std::pair{std::min(lo, 0.0), hi};
+  };
+  const auto [lo, hi] = range(loss);
+  const auto [elo, ehi] = range(eval);
+  auto x_of = [&](double step) { return kLeft + pw * step / max_step; };
+  auto polyline = [&](const std::vector<CurvePoint>& pts, double a, double b, const char* colour) {
+    std::string out =
+        fmt::format(R"(<polyline fill="none" stroke="{}" stroke-width="1.5" points=")", colour);
+    for (const auto& p : pts) {
+      if (!std::isfinite(p.value)) continue;
+      out += fmt::format("{:.1f},{:.1f} ", x_of(p.step), kTop + ph * (1 - (p.value - a) / (b - a)));
+    }
+    return out + "\"/>\n";
+  };
+  std::string svg = fmt::format(
+      R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="12">)"
+      "\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+      kW, kH);
+  svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#888"/>)"
+                     "\n",
+                     kLeft, kTop, pw, ph);
+  for (int i = 0; i <= 4; ++i) {
+    const double y = kTop + ph * i / 4.0;
+    svg += fmt::format(R"(<text x="{}" y="{:.1f}" text-anchor="end" fill="#1f77b4">{:.3g}</text>)"
+                       "\n",
+                       kLeft - 6, y + 4, hi - (hi - lo) * i / 4.0);
+    if (!eval.empty()) {
+      svg += fmt::format(R"(<text x="{}" y="{:.1f}" fill="#d62728">{:.3g}</text>)"
+                         "\n",
+                         kW - kRight + 6, y + 4, ehi - (ehi - elo) * i / 4.0);
+    }
+    svg += fmt::format(R"(<text x="{:.1f}" y="{}" text-anchor="middle">{:.0f}</text>)"
+                       "\n",
+                       kLeft + pw * i / 4.0, kH - kBottom + 18, max_step * i / 4.0);
+  }
+  svg += fmt::format(R"(<text x="{}" y="{}" text-anchor="middle">step</text>)"
+                     "\n",
+                     kLeft + pw / 2, kH - 10);
+  svg += fmt::format(R"(<text x="{}" y="18" fill="#1f77b4">training loss</text>)"
+                     "\n",
+                     kLeft);
+  if (!eval.empty()) {
+    svg += fmt::format(R"(<text x="{}" y="18" text-anchor="end" fill="#d62728">{}</text>)"
+                       "\n",
+                       kW - kRight, eval_label);
+  }
+  svg += polyline(loss, lo, hi, "#1f77b4");
+  if (!eval.empty()) svg += polyline(eval, elo, ehi, "#d62728");
+  return svg + "</svg>\n";
+}
+
+std::string format_bytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  if (b < 1024.0 * 1024) return fmt::format("{:.1f} KiB", b / 1024);
+  if (b < 1024.0 * 1024 * 1024) return fmt::format("{:.1f} MiB", b / (1024.0 * 1024));
+  return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
+}
+
+std::string memory_summary(const MemoryStats& stats) {
+  std::string out = "peak memory: total " + format_bytes(stats.total_peak) + ";";
+  for (size_t t = 0; t < kNumMemTags; ++t) {
+    out += fmt::format(" {} {}{}", mem_tag_name(static_cast<MemTag>(t)),
+                       format_bytes(stats.peak[t]), t + 1 < kNumMemTags ? "," : "");
+  }
+  return out;
+}
+
+}  // namespace octet::train

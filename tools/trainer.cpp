@@ -1,0 +1,451 @@
+// The training loop, evaluation and generation helpers of `octet train` / `eval` / `generate`.
+#include "tools/trainer.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "autograd/ops/arithmetic.h"
+#include "modules/fp8_autocast.h"
+#include "modules/optimizer.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+#include "runtime/memory.h"
+#include "tools/checkpoint.h"
+#include "tools/metrics.h"
+#include "tools/task_data.h"
+
+namespace octet::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const int64_t total = static_cast<int64_t>(std::lround(s));
+  if (total < 60) return fmt::format("{}s", total);
+  if (total < 3600) return fmt::format("{}m{:02}s", total / 60, total % 60);
+  return fmt::format("{}h{:02}m", total / 3600, (total % 3600) / 60);
+}
+
+// An FP8 scope when the run has a recipe; nothing otherwise.
+class MaybeAutocast {
+ public:
+  explicit MaybeAutocast(const std::optional<Recipe>& recipe) {
+    if (recipe) scope_.emplace(*recipe);
+  }
+
+ private:
+  std::optional<modules::FP8Autocast> scope_;
+};
+
+void write_text_file(const std::string& path, const std::string& text) {
+  // Temporary file and rename, like checkpoints: a reader never sees half a file.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc | std::ios::binary);
+    out << text;
+    OCTET_CHECK(out.good(), "cannot write ", tmp, ": ", std::strerror(errno));
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+void write_loss_curve(const std::string& metrics_path, const std::string& svg_path) {
+  std::vector<CurvePoint> loss, eval;
+  std::string eval_label;
+  for (const auto& line : read_metrics(metrics_path)) {
+    const double step = line.value("step", 0.0);
+    if (line.contains("loss") && line["loss"].is_number()) loss.push_back({step, line["loss"]});
+    if (line.contains("eval")) {
+      const auto& e = line["eval"];
+      eval.push_back({step, e.value("value", 0.0)});
+      eval_label = e.value("metric", std::string("eval"));
+    }
+  }
+  write_text_file(svg_path, loss_curve_svg(loss, eval, "held-out " + eval_label));
+}
+
+}  // namespace
+
+// ---- the model a config describes ----
+
+std::optional<Recipe> run_recipe(const config::RunConfig& config) {
+  if (!config.fp8.enabled) return std::nullopt;
+  const auto& r = config.fp8.recipe;
+  if (r.is_string()) return load_recipe(r.get<std::string>());
+  return recipe_from_json(nlohmann::json::parse(r.dump()), "fp8.recipe");
+}
+
+int64_t run_seq_len(const config::RunConfig& config, const data::Dataset& dataset) {
+  const int64_t natural = dataset.natural_seq_len();
+  const int64_t len = config.model.seq_len > 0 ? config.model.seq_len : natural;
+  OCTET_CHECK(len > 0, "config key \"model.seq_len\" is 0 but ", dataset.describe(),
+              " has no natural length: set model.seq_len");
+  OCTET_CHECK(natural == 0 || len >= natural, "config key \"model.seq_len\": ", len,
+              " is shorter than one example of ", dataset.describe(), " (", natural, " tokens)");
+  return len;
+}
+
+modules::GPTConfig gpt_config(const config::RunConfig& c, const data::Dataset& dataset) {
+  OCTET_CHECK(c.model.tie_embeddings,
+              "config key \"model.tie_embeddings\" is false, but octet's GPT always ties the LM "
+              "head to the token embedding: set it to true");
+  modules::GPTConfig g;
+  const int64_t data_vocab = dataset.vocab_size();
+  g.vocab_size = c.model.vocab > 0 ? c.model.vocab : data_vocab;
+  OCTET_CHECK(g.vocab_size >= data_vocab, "config key \"model.vocab\": ", c.model.vocab,
+              " is smaller than the data's vocabulary (", data_vocab, " for ", dataset.describe(),
+              ")");
+  g.max_seq_len = run_seq_len(c, dataset);
+  g.n_layer = c.model.n_layer;
+  g.d_model = c.model.d_model;
+  g.n_head = c.model.n_head;
+  g.activation = modules::mlp_activation_from_name(c.model.activation);
+  g.norm = c.model.norm == "rmsnorm" ? modules::NormKind::kRMSNorm : modules::NormKind::kLayerNorm;
+  g.zero_centered_gamma = c.model.zero_centered_gamma ? modules::ZeroCenteredGamma::kYes
+                                                      : modules::ZeroCenteredGamma::kNo;
+  g.bias = c.model.bias ? modules::Bias::kYes : modules::Bias::kNo;
+  g.recipe = run_recipe(c);
+  OCTET_CHECK(!c.model.fp8_primary_weights || g.recipe.has_value(),
+              "config key \"model.fp8_primary_weights\" is true but fp8.enabled is false: FP8 "
+              "primary weights need an FP8 recipe");
+  g.fp8_primary_weights = c.model.fp8_primary_weights ? modules::FP8PrimaryWeights::kYes
+                                                      : modules::FP8PrimaryWeights::kNo;
+  g.seed = static_cast<uint64_t>(c.training.seed);
+  return g;
+}
+
+// ---- evaluation ----
+
+std::string EvalResult::name() const {
+  switch (metric) {
+    case data::Metric::kExactMatch:
+      return "accuracy";
+    case data::Metric::kBitsPerByte:
+      return "bits_per_byte";
+    case data::Metric::kLoss:
+      return "loss";
+  }
+  OCTET_FAIL("unknown metric ", static_cast<int>(metric));
+}
+
+std::string EvalResult::text() const {
+  switch (metric) {
+    case data::Metric::kExactMatch:
+      return fmt::format("accuracy {:.1f}%", 100.0 * value);
+    case data::Metric::kBitsPerByte:
+      return fmt::format("bits per byte {:.4f}", value);
+    case data::Metric::kLoss:
+      return fmt::format("loss {:.4f}", value);
+  }
+  OCTET_FAIL("unknown metric ", static_cast<int>(metric));
+}
+
+Tensor generate_tokens(modules::GPT& model, const std::optional<Recipe>& recipe,
+                       const Tensor& prompts, int64_t new_tokens, float temperature,
+                       Generator* gen) {
+  MaybeAutocast fp8(recipe);
+  return model.generate(prompts, new_tokens, temperature, gen);  // (N, new_tokens)
+}
+
+EvalResult evaluate(modules::GPT& model, data::Dataset& dataset, const config::RunConfig& c) {
+  const std::optional<Recipe> recipe = run_recipe(c);
+  const bool was_training = model.training();
+  model.eval();
+  EvalResult result;
+  result.metric = dataset.metric();
+  if (auto* task = dynamic_cast<data::AlgorithmicTask*>(&dataset)) {
+    const data::ExactMatch match = task->evaluate(
+        c.training.eval_examples, 256, [&](const Tensor& prompts, int64_t answer_len) {
+          return generate_tokens(model, recipe, prompts, answer_len, 0.f, nullptr);
+        });
+    result.value = match.accuracy();
+    result.examples = match.total;
+    result.mistakes = match.mistakes;
+  } else {
+    autograd::NoGradGuard no_grad;
+    const int64_t seq_len = run_seq_len(c, dataset);
+    dataset.rewind(data::Split::kValidation);
+    double sum = 0.0;
+    for (int64_t b = 0; b < c.training.eval_batches; ++b) {
+      const data::Batch batch =
+          dataset.next_batch(data::Split::kValidation, c.training.batch_size, seq_len);
+      MaybeAutocast fp8(recipe);
+      sum += model.loss(batch.inputs, batch.targets).item();
+    }
+    const double loss = sum / static_cast<double>(c.training.eval_batches);
+    result.value = result.metric == data::Metric::kBitsPerByte ? loss / std::log(2.0) : loss;
+    result.examples = c.training.eval_batches * c.training.batch_size * seq_len;
+  }
+  if (was_training) model.train();
+  return result;
+}
+
+// ---- training ----
+
+namespace {
+
+// The live line on a terminal, or plain lines now and then.
+class Progress {
+ public:
+  Progress(std::ostream& out, ProgressStyle style, int64_t total, int64_t every)
+      : out_(out), style_(style), total_(total), every_(every) {}
+
+  void step(int64_t step, double loss, double lr, double tokens_per_s, double eta_s) {
+    if (style_ == ProgressStyle::kQuiet) return;
+    const std::string text =
+        fmt::format("step {}/{}  loss {:.4f}  lr {:.2e}  {:.0f} tok/s  ETA {}", step, total_, loss,
+                    lr, tokens_per_s, format_duration(eta_s));
+    if (style_ == ProgressStyle::kLive) {
+      out_ << "\r\033[K" << text << std::flush;
+      live_ = true;
+    } else if (step % every_ == 0 || step == total_) {
+      out_ << text << '\n' << std::flush;
+    }
+  }
+  // A line that stays (evaluations, checkpoints): clears the live line first.
+  void note(const std::string& text) {
+    if (style_ == ProgressStyle::kQuiet) return;
+    if (live_) out_ << "\r\033[K";
+    out_ << text << '\n' << std::flush;
+    live_ = false;
+  }
+  void finish() {
+    if (live_) out_ << '\n' << std::flush;
+    live_ = false;
+  }
+
+ private:
+  std::ostream& out_;
+  ProgressStyle style_;
+  int64_t total_, every_;
+  bool live_ = false;
+};
+
+}  // namespace
+
+TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, ProgressStyle style,
+                  const TrainHooks& hooks) {
+  const auto t0 = Clock::now();
+  namespace fs = std::filesystem;
+  TrainResult result;
+  result.run_dir = c.output.dir;
+  const std::string ckpt_path = (fs::path(c.output.dir) / kCheckpointFile).string();
+  const std::string metrics_path = (fs::path(c.output.dir) / "metrics.jsonl").string();
+  const std::string svg_path = (fs::path(c.output.dir) / "loss.svg").string();
+
+  std::unique_ptr<data::Dataset> dataset = data::open_dataset(config::data_options(c));
+  const int64_t seq_len = run_seq_len(c, *dataset);
+  const std::optional<Recipe> recipe = run_recipe(c);
+  reset_peak_memory();
+
+  modules::GPT model(gpt_config(c, *dataset));
+  modules::OptimizerOptions opt_options;
+  opt_options.kind =
+      c.optimizer.kind == "sgd" ? modules::OptimizerKind::kSGD : modules::OptimizerKind::kAdamW;
+  opt_options.beta1 = static_cast<float>(c.optimizer.betas[0]);
+  opt_options.beta2 = static_cast<float>(c.optimizer.betas[1]);
+  opt_options.eps = static_cast<float>(c.optimizer.eps);
+  opt_options.weight_decay = static_cast<float>(c.optimizer.weight_decay);
+  opt_options.momentum = static_cast<float>(c.optimizer.momentum);
+  const std::vector<modules::Parameter> params = model.parameters();
+  modules::Optimizer optimizer(params, opt_options);
+  const modules::LrSchedule schedule{static_cast<float>(c.optimizer.lr), c.schedule.warmup_steps,
+                                     config::total_schedule_steps(c),
+                                     static_cast<float>(c.schedule.min_lr_ratio)};
+  Generator rng(static_cast<uint64_t>(c.training.seed));
+
+  TrainerState state;
+  state.config = c;
+  if (resume == Resume::kYes) {
+    OCTET_CHECK(fs::exists(ckpt_path), "--resume: no checkpoint at ", ckpt_path, " (output.dir is ",
+                c.output.dir, ")");
+    const Checkpoint ckpt = read_checkpoint(ckpt_path);
+    check_resumable(ckpt.state.config, c, ckpt_path);
+    load_model_state(model, ckpt);
+    try {
+      optimizer.load_state_dict(ckpt.optimizer);
+    } catch (const Error& e) {
+      OCTET_FAIL("checkpoint ", ckpt_path, ": optimizer state does not fit: ", e.what());
+    }
+    dataset->set_state(ckpt.state.data);
+    rng.set_state(ckpt.state.rng);
+    state.step = ckpt.state.step;
+    state.skipped_steps = ckpt.state.skipped_steps;
+    OCTET_CHECK(state.step < c.training.steps || state.step == c.training.steps,
+                "--resume: checkpoint ", ckpt_path, " is at step ", state.step,
+                ", past training.steps ", c.training.steps);
+  }
+  fs::create_directories(c.output.dir);
+  write_text_file((fs::path(c.output.dir) / "config.json").string(),
+                  config::to_json(c).dump(2) + "\n");
+  MetricsLog metrics(metrics_path,
+                     resume == Resume::kYes ? MetricsOpen::kResumeAt : MetricsOpen::kFresh,
+                     state.step);
+  result.start_step = state.step;
+
+  const int64_t total = c.training.steps;
+  const int64_t accum = c.training.grad_accum;
+  const int64_t tokens_per_step = c.training.batch_size * seq_len * accum;
+  // Weight caching across micro-batches only pays when there are several and weights are cast
+  // from high precision (FP8 primary weights are already FP8).
+  const bool cache_weights = recipe.has_value() && accum > 1 && !c.model.fp8_primary_weights;
+  const int64_t print_every = std::max<int64_t>(
+      c.training.log_interval, (total / 40 + c.training.log_interval - 1) /
+                                   c.training.log_interval * c.training.log_interval);
+  Progress progress(out, style, total, print_every);
+  progress.note(fmt::format(
+      "training {} ({} parameters) on {}, {} steps of {} tokens, {}",
+      c.model.n_layer == 1 ? "a 1-layer GPT" : fmt::format("a {}-layer GPT", c.model.n_layer),
+      model.num_parameters(), dataset->describe(), total, tokens_per_step,
+      recipe ? "FP8 " + describe(*recipe) : std::string("f32 (FP8 off)")));
+  if (resume == Resume::kYes)
+    progress.note(fmt::format("resumed from {} at step {}", ckpt_path, state.step));
+
+  auto save = [&] {
+    state.rng = rng.state();
+    state.data = dataset->state();
+    save_checkpoint(ckpt_path, model, &optimizer, state);
+  };
+  int64_t last_saved = resume == Resume::kYes ? state.step : -1;
+  auto run_eval = [&](int64_t step) {
+    const EvalResult e = evaluate(model, *dataset, c);
+    metrics.append({{"step", step}, {"eval", {{"metric", e.name()}, {"value", e.value}}}});
+    progress.note(fmt::format("step {}/{}: held-out {}", step, total, e.text()));
+    return e;
+  };
+
+  int64_t nonfinite_run = 0;
+  auto interval_start = Clock::now();
+  int64_t interval_tokens = 0;
+  const auto loop_start = Clock::now();
+  const int64_t loop_first = state.step;
+  while (state.step < total) {
+    const int64_t step = state.step + 1;  // 1-based: the step being run
+    const float lr = schedule.at(state.step);
+    double loss_sum = 0.0;
+    bool finite = true;
+    for (int64_t micro = 0; micro < accum && finite; ++micro) {
+      const data::Batch batch =
+          dataset->next_batch(data::Split::kTrain, c.training.batch_size, seq_len);
+      const modules::FirstMicrobatch first =
+          !cache_weights
+              ? modules::FirstMicrobatch::kUnset
+              : (micro == 0 ? modules::FirstMicrobatch::kYes : modules::FirstMicrobatch::kNo);
+      Tensor loss;
+      {
+        MaybeAutocast fp8(recipe);
+        loss = model.loss(batch.inputs, batch.targets, first);
+      }
+      double value = loss.item();
+      if (hooks.poison_loss && hooks.poison_loss(step)) value = NAN;
+      if (!std::isfinite(value)) {
+        finite = false;
+        break;  // the graph is dropped unused; nothing it holds touches a weight
+      }
+      autograd::backward(accum > 1 ? autograd::scale(loss, 1.f / static_cast<float>(accum)) : loss);
+      loss_sum += value;
+    }
+    double grad_norm = NAN;
+    if (finite) {
+      grad_norm = modules::clip_grad_norm(params, c.optimizer.grad_clip);
+      finite = std::isfinite(grad_norm);
+    }
+    const double loss = finite ? loss_sum / static_cast<double>(accum) : NAN;
+    if (finite) {
+      optimizer.step(lr);
+      nonfinite_run = 0;
+    } else {
+      ++nonfinite_run;
+      ++state.skipped_steps;
+      OCTET_LOG_WARN(
+          "step {}: the loss or gradient norm is NaN/inf; step skipped ({} in a row, "
+          "training.max_nonfinite_steps {})",
+          step, nonfinite_run, c.training.max_nonfinite_steps);
+    }
+    optimizer.zero_grad();
+    state.step = step;
+    interval_tokens += tokens_per_step;
+    result.losses.emplace_back(step, loss);
+    if (nonfinite_run >= c.training.max_nonfinite_steps) {
+      progress.finish();
+      OCTET_FAIL("training stopped at step ", step, ": the loss was NaN or inf for ", nonfinite_run,
+                 " steps in a row (training.max_nonfinite_steps ", c.training.max_nonfinite_steps,
+                 "); try a lower optimizer.lr or grad clipping. ",
+                 last_saved >= 0 ? fmt::format("The last good checkpoint, {} (step {}), is kept",
+                                               ckpt_path, last_saved)
+                                 : std::string("No checkpoint was written yet"));
+    }
+
+    const double elapsed = seconds_since(loop_start);
+    const double rate =
+        static_cast<double>((step - loop_first) * tokens_per_step) / std::max(elapsed, 1e-9);
+    const double eta =
+        elapsed / static_cast<double>(step - loop_first) * static_cast<double>(total - step);
+    progress.step(step, loss, lr, rate, eta);
+    if (step % c.training.log_interval == 0 || step == total) {
+      StepRecord record{
+          step,
+          loss,
+          lr,
+          grad_norm,
+          static_cast<double>(interval_tokens) / std::max(seconds_since(interval_start), 1e-9),
+          state.skipped_steps};
+      metrics.append(
+          step_json(record, fp8_slot_health(model),
+                    recipe ? fp8_weight_health(model, *recipe) : std::vector<WeightHealth>{}));
+      interval_start = Clock::now();
+      interval_tokens = 0;
+    }
+    if (hooks.interrupt_after_step > 0 && step == hooks.interrupt_after_step) {
+      progress.finish();
+      result.end_step = step;
+      result.skipped_steps = state.skipped_steps;
+      result.seconds = seconds_since(t0);
+      result.summary = fmt::format("interrupted after step {}", step);
+      return result;
+    }
+    if (c.training.eval_interval > 0 && step % c.training.eval_interval == 0 && step != total) {
+      run_eval(step);
+    }
+    if (c.training.checkpoint_interval > 0 && step % c.training.checkpoint_interval == 0 &&
+        step != total && finite) {
+      save();
+      last_saved = step;
+    }
+  }
+  progress.finish();
+  const EvalResult final_eval = run_eval(state.step);
+  save();
+  write_loss_curve(metrics_path, svg_path);
+  result.end_step = state.step;
+  result.final_eval = final_eval;
+  result.skipped_steps = state.skipped_steps;
+  result.seconds = seconds_since(t0);
+  for (const std::string& m : final_eval.mistakes) progress.note("  e.g. " + m);
+  progress.note(memory_summary(memory_stats()));
+  result.summary = fmt::format(
+      "done: {} steps in {} ({} this run), {} on {} held-out {}{}; "
+      "run directory {}",
+      state.step, format_duration(result.seconds), state.step - result.start_step,
+      final_eval.text(), final_eval.examples,
+      final_eval.metric == data::Metric::kExactMatch ? "examples" : "tokens",
+      state.skipped_steps > 0 ? fmt::format(", {} steps skipped (non-finite)", state.skipped_steps)
+                              : std::string(),
+      c.output.dir);
+  out << result.summary << '\n' << std::flush;
+  return result;
+}
+
+}  // namespace octet::train
