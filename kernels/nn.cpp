@@ -210,6 +210,48 @@ NormForward rmsnorm(const Tensor& x, const Tensor& gamma, float eps, ZeroCentere
   return f;
 }
 
+NormForward norm_fp8(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor* beta,
+                     float eps, ZeroCenteredGamma zc, const Tensor& scale, Tensor* rowwise,
+                     Tensor* columnwise, Tensor* amax) {
+  const bool layer = kind == NormKind::kLayerNorm;
+  const char* op = layer ? "layernorm_fp8" : "rmsnorm_fp8";
+  check_norm_input(op, x, eps);
+  const Tensor g = channel_param(op, gamma, "gamma", x.cols());
+  Tensor b;
+  if (beta != nullptr) b = channel_param(op, *beta, "beta", x.cols());
+  OCTET_CHECK(rowwise != nullptr || columnwise != nullptr, op,
+              ": asked for neither row-wise nor column-wise output");
+  OCTET_CHECK(scale.defined() && scale.numel() == 1 && scale.dtype() == DType::kF32, op,
+              ": scale must be a one-element f32 tensor, got ", scale);
+  const DType fp8 = rowwise ? rowwise->dtype() : columnwise->dtype();
+  OCTET_CHECK(is_fp8(fp8), op, ": output dtype must be e4m3 or e5m2, got ", fp8);
+  if (rowwise != nullptr) {
+    OCTET_CHECK(rowwise->shape() == x.shape() && rowwise->dtype() == fp8, op, ": row-wise output ",
+                *rowwise, " must be ", fp8, " of shape ", shape_str(x.shape()));
+  }
+  if (columnwise != nullptr) {
+    const Shape want = {x.cols(), x.rows()};
+    OCTET_CHECK(columnwise->shape() == want && columnwise->dtype() == fp8, op,
+                ": column-wise output ", *columnwise, " must be ", fp8, " of shape ",
+                shape_str(want));
+  }
+  if (amax != nullptr) {
+    OCTET_CHECK(amax->numel() == 1 && amax->dtype() == DType::kF32, op,
+                ": amax must be a one-element f32 tensor, got ", *amax);
+  }
+  NormForward f{Tensor(), layer ? f32_like({x.rows()}) : Tensor(), f32_like({x.rows()})};
+  const cpu::NormRow norm(layer ? ops::NormKind::kLayerNorm : ops::NormKind::kRMSNorm,
+                          g.data_as<float>(), beta ? b.data_as<float>() : nullptr, eps, zc,
+                          x.cols());
+  cpu::norm_quantize_fp8(as_f32(x), norm, scale.item(), rowwise, columnwise,
+                         amax ? amax->data_as<float>() : nullptr,
+                         layer ? f.mean.data_as<float>() : nullptr, f.rsigma.data_as<float>());
+  for (Tensor* t : {rowwise, columnwise, amax}) {
+    if (t != nullptr) t->bump_version();
+  }
+  return f;
+}
+
 NormBackward layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
                                 const Tensor& rsigma, const Tensor& gamma, ZeroCenteredGamma zc) {
   constexpr const char* op = "layernorm_backward";

@@ -43,6 +43,16 @@ NormForward layernorm(const Tensor& x, const Tensor& gamma, const Tensor* beta, 
                       ZeroCenteredGamma zc);
 NormForward rmsnorm(const Tensor& x, const Tensor& gamma, float eps, ZeroCenteredGamma zc);
 
+// The norm fused with the per-tensor FP8 cast of its output (delayed scaling), in one pass: rows
+// are normalized a tile at a time and cast from a small buffer, so no high-precision output is
+// made. q = fp8(y * scale) row-wise (x's shape) and/or column-wise ((C, rows)); max |y| is
+// max-accumulated into amax[0]. The FP8 values equal quantize_fp8 of layernorm's y bit for bit.
+// Returns mean (LayerNorm) and rsigma; y is undefined.
+enum class NormKind : uint8_t { kLayerNorm, kRMSNorm };
+NormForward norm_fp8(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor* beta,
+                     float eps, ZeroCenteredGamma zc, const Tensor& scale, Tensor* rowwise,
+                     Tensor* columnwise, Tensor* amax);
+
 struct NormBackward {
   Tensor dx;      // x's shape
   Tensor dgamma;  // (C,)

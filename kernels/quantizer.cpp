@@ -112,6 +112,15 @@ std::shared_ptr<QuantizedTensor> DelayedScalingQuantizer::quantize(const Tensor&
   return t;
 }
 
+std::shared_ptr<Float8Tensor> DelayedScalingQuantizer::adopt(const Shape& shape, Tensor rowwise,
+                                                             Tensor columnwise,
+                                                             Ownership ownership) const {
+  auto t = std::make_shared<Float8Tensor>(shape, std::move(rowwise), std::move(columnwise),
+                                          inverse_of(scale_.item(), scale_.device()), ownership);
+  t->set_quantizer(handle(*this));
+  return t;
+}
+
 void DelayedScalingQuantizer::quantize_into(QuantizedTensor& dst, const Tensor& src,
                                             AmaxRecording amax) const {
   Float8Tensor& f = float8_destination("DelayedScalingQuantizer::quantize_into", dst, dtype_);

@@ -34,6 +34,10 @@ class DelayedScalingQuantizer final : public Quantizer {
 
   const Tensor& scale() const { return scale_; }
   const Tensor& amax_history() const { return amax_history_; }
+  // The Float8Tensor of data a fused kernel cast with this quantizer's current scale (e.g. a
+  // norm fused with its FP8 cast): scale_inv from the scale, this quantizer as its maker.
+  std::shared_ptr<Float8Tensor> adopt(const Shape& shape, Tensor rowwise, Tensor columnwise,
+                                      Ownership ownership) const;
 
  private:
   Tensor scale_;

@@ -69,6 +69,31 @@ Operand cast_with(const Quantizer* frozen, const Tensor& x, Usage usage) {
   return make_operand(x, frozen, usage, Ownership::kInternal, AmaxRecording::kSkip);
 }
 
+Operand norm_operand(const Tensor& x, const NormSpec& norm, const Quantizer* quantizer, Usage usage,
+                     AmaxRecording amax, ops::NormForward& stats) {
+  const auto* delayed = dynamic_cast<const DelayedScalingQuantizer*>(quantizer);
+  if (delayed != nullptr) {
+    Tensor row, col;
+    if (has_usage(usage, Usage::kRowwise)) row = Tensor::empty(x.shape(), delayed->dtype());
+    if (has_usage(usage, Usage::kColumnwise)) {
+      col = Tensor::empty({x.cols(), x.rows()}, delayed->dtype());
+    }
+    Tensor newest = delayed->amax_history().slice(0, 1);
+    stats = ops::norm_fp8(norm.kind, x, norm.gamma, norm.beta.defined() ? &norm.beta : nullptr,
+                          norm.eps, norm.zero_centered_gamma, delayed->scale(),
+                          row.defined() ? &row : nullptr, col.defined() ? &col : nullptr,
+                          amax == AmaxRecording::kRecord ? &newest : nullptr);
+    return {Tensor(), delayed->adopt(x.shape(), row, col, Ownership::kInternal)};
+  }
+  const Tensor* beta = norm.beta.defined() ? &norm.beta : nullptr;
+  stats = norm.kind == ops::NormKind::kLayerNorm
+              ? ops::layernorm(x, norm.gamma, beta, norm.eps, norm.zero_centered_gamma)
+              : ops::rmsnorm(x, norm.gamma, norm.eps, norm.zero_centered_gamma);
+  Tensor y = std::move(stats.y);
+  if (quantizer == nullptr) return {y, nullptr};
+  return make_operand(y, quantizer, usage, Ownership::kInternal, amax);
+}
+
 void FP8State::schedule_backward_update() const {
   if (meta_) schedule_fp8_backward_update(meta_);
 }

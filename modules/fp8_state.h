@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/nn.h"
 #include "modules/operand.h"
 #include "runtime/fp8_meta.h"
 #include "runtime/recipe.h"
@@ -65,6 +66,20 @@ class FP8State {
 Operand cast_input(FP8State* state, int gemm, const Tensor& x, Usage usage);
 Operand cast_grad(FP8State* state, int gemm, const Tensor& dy, Usage usage);
 Operand cast_with(const Quantizer* frozen, const Tensor& x, Usage usage);  // records nothing
+
+// The norm of x as the input of GEMM `gemm`: high precision (null quantizer), or cast to FP8 with
+// `quantizer` — under delayed scaling in the same pass as the norm (ops::norm_fp8), so no
+// high-precision copy exists; other recipes normalize, cast, and drop the f32 output. `stats`
+// receives mean and rsigma for backward. `amax` says whether the cast records.
+struct NormSpec {
+  const Tensor& gamma;
+  const Tensor& beta;  // undefined for RMSNorm / no beta
+  ops::NormKind kind;
+  float eps;
+  ops::ZeroCenteredGamma zero_centered_gamma;
+};
+Operand norm_operand(const Tensor& x, const NormSpec& norm, const Quantizer* quantizer, Usage usage,
+                     AmaxRecording amax, ops::NormForward& stats);
 
 // One weight of an FP8 module as a GEMM operand.
 class FP8Weight {

@@ -63,11 +63,9 @@ void begin_fp8(FP8State& state, const char* module, std::initializer_list<Shape>
   }
 }
 
-// What the norm step of a fused module saves: input, gamma, mean and rsigma.
-struct NormStep {
-  NormOptions options;
-  ops::NormForward stats;  // y is dropped after the cast
-};
+NormSpec spec_of(const NormOptions& norm, const Tensor& gamma, const Tensor& beta) {
+  return {gamma, beta, norm.kind, norm.eps, norm.zero_centered_gamma};
+}
 
 struct LayerNormMLPFn {
   static constexpr const char* kName = "LayerNormMLP";
@@ -90,13 +88,11 @@ struct LayerNormMLPFn {
   Front front(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& b1,
               bool for_backward, bool recomputing) {
     Front f;
-    NormParams p{gamma, beta};
-    f.n = norm_forward(x, p, norm);
-    const Usage ln_usage = usage_for(true, for_backward);
-    f.ln = recomputing
-               ? (frozen1 ? cast_with(frozen1.get(), f.n.y, ln_usage) : Operand{f.n.y, nullptr})
-               : cast_input(fp8.get(), 0, f.n.y, ln_usage);
-    if (f.ln.quantized()) f.n.y = Tensor();  // no high-precision copy of the norm output is kept
+    // The norm output goes straight to FP8 (delayed scaling: in the norm's own pass); no
+    // high-precision copy of it is kept.
+    const Quantizer* q1 = recomputing ? frozen1.get() : input_quantizer(0);
+    f.ln = norm_operand(x, spec_of(norm, gamma, beta), q1, usage_for(true, for_backward),
+                        recomputing ? AmaxRecording::kSkip : fp8_amax_recording(), f.n);
     Tensor h1 = gemm_fprop(f.ln, w1, b1.defined() ? &b1 : nullptr, x.dtype());
     Tensor a = act.gated ? ops::gated_activation(act.act, h1) : ops::activation(act.act, h1);
     f.h1_hp = {h1, nullptr};
@@ -104,6 +100,10 @@ struct LayerNormMLPFn {
     f.a = recomputing ? (frozen2 ? cast_with(frozen2.get(), a, a_usage) : Operand{a, nullptr})
                       : cast_input(fp8.get(), 1, a, a_usage);
     return f;
+  }
+
+  const Quantizer* input_quantizer(int gemm) const {
+    return fp8 ? fp8->quantizer(forward_slot(gemm, ForwardTensor::kInput)) : nullptr;
   }
 
   Tensors forward(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -202,11 +202,20 @@ struct LayerNormLinearFn {
                   const Tensor& w_leaf, const Tensor& b) {
     (void)w_leaf;
     const bool rec = ctx.recording();
-    NormParams p{gamma, beta};
-    ops::NormForward n = norm_forward(x, p, norm);
-    Operand ln = cast_input(fp8.get(), 0, n.y, usage_for(true, rec));
+    ops::NormForward n;
+    Operand ln;
+    Tensor ln_out;
+    if (return_norm == ReturnNormOutput::kYes) {
+      // The caller wants the high-precision norm output too: normalize, then cast it.
+      n = norm_forward(x, NormParams{gamma, beta}, norm);
+      ln_out = n.y;
+      ln = cast_input(fp8.get(), 0, n.y, usage_for(true, rec));
+    } else {
+      const Quantizer* q = fp8 ? fp8->quantizer(forward_slot(0, ForwardTensor::kInput)) : nullptr;
+      ln = norm_operand(x, spec_of(norm, gamma, beta), q, usage_for(true, rec),
+                        fp8_amax_recording(), n);
+    }
     Tensor y = gemm_fprop(ln, w, b.defined() ? &b : nullptr, x.dtype());
-    Tensor ln_out = return_norm == ReturnNormOutput::kYes ? n.y : Tensor();
     if (rec) {
       keep_only(ln, Usage::kColumnwise);
       keep_for_dgrad(w);

@@ -11,7 +11,7 @@ namespace octet::modules {
 
 using ops::ZeroCenteredGamma;
 
-enum class NormKind : uint8_t { kLayerNorm, kRMSNorm };
+using ops::NormKind;
 
 struct NormOptions {
   NormKind kind = NormKind::kLayerNorm;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/nn_cpu.h"
 #include "kernels/cpu/simd.h"
 #include "runtime/fp8.h"
 #include "runtime/parallel.h"
@@ -95,6 +96,43 @@ void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnw
   });
   if (amax != nullptr) {
     for (float m : partial) *amax = m > *amax ? m : *amax;
+  }
+}
+
+void norm_quantize_fp8(const Tensor& x, const NormRow& norm, float scale, Tensor* rowwise,
+                       Tensor* columnwise, float* amax, float* mean, float* rsigma) {
+  const int64_t rows = x.rows(), cols = x.cols();
+  const DType fp8 = rowwise ? rowwise->dtype() : columnwise->dtype();
+  const float* px = x.data_as<float>();  // (rows, C)
+  uint8_t* row_out = rowwise ? static_cast<uint8_t*>(rowwise->data()) : nullptr;
+  uint8_t* col_out = columnwise ? static_cast<uint8_t*>(columnwise->data()) : nullptr;
+  std::vector<float> partial(static_cast<size_t>(num_threads()), 0.f);
+  const int64_t row_tiles = (rows + kTileRows - 1) / kTileRows;
+  parallel_for(0, row_tiles, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> y(static_cast<size_t>(kTileRows * cols));  // (tile rows, C)
+    std::vector<uint8_t> q(static_cast<size_t>(kTileRows * cols));
+    float m = 0.f;
+    for (int64_t r0 = t0 * kTileRows; r0 < std::min(rows, t1 * kTileRows); r0 += kTileRows) {
+      const int64_t r1 = std::min(rows, r0 + kTileRows);
+      for (int64_t r = r0; r < r1; ++r) {
+        float* yr = y.data() + (r - r0) * cols;
+        norm(px + r * cols, yr, mean ? mean + r : nullptr, rsigma + r);
+        uint8_t* dst = row_out ? row_out + r * cols : q.data() + (r - r0) * cols;
+        const float row_max = cast_any(fp8, yr, cols, scale, dst);
+        m = row_max > m ? row_max : m;
+        if (row_out && col_out) std::memcpy(q.data() + (r - r0) * cols, dst, cols);
+      }
+      if (col_out) {
+        for (int64_t c = 0; c < cols; ++c) {
+          uint8_t* dst = col_out + c * rows + r0;
+          for (int64_t r = 0; r < r1 - r0; ++r) dst[r] = q[r * cols + c];
+        }
+      }
+    }
+    partial[static_cast<size_t>(omp_get_thread_num())] = m;
+  });
+  if (amax != nullptr) {
+    for (float v : partial) *amax = v > *amax ? v : *amax;
   }
 }
 

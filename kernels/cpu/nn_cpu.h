@@ -17,6 +17,29 @@ void gated_activation_backward(ops::Activation act, const Tensor& dy, const Tens
 void softmax(const Tensor& x, Tensor& y);
 void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx);
 
+// One row of LayerNorm (layer = true) or RMSNorm: y, and the row's mean (LayerNorm; may be null)
+// and rsigma. Shared by the norm kernels and the norm fused with the FP8 cast, so both give the
+// same y bit for bit.
+
+class NormRow {
+ public:
+  NormRow(ops::NormKind type, const float* gamma, const float* beta, float eps,
+          ops::ZeroCenteredGamma zc, int64_t cols);
+  void operator()(const float* x, float* y, float* mean, float* rsigma) const;
+
+ private:
+  ops::NormKind type_;
+  float eps_;
+  int64_t cols_;
+  std::vector<float> scale_, bias_;
+};
+
+// The norm of every row of x (rows, C) cast to FP8 in the same pass: rows are normalized a tile at
+// a time into a small buffer and cast from there (row-wise and/or column-wise, amax of the norm
+// output max-accumulated into *amax), so no high-precision output exists. mean may be null.
+void norm_quantize_fp8(const Tensor& x, const NormRow& norm, float scale, Tensor* rowwise,
+                       Tensor* columnwise, float* amax, float* mean, float* rsigma);
+
 // gamma, beta: (C,) f32; beta may be null. mean is null for rmsnorm.
 void layernorm(const Tensor& x, const float* gamma, const float* beta, float eps,
                ops::ZeroCenteredGamma zc, Tensor& y, float* mean, float* rsigma);

@@ -108,28 +108,43 @@ void sum_partials(const std::vector<float>& partials, int64_t blocks, int64_t n,
 
 }  // namespace
 
+NormRow::NormRow(ops::NormKind type, const float* gamma, const float* beta, float eps,
+                 ops::ZeroCenteredGamma zc, int64_t cols)
+    : type_(type), eps_(eps), cols_(cols), scale_(scales_of(gamma, cols, zc)) {
+  if (beta != nullptr) {
+    bias_.assign(beta, beta + cols);
+  } else {
+    bias_.assign(static_cast<size_t>(cols), 0.f);
+  }
+}
+
+void NormRow::operator()(const float* xr, float* y, float* mean, float* rsigma) const {
+  const float n = static_cast<float>(cols_);
+  if (type_ == ops::NormKind::kRMSNorm) {
+    const float rs = math::rsqrt_eps(sum_squares(xr, cols_) / n, eps_);
+    normalize_row(xr, 0.f, 0.f, rs, scale_.data(), bias_.data(), y, cols_);
+    *rsigma = rs;
+    return;
+  }
+  // A first mean estimate m0 (off by the f32 sum's rounding) is the shift: x - m0 is exact for
+  // values near a large mean, and the deviations' own sum corrects m0.
+  const float m0 = row_sum(xr, cols_) / n;
+  float sum = 0.f, sum_sq = 0.f;
+  deviation_sums(xr, m0, cols_, sum, sum_sq);
+  const float rs = math::rsqrt_eps(math::corrected_variance(sum_sq, sum, n), eps_);
+  normalize_row(xr, m0, sum / n, rs, scale_.data(), bias_.data(), y, cols_);
+  if (mean != nullptr) *mean = m0 + sum / n;
+  *rsigma = rs;
+}
+
 void layernorm(const Tensor& x, const float* gamma, const float* beta, float eps,
                ops::ZeroCenteredGamma zc, Tensor& y, float* mean, float* rsigma) {
   const int64_t rows = x.rows(), cols = x.cols();
   const float* px = x.data_as<float>();  // (rows, C)
   float* py = y.data_as<float>();        // (rows, C)
-  const std::vector<float> scale = scales_of(gamma, cols, zc);
-  const std::vector<float> zeros(beta == nullptr ? static_cast<size_t>(cols) : 0, 0.f);
-  const float* bias = beta != nullptr ? beta : zeros.data();
-  const float n = static_cast<float>(cols);
+  const NormRow norm(ops::NormKind::kLayerNorm, gamma, beta, eps, zc, cols);
   parallel_for(0, rows, rowops::row_grain(cols), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = px + r * cols;
-      // A first mean estimate m0 (off by the f32 sum's rounding) is the shift: x - m0 is exact
-      // for values near a large mean, and the deviations' own sum corrects m0.
-      const float m0 = row_sum(xr, cols) / n;
-      float sum = 0.f, sum_sq = 0.f;
-      deviation_sums(xr, m0, cols, sum, sum_sq);
-      const float rs = math::rsqrt_eps(math::corrected_variance(sum_sq, sum, n), eps);
-      normalize_row(xr, m0, sum / n, rs, scale.data(), bias, py + r * cols, cols);
-      mean[r] = m0 + sum / n;
-      rsigma[r] = rs;
-    }
+    for (int64_t r = r0; r < r1; ++r) norm(px + r * cols, py + r * cols, mean + r, rsigma + r);
   });
 }
 
@@ -138,15 +153,9 @@ void rmsnorm(const Tensor& x, const float* gamma, float eps, ops::ZeroCenteredGa
   const int64_t rows = x.rows(), cols = x.cols();
   const float* px = x.data_as<float>();  // (rows, C)
   float* py = y.data_as<float>();        // (rows, C)
-  const std::vector<float> scale = scales_of(gamma, cols, zc);
-  const std::vector<float> zeros(static_cast<size_t>(cols), 0.f);
+  const NormRow norm(ops::NormKind::kRMSNorm, gamma, nullptr, eps, zc, cols);
   parallel_for(0, rows, rowops::row_grain(cols), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = px + r * cols;
-      const float rs = math::rsqrt_eps(sum_squares(xr, cols) / static_cast<float>(cols), eps);
-      normalize_row(xr, 0.f, 0.f, rs, scale.data(), zeros.data(), py + r * cols, cols);
-      rsigma[r] = rs;
-    }
+    for (int64_t r = r0; r < r1; ++r) norm(px + r * cols, py + r * cols, nullptr, rsigma + r);
   });
 }
 

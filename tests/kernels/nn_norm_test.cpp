@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "kernels/ops.h"
 #include "tests/kernels/nn_test_util.h"
@@ -203,6 +204,46 @@ TEST(LayerNorm, RejectsMismatchedArguments) {
   EXPECT_THROW(ops::rmsnorm_backward(Tensor::zeros({4, 8}, DType::kF32), x,
                                      Tensor::zeros({4}, DType::kF32), g16, ZeroCenteredGamma::kNo),
                Error);
+}
+
+}  // namespace
+}  // namespace octet
+
+namespace octet {
+namespace {
+
+// The norm fused with its FP8 cast gives exactly the cast of the unfused norm's output, and the
+// same statistics, without making the high-precision output.
+TEST(NormFp8, EqualsTheCastOfTheNormOutputBitForBit) {
+  for (ops::NormKind kind : {ops::NormKind::kLayerNorm, ops::NormKind::kRMSNorm}) {
+    for (DType fp8 : {DType::kE4M3, DType::kE5M2}) {
+      const Tensor x = test::random_tensor({70, 48}, DType::kF32, 3, 2.f);  // 70: a ragged tile
+      const Tensor gamma = test::random_tensor({48}, DType::kF32, 4);
+      const Tensor beta = test::random_tensor({48}, DType::kF32, 5);
+      const bool layer = kind == ops::NormKind::kLayerNorm;
+      const ops::NormForward ref =
+          layer ? ops::layernorm(x, gamma, &beta, 1e-5f, ops::ZeroCenteredGamma::kYes)
+                : ops::rmsnorm(x, gamma, 1e-5f, ops::ZeroCenteredGamma::kYes);
+      const Tensor scale = Tensor::from_floats({3.f}, {1});
+      Tensor want_row = Tensor::empty({70, 48}, fp8), want_col = Tensor::empty({48, 70}, fp8);
+      Tensor want_amax = Tensor::from_floats({0.5f}, {1});
+      ops::quantize_fp8(ref.y, scale, &want_row, &want_col, &want_amax);
+
+      Tensor row = Tensor::empty({70, 48}, fp8), col = Tensor::empty({48, 70}, fp8);
+      Tensor amax = Tensor::from_floats({0.5f}, {1});
+      const ops::NormForward got =
+          ops::norm_fp8(kind, x, gamma, layer ? &beta : nullptr, 1e-5f,
+                        ops::ZeroCenteredGamma::kYes, scale, &row, &col, &amax);
+      EXPECT_FALSE(got.y.defined());
+      EXPECT_EQ(std::memcmp(row.data(), want_row.data(), row.nbytes()), 0);
+      EXPECT_EQ(std::memcmp(col.data(), want_col.data(), col.nbytes()), 0);
+      EXPECT_EQ(amax.item(), want_amax.item());
+      EXPECT_EQ(got.rsigma.to_floats(), ref.rsigma.to_floats());
+      if (layer) {
+        EXPECT_EQ(got.mean.to_floats(), ref.mean.to_floats());
+      }
+    }
+  }
 }
 
 }  // namespace
