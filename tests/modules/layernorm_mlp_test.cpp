@@ -374,3 +374,48 @@ TEST(LayerNormLinear, HighPrecisionEqualsPrimitivesAndReturnsTheNormOutput) {
 
 }  // namespace
 }  // namespace octet::modules
+
+namespace octet::modules {
+namespace {
+
+// Behaviour 1 for the other FP8 modules: after each one's backward, nothing it saved is held.
+TEST(MemoryBehaviour, LinearAndLayerNormLinearHoldNoSavedBytesAfterTheirBackward) {
+  Linear lin(64, 64, {});
+  LayerNormLinear lnl(64, 64, {});
+  const int64_t base = memory_stats().current_of(MemTag::kSaved);
+  Tensor x = test::random_tensor({32, 64}, DType::kF32, 20);
+  autograd::set_requires_grad(x);
+  Tensor y;
+  int64_t lnl_held = 0;
+  {
+    FP8Autocast scope(Recipe::delayed());
+    Tensor h = lnl.forward(x);
+    lnl_held = memory_stats().current_of(MemTag::kSaved) - base;
+    y = lin.forward(h);
+  }
+  const int64_t held = memory_stats().current_of(MemTag::kSaved) - base;
+  EXPECT_GT(held, lnl_held);
+  EXPECT_GT(held, 0);
+  std::vector<std::pair<std::string, int64_t>> after;
+  autograd::set_node_observer([&](const char* name) {
+    after.emplace_back(name, memory_stats().current_of(MemTag::kSaved) - base);
+  });
+  autograd::backward(autograd::sum(y));
+  autograd::set_node_observer(nullptr);
+  bool saw_linear = false, saw_lnl = false;
+  for (const auto& [name, bytes] : after) {
+    if (name == "Linear") {
+      saw_linear = true;
+      EXPECT_EQ(bytes, lnl_held) << "Linear's saved buffers still held after its backward";
+    }
+    if (name == "LayerNormLinear") {
+      saw_lnl = true;
+      EXPECT_EQ(bytes, 0) << "LayerNormLinear ran last: nothing may be held";
+    }
+  }
+  EXPECT_TRUE(saw_linear && saw_lnl);
+  EXPECT_EQ(memory_stats().current_of(MemTag::kSaved), base);
+}
+
+}  // namespace
+}  // namespace octet::modules
