@@ -19,11 +19,15 @@ void check_gradient(const Node& node, size_t i, const Tensor& g, const InputSign
   OCTET_CHECK(g.shape() == want.shape, "backward of ", node.name(),
               " returned a gradient of shape ", shape_str(g.shape()), " for input #", i,
               " of shape ", shape_str(want.shape));
-  // An FP8 input (the data of an FP8 primary weight) takes a high-precision gradient.
-  const bool fp8_input =
-      is_fp8(want.dtype) && (g.dtype() == DType::kF32 || g.dtype() == DType::kBF16);
-  OCTET_CHECK(g.dtype() == want.dtype || fp8_input, "backward of ", node.name(), " returned a ",
-              g.dtype(), " gradient for ", want.dtype, " input #", i);
+  // High-precision gradients of any float width are accepted (in_input_dtype rounds them); an
+  // FP8 input (the data of an FP8 primary weight) takes an f32, bf16 or f16 gradient.
+  const auto high = [](DType d) {
+    return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
+  };
+  OCTET_CHECK(
+      g.dtype() == want.dtype || (high(g.dtype()) && (high(want.dtype) || is_fp8(want.dtype))),
+      "backward of ", node.name(), " returned a ", g.dtype(), " gradient for ", want.dtype,
+      " input #", i);
   OCTET_CHECK(g.device() == want.device, "backward of ", node.name(), " returned a gradient on ",
               g.device(), " for input #", i, " on ", want.device);
 }
@@ -35,6 +39,12 @@ void accumulate(Tensor& slot, Tensor g) {
   } else {
     slot = ops::add(slot, g);
   }
+}
+
+// Kernels compute in f32; a bf16/f16 input gets its gradient rounded to its own dtype, once,
+// here, so leaves accumulate in their parameter's dtype. FP8 inputs keep the high-precision one.
+void in_input_dtype(Tensor& g, DType want) {
+  if (g.dtype() != want && !is_fp8(want)) g = ops::cast(g, want);
 }
 
 struct Later {
@@ -167,6 +177,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
       if (!e.node) continue;
       if (i < input_grads.size() && input_grads[i].defined()) {
         check_gradient(*node, i, input_grads[i], node->input_signatures()[i]);
+        in_input_dtype(input_grads[i], node->input_signatures()[i].dtype);
         Tensors& slots = buffers[e.node.get()];
         slots.resize(static_cast<size_t>(e.node->num_outputs()));
         accumulate(slots[static_cast<size_t>(e.input_nr)], std::move(input_grads[i]));

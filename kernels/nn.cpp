@@ -212,7 +212,7 @@ NormForward rmsnorm(const Tensor& x, const Tensor& gamma, float eps, ZeroCentere
 
 NormForward norm_fp8(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor* beta,
                      float eps, ZeroCenteredGamma zc, const Tensor& scale, Tensor* rowwise,
-                     Tensor* columnwise, Tensor* amax) {
+                     Tensor* columnwise, Tensor* amax, FP8CastCounts* counts) {
   const bool layer = kind == NormKind::kLayerNorm;
   const char* op = layer ? "layernorm_fp8" : "rmsnorm_fp8";
   check_norm_input(op, x, eps);
@@ -243,9 +243,9 @@ NormForward norm_fp8(NormKind kind, const Tensor& x, const Tensor& gamma, const 
   const cpu::NormRow norm(layer ? ops::NormKind::kLayerNorm : ops::NormKind::kRMSNorm,
                           g.data_as<float>(), beta ? b.data_as<float>() : nullptr, eps, zc,
                           x.cols());
-  cpu::norm_quantize_fp8(as_f32(x), norm, scale.item(), rowwise, columnwise,
-                         amax ? amax->data_as<float>() : nullptr,
-                         layer ? f.mean.data_as<float>() : nullptr, f.rsigma.data_as<float>());
+  cpu::norm_quantize_fp8(
+      as_f32(x), norm, scale.item(), rowwise, columnwise, amax ? amax->data_as<float>() : nullptr,
+      layer ? f.mean.data_as<float>() : nullptr, f.rsigma.data_as<float>(), counts);
   for (Tensor* t : {rowwise, columnwise, amax}) {
     if (t != nullptr) t->bump_version();
   }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "runtime/fp8.h"
 #include "runtime/rng.h"
 #include "runtime/tensor.h"
 
@@ -47,11 +48,12 @@ NormForward rmsnorm(const Tensor& x, const Tensor& gamma, float eps, ZeroCentere
 // are normalized a tile at a time and cast from a small buffer, so no high-precision output is
 // made. q = fp8(y * scale) row-wise (x's shape) and/or column-wise ((C, rows)); max |y| is
 // max-accumulated into amax[0]. The FP8 values equal quantize_fp8 of layernorm's y bit for bit.
-// Returns mean (LayerNorm) and rsigma; y is undefined.
+// Returns mean (LayerNorm) and rsigma; y is undefined. `counts` (nullable) gets the cast's
+// saturated / flushed / total counts added, as quantize_fp8's does.
 enum class NormKind : uint8_t { kLayerNorm, kRMSNorm };
 NormForward norm_fp8(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor* beta,
                      float eps, ZeroCenteredGamma zc, const Tensor& scale, Tensor* rowwise,
-                     Tensor* columnwise, Tensor* amax);
+                     Tensor* columnwise, Tensor* amax, FP8CastCounts* counts = nullptr);
 
 struct NormBackward {
   Tensor dx;      // x's shape

@@ -167,7 +167,7 @@ Tensor sum_rows(const Tensor& x) {
 }
 
 void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor* columnwise,
-                  Tensor* amax) {
+                  Tensor* amax, FP8CastCounts* counts) {
   constexpr const char* op = "quantize_fp8";
   check_defined(op, x, "x");
   OCTET_CHECK(x.dtype() == DType::kF32 || x.dtype() == DType::kBF16, op,
@@ -199,13 +199,15 @@ void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor*
   }
 #if OCTET_WITH_CUDA
   if (x.device().is_cuda()) {
+    OCTET_CHECK(counts == nullptr, op,
+                ": counting saturated and flushed elements is not supported on CUDA yet");
     cuda::quantize_fp8(x, scale, rowwise, columnwise, amax);
   } else
 #endif
   {
     require_cpu(op, x);
-    cpu::quantize_fp8(x, scale.item(), rowwise, columnwise,
-                      amax ? amax->data_as<float>() : nullptr);
+    cpu::quantize_fp8(x, scale.item(), rowwise, columnwise, amax ? amax->data_as<float>() : nullptr,
+                      counts);
   }
   for (Tensor* t : {rowwise, columnwise, amax}) {
     if (t != nullptr) t->bump_version();
@@ -286,6 +288,10 @@ Tensor gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, DType 
   Tensor out = Tensor::empty({m, n}, out_dtype, a.device());
   gemm(a, ta, b, tb, out, options);
   return out;
+}
+
+Tensor gemm_operand_for(const Tensor& t, const Tensor& other) {
+  return t.dtype() == other.dtype() || t.dtype() == DType::kF32 ? t : cast(t, DType::kF32);
 }
 
 void release_workspace() { cpu::release_workspace(); }

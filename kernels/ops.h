@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "runtime/fp8.h"
 #include "runtime/tensor.h"
 
 namespace octet::ops {
@@ -35,9 +36,11 @@ Tensor sum_rows(const Tensor& x);
 // saturating rule, written row-wise into `rowwise` (x's shape) and/or column-wise (the byte
 // transpose, shape (cols, rows)) into `columnwise`; max |x| (f32, before scaling, NaN ignored)
 // is max-accumulated into amax[0]. `scale` and `amax` are one-element f32 tensors; null
-// outputs are skipped. The FP8 dtype is the outputs' dtype.
+// outputs are skipped. The FP8 dtype is the outputs' dtype. With `counts` (host memory; CPU
+// inputs only), the same pass adds how many elements saturated and flushed to zero, and how many
+// were cast (see FP8CastCounts); null counts nothing and costs nothing.
 void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor* columnwise,
-                  Tensor* amax);
+                  Tensor* amax, FP8CastCounts* counts = nullptr);
 // (rows, cols) -> (cols, rows) for any element size (FP8 data, f32, ...).
 Tensor transpose_2d(const Tensor& x);
 // q * scale_inv into `dtype` (f32 or bf16), same shape as `data`.
@@ -64,6 +67,11 @@ void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, Tensor& 
 // Allocates out (M, N) of `out_dtype` (accumulate must be kNo).
 Tensor gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, DType out_dtype,
             const GemmOptions& options = {});
+
+// A high-precision GEMM operand as the other operand can meet it: `t` itself when the dtypes
+// agree or `t` is f32, else `t` in f32 (bf16/f16 convert exactly), so that a bf16 weight and an
+// f32 activation multiply in f32.
+Tensor gemm_operand_for(const Tensor& t, const Tensor& other);
 
 // Frees the cached GEMM conversion workspace (counted under MemTag::kWorkspace while held).
 void release_workspace();

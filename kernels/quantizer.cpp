@@ -29,14 +29,15 @@ struct Cast {
   Tensor rowwise;
   Tensor columnwise;
 };
-Cast cast_per_tensor(const Tensor& x, const Tensor& scale, DType dtype, Usage usage, Tensor* amax) {
+Cast cast_per_tensor(const Tensor& x, const Tensor& scale, DType dtype, Usage usage, Tensor* amax,
+                     FP8CastCounts* counts = nullptr) {
   Cast c;
   if (has_usage(usage, Usage::kRowwise)) c.rowwise = Tensor::empty(x.shape(), dtype, x.device());
   if (has_usage(usage, Usage::kColumnwise)) {
     c.columnwise = Tensor::empty({x.cols(), x.rows()}, dtype, x.device());
   }
   ops::quantize_fp8(x, scale, c.rowwise.defined() ? &c.rowwise : nullptr,
-                    c.columnwise.defined() ? &c.columnwise : nullptr, amax);
+                    c.columnwise.defined() ? &c.columnwise : nullptr, amax, counts);
   return c;
 }
 
@@ -47,13 +48,13 @@ Tensor inverse_of(float scale, Device device) {
 }
 
 // Requantizes src into dst's buffers with `scale`; writes dst's scale_inv in place.
-void requantize_per_tensor(Float8Tensor& dst, const Tensor& src, const Tensor& scale,
-                           Tensor* amax) {
+void requantize_per_tensor(Float8Tensor& dst, const Tensor& src, const Tensor& scale, Tensor* amax,
+                           FP8CastCounts* counts = nullptr) {
   Tensor row = dst.rowwise_data(), col = dst.columnwise_data(), scale_inv = dst.scale_inv();
   OCTET_CHECK(scale_inv.device().is_cpu(), "quantize_into on ", scale_inv.device(),
               " is not supported yet");
   ops::quantize_fp8(src, scale, row.defined() ? &row : nullptr, col.defined() ? &col : nullptr,
-                    amax);
+                    amax, counts);
   *scale_inv.data_as<float>() = 1.f / scale.item();
   scale_inv.bump_version();
   dst.bump_version();
@@ -80,8 +81,12 @@ std::shared_ptr<const Quantizer> handle(const Quantizer& q) {
 
 // ---- delayed scaling ----
 
-DelayedScalingQuantizer::DelayedScalingQuantizer(Tensor scale, Tensor amax_history, DType dtype)
-    : scale_(std::move(scale)), amax_history_(std::move(amax_history)), dtype_(dtype) {
+DelayedScalingQuantizer::DelayedScalingQuantizer(Tensor scale, Tensor amax_history, DType dtype,
+                                                 std::shared_ptr<FP8CastCounts> cast_counts)
+    : scale_(std::move(scale)),
+      amax_history_(std::move(amax_history)),
+      dtype_(dtype),
+      cast_counts_(std::move(cast_counts)) {
   OCTET_CHECK(is_fp8(dtype_), "DelayedScalingQuantizer: dtype must be e4m3 or e5m2, got ", dtype_);
   OCTET_CHECK(scale_.defined() && scale_.numel() == 1 && scale_.dtype() == DType::kF32,
               "DelayedScalingQuantizer: scale must be a one-element f32 tensor, got ", scale_);
@@ -94,7 +99,8 @@ DelayedScalingQuantizer::DelayedScalingQuantizer(Tensor scale, Tensor amax_histo
 std::shared_ptr<DelayedScalingQuantizer> DelayedScalingQuantizer::for_slot(FP8Meta& meta,
                                                                            SlotId slot) {
   FP8Slot& s = meta.slot(slot);
-  return std::make_shared<DelayedScalingQuantizer>(s.scale, s.amax_history, meta.dtype(slot));
+  return std::make_shared<DelayedScalingQuantizer>(s.scale, s.amax_history, meta.dtype(slot),
+                                                   s.cast_counts);
 }
 
 std::shared_ptr<QuantizedTensor> DelayedScalingQuantizer::quantize(const Tensor& x, Usage usage,
@@ -104,8 +110,8 @@ std::shared_ptr<QuantizedTensor> DelayedScalingQuantizer::quantize(const Tensor&
   check_usage("DelayedScalingQuantizer::quantize", usage);
   // history[0] as a one-element view: the cast max-accumulates into it in the same pass.
   Tensor newest = amax_history_.slice(0, 1);
-  Cast c =
-      cast_per_tensor(x, scale_, dtype_, usage, amax == AmaxRecording::kRecord ? &newest : nullptr);
+  Cast c = cast_per_tensor(x, scale_, dtype_, usage,
+                           amax == AmaxRecording::kRecord ? &newest : nullptr, counts_for(amax));
   auto t = std::make_shared<Float8Tensor>(x.shape(), std::move(c.rowwise), std::move(c.columnwise),
                                           inverse_of(scale_.item(), x.device()), ownership);
   t->set_quantizer(handle(*this));
@@ -126,7 +132,8 @@ void DelayedScalingQuantizer::quantize_into(QuantizedTensor& dst, const Tensor& 
   Float8Tensor& f = float8_destination("DelayedScalingQuantizer::quantize_into", dst, dtype_);
   check_input("DelayedScalingQuantizer::quantize_into", src, &dst.shape());
   Tensor newest = amax_history_.slice(0, 1);
-  requantize_per_tensor(f, src, scale_, amax == AmaxRecording::kRecord ? &newest : nullptr);
+  requantize_per_tensor(f, src, scale_, amax == AmaxRecording::kRecord ? &newest : nullptr,
+                        counts_for(amax));
 }
 
 std::string DelayedScalingQuantizer::describe() const {

@@ -16,12 +16,17 @@ namespace octet {
 
 // Delayed scaling (TE's Float8Quantizer). q = fp8(x * scale) with `scale` read at cast time;
 // with AmaxRecording::kRecord, max |x| (f32, before scaling, NaN ignored) is max-accumulated into
-// amax_history[0] in the same pass as the cast. Holds the slot's tensors by handle, so FP8Meta
-// updates are seen by the next cast. Made with std::make_shared (tensors keep a handle on it).
+// amax_history[0] in the same pass as the cast, and, when the quantizer has cast counts, the
+// cast's saturated / flushed / total counts are added to them (casts with kSkip - validation,
+// recompute, the initial weight cast - count nothing, as they record no amax). Holds the slot's
+// tensors and counts by handle, so FP8Meta updates are seen by the next cast. Made with
+// std::make_shared (tensors keep a handle on it).
 class DelayedScalingQuantizer final : public Quantizer {
  public:
-  // `scale`: (1,) f32; `amax_history`: 1-D f32 whose element 0 collects the amax.
-  DelayedScalingQuantizer(Tensor scale, Tensor amax_history, DType dtype);
+  // `scale`: (1,) f32; `amax_history`: 1-D f32 whose element 0 collects the amax; `cast_counts`
+  // may be null (nothing counted).
+  DelayedScalingQuantizer(Tensor scale, Tensor amax_history, DType dtype,
+                          std::shared_ptr<FP8CastCounts> cast_counts = nullptr);
   // The quantizer of one FP8Meta slot (its scale and history, the slot's dtype).
   static std::shared_ptr<DelayedScalingQuantizer> for_slot(FP8Meta& meta, SlotId slot);
 
@@ -34,6 +39,11 @@ class DelayedScalingQuantizer final : public Quantizer {
 
   const Tensor& scale() const { return scale_; }
   const Tensor& amax_history() const { return amax_history_; }
+  // Where a cast made with `amax` adds its counts: the quantizer's counts for kRecord, else null
+  // (for fused kernels that cast with this quantizer's state, like its own casts do).
+  FP8CastCounts* counts_for(AmaxRecording amax) const {
+    return amax == AmaxRecording::kRecord ? cast_counts_.get() : nullptr;
+  }
   // The Float8Tensor of data a fused kernel cast with this quantizer's current scale (e.g. a
   // norm fused with its FP8 cast): scale_inv from the scale, this quantizer as its maker.
   std::shared_ptr<Float8Tensor> adopt(const Shape& shape, Tensor rowwise, Tensor columnwise,
@@ -43,6 +53,7 @@ class DelayedScalingQuantizer final : public Quantizer {
   Tensor scale_;
   Tensor amax_history_;
   DType dtype_;
+  std::shared_ptr<FP8CastCounts> cast_counts_;
 };
 
 enum class Power2Scale : uint8_t { kOff, kOn };  // round the scale down to a power of two

@@ -82,7 +82,8 @@ Operand norm_operand(const Tensor& x, const NormSpec& norm, const Quantizer* qua
     stats = ops::norm_fp8(norm.kind, x, norm.gamma, norm.beta.defined() ? &norm.beta : nullptr,
                           norm.eps, norm.zero_centered_gamma, delayed->scale(),
                           row.defined() ? &row : nullptr, col.defined() ? &col : nullptr,
-                          amax == AmaxRecording::kRecord ? &newest : nullptr);
+                          amax == AmaxRecording::kRecord ? &newest : nullptr,
+                          delayed->counts_for(amax));
     return {Tensor(), delayed->adopt(x.shape(), row, col, Ownership::kInternal)};
   }
   const Tensor* beta = norm.beta.defined() ? &norm.beta : nullptr;

@@ -84,10 +84,10 @@ GPT::GPT(const GPTConfig& config) : Module("GPT"), config_(config) {
   OCTET_CHECK(c.vocab_size > 0 && c.max_seq_len > 0 && c.n_layer >= 0 && c.d_model > 0,
               "GPT: vocab_size ", c.vocab_size, ", max_seq_len ", c.max_seq_len, ", d_model ",
               c.d_model, " must be positive and n_layer ", c.n_layer, " >= 0");
-  // bf16 parameters would meet f32 activations (the nn kernels return f32) in a GEMM that does
-  // not mix them; until activations follow the parameter dtype, say so up front.
-  OCTET_CHECK(c.dtype == DType::kF32, "GPT: parameter dtype ", c.dtype,
-              " is not supported yet (f32 only; use an FP8 recipe for low precision)");
+  // bf16 parameters with f32 activations (the nn kernels compute and return f32); gradients
+  // come back in bf16 (the engine rounds them to each input's dtype).
+  OCTET_CHECK(c.dtype == DType::kF32 || c.dtype == DType::kBF16, "GPT: parameter dtype ", c.dtype,
+              " is not supported (f32 or bf16)");
   OCTET_CHECK(c.vocab_size <= std::numeric_limits<int32_t>::max(), "GPT: vocab_size ", c.vocab_size,
               " does not fit the i32 token ids");
   wte_ = register_module("wte",

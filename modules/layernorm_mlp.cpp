@@ -63,12 +63,6 @@ void begin_fp8(FP8State& state, const char* module, std::initializer_list<Shape>
   }
 }
 
-std::vector<DType> dtypes_of(std::initializer_list<const Tensor*> inputs) {
-  std::vector<DType> out;
-  for (const Tensor* t : inputs) out.push_back(t->defined() ? t->dtype() : DType::kF32);
-  return out;
-}
-
 NormSpec spec_of(const NormOptions& norm, const Tensor& gamma, const Tensor& beta) {
   return {gamma, beta, norm.kind, norm.eps, norm.zero_centered_gamma};
 }
@@ -112,12 +106,9 @@ struct LayerNormMLPFn {
     return fp8 ? fp8->quantizer(forward_slot(gemm, ForwardTensor::kInput)) : nullptr;
   }
 
-  std::vector<DType> input_dtypes;
-
   Tensors forward(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                   const Tensor& w1_leaf, const Tensor& b1, const Tensor& w2_leaf,
                   const Tensor& b2) {
-    input_dtypes = dtypes_of({&x, &gamma, &beta, &w1_leaf, &b1, &w2_leaf, &b2});
     (void)w1_leaf;
     (void)w2_leaf;
     const bool rec = ctx.recording();
@@ -193,7 +184,7 @@ struct LayerNormMLPFn {
     const Tensor db1 = has_b1 ? ops::sum_rows(dh1) : Tensor();
     const ops::NormBackward nb = norm_backward(dln, x, stats, gamma, norm);
     if (fp8) fp8->schedule_backward_update();
-    return in_input_dtypes({nb.dx, nb.dgamma, nb.dbeta, dw1, db1, dw2, db2}, input_dtypes);
+    return {nb.dx, nb.dgamma, nb.dbeta, dw1, db1, dw2, db2};
   }
 };
 
@@ -207,11 +198,8 @@ struct LayerNormLinearFn {
   SavedOperands saved;
   DType wgrad_dtype = DType::kF32;
 
-  std::vector<DType> input_dtypes;
-
   Tensors forward(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                   const Tensor& w_leaf, const Tensor& b) {
-    input_dtypes = dtypes_of({&x, &gamma, &beta, &w_leaf, &b});
     (void)w_leaf;
     const bool rec = ctx.recording();
     ops::NormForward n;
@@ -256,7 +244,7 @@ struct LayerNormLinearFn {
     const Tensor db = has_bias ? ops::sum_rows(dy) : Tensor();
     const ops::NormBackward nb = norm_backward(dln, s[0].hp, stats, s[1].hp, norm);
     if (fp8) fp8->schedule_backward_update();
-    return in_input_dtypes({nb.dx, nb.dgamma, nb.dbeta, dw, db}, input_dtypes);
+    return {nb.dx, nb.dgamma, nb.dbeta, dw, db};
   }
 };
 

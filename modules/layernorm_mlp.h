@@ -40,6 +40,7 @@ class LayerNormMLP : public Module {
   std::vector<std::pair<std::string, Tensor*>> dynamic_buffers() override {
     return fp8_->buffers();
   }
+  FP8Meta* own_fp8_meta() override { return fp8_->meta().get(); }
 
  private:
   int64_t hidden_, ffn_;
@@ -77,6 +78,7 @@ class LayerNormLinear : public Module {
   std::vector<std::pair<std::string, Tensor*>> dynamic_buffers() override {
     return fp8_->buffers();
   }
+  FP8Meta* own_fp8_meta() override { return fp8_->meta().get(); }
 
  private:
   int64_t in_, out_;

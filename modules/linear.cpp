@@ -63,10 +63,7 @@ struct LinearFn {
   DType weight_grad_dtype = DType::kF32;
   bool need_dgrad = false, need_wgrad = false;
   SavedOperands saved;
-  std::vector<DType> input_dtypes;
-
   Tensor forward(Context& ctx, const Tensor& x, const Tensor& w_leaf, const Tensor& bias) {
-    input_dtypes = {x.dtype(), w_leaf.dtype(), bias.defined() ? bias.dtype() : DType::kF32};
     need_dgrad = ctx.recording() && autograd::requires_grad(x);
     need_wgrad = ctx.recording() && autograd::requires_grad(w_leaf);
     // The input is cast once, with column-wise data only when wgrad will need it.
@@ -105,7 +102,7 @@ struct LinearFn {
     Tensor dx = need_dgrad ? gemm_dgrad(dyo, wo, dy.dtype()) : Tensor();
     Tensor dw = need_wgrad ? gemm_wgrad(dyo, xo, weight_grad_dtype) : Tensor();
     Tensor db = has_bias ? ops::sum_rows(dy) : Tensor();
-    return in_input_dtypes({dx, dw, db}, input_dtypes);
+    return {dx, dw, db};
   }
 };
 

@@ -61,6 +61,7 @@ class Linear : public Module {
   std::vector<std::pair<std::string, Tensor*>> dynamic_buffers() override {
     return fp8_->buffers();
   }
+  FP8Meta* own_fp8_meta() override { return fp8_->meta().get(); }
 
  private:
   int64_t in_, out_;

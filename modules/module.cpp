@@ -75,6 +75,14 @@ std::vector<std::pair<std::string, Tensor*>> Module::buffers() {
   return out;
 }
 
+std::vector<std::pair<std::string, FP8Meta*>> Module::fp8_metas() {
+  std::vector<std::pair<std::string, FP8Meta*>> out;
+  visit("", [&](const std::string& prefix, Module& m) {
+    if (FP8Meta* meta = m.own_fp8_meta()) out.emplace_back(prefix, meta);
+  });
+  return out;
+}
+
 int64_t Module::num_parameters() {
   int64_t n = 0;
   for (const Parameter& p : parameters()) n += p.tensor->numel();

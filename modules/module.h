@@ -11,6 +11,10 @@
 #include "runtime/quantized_tensor.h"
 #include "runtime/tensor.h"
 
+namespace octet {
+class FP8Meta;
+}  // namespace octet
+
 namespace octet::modules {
 
 enum class Mode : uint8_t { kTrain, kEval };
@@ -41,6 +45,10 @@ class Module {
   std::vector<Parameter> parameters();
   // Non-trainable state (FP8 scales and amax histories, ...), with dotted names.
   std::vector<std::pair<std::string, Tensor*>> buffers();
+  // The delayed-scaling FP8 state of every module below this one that has some, with the
+  // module's dotted name ("" for this module): for diagnostics kept outside the state dict
+  // (FP8Meta::take_cast_counts).
+  std::vector<std::pair<std::string, FP8Meta*>> fp8_metas();
   int64_t num_parameters();
 
   void set_mode(Mode mode);
@@ -85,6 +93,8 @@ class Module {
   // Buffers whose tensors may be replaced over time (FP8 metas rebuilt for a new recipe): asked
   // for afresh by every buffers() / state_dict() call.
   virtual std::vector<std::pair<std::string, Tensor*>> dynamic_buffers() { return {}; }
+  // This module's own delayed-scaling FP8 state, or null (no FP8 GEMMs, or another recipe).
+  virtual FP8Meta* own_fp8_meta() { return nullptr; }
 
  private:
   void visit(const std::string& prefix, const std::function<void(const std::string&, Module&)>& f);

@@ -15,23 +15,7 @@ Shape with_last(const Shape& shape, int64_t last) {
   return out;
 }
 
-// High-precision operands of different dtypes (bf16 weights, f32 activations from the norm and
-// activation kernels) meet in f32: both convert exactly.
-std::pair<Tensor, Tensor> common_dtype(const Tensor& a, const Tensor& b) {
-  if (a.dtype() == b.dtype()) return {a, b};
-  return {a.dtype() == DType::kF32 ? a : ops::cast(a, DType::kF32),
-          b.dtype() == DType::kF32 ? b : ops::cast(b, DType::kF32)};
-}
-
 }  // namespace
-
-std::vector<Tensor> in_input_dtypes(std::vector<Tensor> grads, const std::vector<DType>& inputs) {
-  for (size_t i = 0; i < grads.size() && i < inputs.size(); ++i) {
-    Tensor& g = grads[i];
-    if (g.defined() && g.dtype() != inputs[i] && !is_fp8(inputs[i])) g = ops::cast(g, inputs[i]);
-  }
-  return grads;
-}
 
 Operand make_operand(const Tensor& x, const Quantizer* quantizer, Usage usage, Ownership ownership,
                      AmaxRecording amax) {
@@ -50,8 +34,8 @@ Tensor gemm_fprop(const Operand& x, const Operand& w, const Tensor* bias, DType 
   }
   ops::GemmOptions options;
   options.bias = bias;
-  const auto [a, b] = common_dtype(x.hp, w.hp);
-  return ops::gemm(a, Transpose::kNo, b, Transpose::kYes, out_dtype, options)
+  return ops::gemm(ops::gemm_operand_for(x.hp, w.hp), Transpose::kNo,
+                   ops::gemm_operand_for(w.hp, x.hp), Transpose::kYes, out_dtype, options)
       .reshape(with_last(x.shape(), out_features));
 }
 
@@ -61,15 +45,15 @@ Tensor gemm_dgrad(const Operand& dy, const Operand& w, DType out_dtype) {
     return ops::fp8_gemm(*dy.q, *w.q, GemmLayout::kDgrad, out_dtype)
         .reshape(with_last(dy.shape(), in_features));
   }
-  const auto [a, b] = common_dtype(dy.hp, w.hp);
-  return ops::gemm(a, Transpose::kNo, b, Transpose::kNo, out_dtype)
+  return ops::gemm(ops::gemm_operand_for(dy.hp, w.hp), Transpose::kNo,
+                   ops::gemm_operand_for(w.hp, dy.hp), Transpose::kNo, out_dtype)
       .reshape(with_last(dy.shape(), in_features));
 }
 
 Tensor gemm_wgrad(const Operand& dy, const Operand& x, DType out_dtype) {
   if (dy.quantized()) return ops::fp8_gemm(*dy.q, *x.q, GemmLayout::kWgrad, out_dtype);
-  const auto [a, b] = common_dtype(dy.hp, x.hp);
-  return ops::gemm(a, Transpose::kYes, b, Transpose::kNo, out_dtype);
+  return ops::gemm(ops::gemm_operand_for(dy.hp, x.hp), Transpose::kYes,
+                   ops::gemm_operand_for(x.hp, dy.hp), Transpose::kNo, out_dtype);
 }
 
 void keep_only(Operand& op, Usage usage) {

@@ -33,11 +33,6 @@ Tensor gemm_dgrad(const Operand& dy, const Operand& w, DType out_dtype);
 // dW (out, in) = dYᵀ·X.
 Tensor gemm_wgrad(const Operand& dy, const Operand& x, DType out_dtype);
 
-// Gradients in the dtypes of the inputs they belong to: the GEMMs and norm kernels compute in
-// f32, and a bf16 parameter takes a bf16 gradient (FP8 inputs, the data of FP8 primary weights,
-// take the f32 gradient as it is). Undefined gradients stay undefined.
-std::vector<Tensor> in_input_dtypes(std::vector<Tensor> grads, const std::vector<DType>& inputs);
-
 // Keeps only `usage` of a quantized operand (drops the rest); no-op for high precision.
 void keep_only(Operand& op, Usage usage);
 

@@ -4,6 +4,7 @@
 #include "autograd/ops/arithmetic.h"
 #include "autograd/ops/nn.h"
 #include "autograd/variable.h"
+#include "kernels/ops.h"
 #include "modules/gpt.h"
 #include "modules/gpt_options.h"
 
@@ -12,14 +13,15 @@ namespace octet::modules {
 Embedding::Embedding(int64_t num, int64_t dim, DType dtype, float init_std, uint64_t seed)
     : Module("Embedding") {
   OCTET_CHECK(num > 0 && dim > 0, "Embedding(", num, ", ", dim, "): sizes must be positive");
-  // The lookup's gradient is f32 (kernels/nn.h), so an f32 table is what backward can feed.
-  OCTET_CHECK(dtype == DType::kF32, "Embedding: parameter dtype ", dtype,
-              " is not supported yet (f32 only)");
+  OCTET_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "Embedding: parameter dtype ", dtype,
+              " is not supported (f32 or bf16)");
   OCTET_CHECK(init_std >= 0.f, "Embedding: init_std ", init_std, " must be >= 0");
   MemTagScope tag(MemTag::kWeights);
-  table_ = Tensor::empty({num, dim}, DType::kF32);
+  // Drawn in f32 and rounded, so a bf16 table holds the f32 table's values to bf16 precision.
+  Tensor values = Tensor::empty({num, dim}, DType::kF32);
   Generator gen(seed);
-  gen.fill_normal(table_, 0.f, init_std);
+  gen.fill_normal(values, 0.f, init_std);
+  table_ = dtype == DType::kF32 ? values : ops::cast(values, dtype);
   autograd::set_requires_grad(table_);
   register_parameter("weight", &table_);
 }

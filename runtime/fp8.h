@@ -12,6 +12,22 @@ namespace octet {
 constexpr float kE4M3Max = 448.f;
 constexpr float kE5M2Max = 57344.f;
 
+// What FP8 casts did to their elements, summed over one or more casts (ops::quantize_fp8 and
+// ops::norm_fp8 add to it when given one). The sums are exact integers so that a fraction read
+// from them is reproducible run to run, whatever the thread count.
+struct FP8CastCounts {
+  int64_t saturated = 0;  // |x * scale| above the format's max finite value (inf included): clamped
+  int64_t flushed = 0;    // x != 0 and not NaN, but fp8(x * scale) is +-0
+  int64_t total = 0;      // elements cast (NaNs included)
+
+  OCTET_HD FP8CastCounts& operator+=(const FP8CastCounts& o) {
+    saturated += o.saturated;
+    flushed += o.flushed;
+    total += o.total;
+    return *this;
+  }
+};
+
 // f32 -> E4M3 (bias 7, no inf, 0x7F/0xFF NaN). Round to nearest even; anything that rounds past
 // 448, and +-inf, saturates to +-448; underflow gives a signed zero. NaN -> 0x7F with the sign
 // dropped, as CUDA's host conversion does.

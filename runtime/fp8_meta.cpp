@@ -9,7 +9,7 @@ namespace {
 
 FP8Slot make_slot(int64_t history_len) {
   return {Tensor::full({1}, 1.f, DType::kF32), Tensor::full({1}, 1.f, DType::kF32),
-          Tensor::zeros({history_len}, DType::kF32)};
+          Tensor::zeros({history_len}, DType::kF32), std::make_shared<FP8CastCounts>()};
 }
 
 void check_slot(const FP8Slot& slot) {
@@ -82,6 +82,13 @@ const FP8Slot& FP8Meta::slot(SlotId id) const {
               " slot ", id.index, " out of range (", slots.size(), " slots for ", num_gemms_,
               " GEMMs)");
   return slots[static_cast<size_t>(id.index)];
+}
+
+FP8CastCounts FP8Meta::take_cast_counts(SlotId id) {
+  FP8CastCounts& counts = *slot(id).cast_counts;
+  const FP8CastCounts out = counts;
+  counts = {};
+  return out;
 }
 
 void FP8Meta::update(FP8Direction direction) {

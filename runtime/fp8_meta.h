@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "runtime/fp8.h"
 #include "runtime/recipe.h"
 #include "runtime/tensor.h"
 
@@ -33,6 +35,10 @@ struct FP8Slot {
   Tensor scale;         // (1,) f32: the cast multiplies by it; starts at 1
   Tensor scale_inv;     // (1,) f32: 1 / scale, rounded to nearest
   Tensor amax_history;  // (amax_history_len,) f32, zeros at first; [0] collects this step's amax
+  // Saturated / flushed / total elements of the casts that recorded amax since the last
+  // FP8Meta::take_cast_counts: diagnostics only, so not in the state dict, and never read by the
+  // update rule. Shared, like the tensors, with the slot's quantizer, which adds to it.
+  std::shared_ptr<FP8CastCounts> cast_counts = std::make_shared<FP8CastCounts>();
 };
 
 // The update rule for one slot, exactly as DESIGN.md states it:
@@ -66,6 +72,9 @@ class FP8Meta {
   int64_t update_count(FP8Direction direction) const {
     return update_counts_[static_cast<size_t>(direction)];
   }
+  // The slot's cast counts since the previous call (or since construction), reset to zero: a
+  // metrics log takes them once per logged step.
+  FP8CastCounts take_cast_counts(SlotId id);
 
  private:
   Recipe recipe_;

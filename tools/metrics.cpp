@@ -57,6 +57,24 @@ std::vector<SlotHealth> fp8_slot_health(modules::Module& model) {
       health.amax_newest = values.back();
     }
   }
+  // The counts live beside the state dict, not in it: found through the modules' metas, named
+  // as above ("<module>.<direction>.<i>").
+  for (const auto& [module, meta] : model.fp8_metas()) {
+    for (FP8Direction d : {FP8Direction::kForward, FP8Direction::kBackward}) {
+      for (int i = 0; i < meta->num_slots(d); ++i) {
+        const std::string slot = (module.empty() ? "" : module + ".") +
+                                 (d == FP8Direction::kForward ? "forward." : "backward.") +
+                                 std::to_string(i);
+        auto it = slots.find(slot);
+        if (it == slots.end()) continue;
+        const FP8CastCounts counts = meta->take_cast_counts({d, i});
+        if (counts.total == 0) continue;
+        const double total = static_cast<double>(counts.total);
+        it->second.saturated_fraction = static_cast<double>(counts.saturated) / total;
+        it->second.flushed_fraction = static_cast<double>(counts.flushed) / total;
+      }
+    }
+  }
   std::vector<SlotHealth> out;
   out.reserve(order.size());
   for (const std::string& slot : order) out.push_back(slots[slot]);
@@ -123,9 +141,15 @@ nlohmann::ordered_json step_json(const StepRecord& r, const std::vector<SlotHeal
   if (!slots.empty()) {
     nlohmann::ordered_json fp8 = nlohmann::ordered_json::object();
     for (const SlotHealth& s : slots) {
+      // null, not 0, for a slot nothing was cast through since the previous log.
+      auto fraction = [](const std::optional<double>& f) {
+        return f ? nlohmann::ordered_json(*f) : nlohmann::ordered_json(nullptr);
+      };
       fp8[s.name] = {{"scale", number(s.scale)},
                      {"amax", number(s.amax)},
-                     {"amax_newest", number(s.amax_newest)}};
+                     {"amax_newest", number(s.amax_newest)},
+                     {"saturated_fraction", fraction(s.saturated_fraction)},
+                     {"flushed_fraction", fraction(s.flushed_fraction)}};
     }
     line["fp8_slots"] = std::move(fp8);
   }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,12 +16,18 @@ namespace octet::train {
 
 // One delayed-scaling slot as the next step will use it: "layers.0.mlp.forward.1" (module, then
 // direction and slot index), its scale, the largest amax in its history window (what the scale
-// came from under amax_compute_algo "max") and the newest recorded amax.
+// came from under amax_compute_algo "max") and the newest recorded amax. Then what the slot's
+// amax-recording casts since the previous call did, counted exactly in the casts themselves
+// (FP8CastCounts): the fraction of elements saturated (|x * scale| above the format's max) and
+// flushed to zero (x != 0 but fp8(x * scale) == +-0); empty when no such cast ran. Taking the
+// counts resets them, so call this once per logged step.
 struct SlotHealth {
   std::string name;
   float scale = 1.f;
   float amax = 0.f;
   float amax_newest = 0.f;
+  std::optional<double> saturated_fraction;
+  std::optional<double> flushed_fraction;
 };
 std::vector<SlotHealth> fp8_slot_health(modules::Module& model);
 

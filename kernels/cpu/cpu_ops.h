@@ -19,7 +19,8 @@ float max(const Tensor& x);
 float amax(const Tensor& x);
 void sum_rows(const Tensor& x, Tensor& out);
 
-void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnwise, float* amax);
+void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnwise, float* amax,
+                  FP8CastCounts* counts);
 void transpose_2d(const Tensor& x, Tensor& out);
 void dequantize_fp8(const Tensor& data, float scale_inv, Tensor& out);
 

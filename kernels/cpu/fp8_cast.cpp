@@ -29,8 +29,45 @@ OCTET_VECTOR_CLONES float cast_block(const float* x, int64_t n, float scale, uin
   return m;
 }
 
-float cast_any(DType fp8, const float* x, int64_t n, float scale, uint8_t* q) {
-  return fp8 == DType::kE4M3 ? cast_block<true>(x, n, scale, q) : cast_block<false>(x, n, scale, q);
+// Adds the saturated and flushed elements of a block just cast (x -> q, max |x| = block_max) to
+// *counts. A pass of its own over data still in L1 rather than more work in the cast's loop: that
+// loop is serial (its NaN-ignoring max does not vectorize), these compare-and-sum loops do, and
+// they mostly do not run at all:
+// - saturated, |x * scale| > fp8_max: f32 rounding is monotonic, so no element can be when
+//   block_max * |scale| <= fp8_max (or is NaN), the usual case, decided without a pass;
+// - flushed, x != 0 but q = +-0: looked for only when some q is +-0. NaN needs no test: it casts
+//   to 0x7F, and |NaN * scale| > fp8_max is false.
+OCTET_VECTOR_CLONES void count_block(const float* x, const uint8_t* q, int64_t n, float scale,
+                                     float block_max, float fp8_max, FP8CastCounts* counts) {
+  int64_t zero_codes = 0;
+  for (int64_t i = 0; i < n; ++i) zero_codes += (q[i] & 0x7Fu) == 0;
+  if (zero_codes > 0) {
+    int64_t flushed = 0;
+    for (int64_t i = 0; i < n; ++i) flushed += (x[i] != 0.f) & ((q[i] & 0x7Fu) == 0);
+    counts->flushed += flushed;
+  }
+  if (block_max * std::fabs(scale) > fp8_max) {
+    int64_t saturated = 0;
+    for (int64_t i = 0; i < n; ++i) saturated += std::fabs(x[i] * scale) > fp8_max;
+    counts->saturated += saturated;
+  }
+}
+
+// The cast, then, when `counts` is not null, its counts added to *counts (all but `total`: the
+// caller knows the size).
+float cast_any(DType fp8, const float* x, int64_t n, float scale, uint8_t* q,
+               FP8CastCounts* counts) {
+  const bool e4m3 = fp8 == DType::kE4M3;
+  const float m = e4m3 ? cast_block<true>(x, n, scale, q) : cast_block<false>(x, n, scale, q);
+  if (counts != nullptr) count_block(x, q, n, scale, m, e4m3 ? kE4M3Max : kE5M2Max, counts);
+  return m;
+}
+
+// Adds the threads' counts and the element total to *counts (when asked for).
+void add_counts(const std::vector<FP8CastCounts>& partial, int64_t total, FP8CastCounts* counts) {
+  if (counts == nullptr) return;
+  for (const FP8CastCounts& p : partial) *counts += p;
+  counts->total += total;
 }
 
 // Byte-size-generic tile transpose: out (cols, rows) from in (rows, cols).
@@ -53,7 +90,8 @@ void transpose_tiles(const T* in, T* out, int64_t rows, int64_t cols) {
 
 }  // namespace
 
-void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnwise, float* amax) {
+void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnwise, float* amax,
+                  FP8CastCounts* counts) {
   const int64_t rows = x.rows(), cols = x.cols();
   const DType fp8 = rowwise ? rowwise->dtype() : columnwise->dtype();
   const auto* px = static_cast<const uint8_t*>(x.data());
@@ -63,8 +101,11 @@ void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnw
   uint8_t* col_out = columnwise ? static_cast<uint8_t*>(columnwise->data()) : nullptr;
 
   std::vector<float> partial(static_cast<size_t>(num_threads()), 0.f);
+  std::vector<FP8CastCounts> partial_counts(static_cast<size_t>(num_threads()));
   const int64_t row_tiles = (rows + kTileRows - 1) / kTileRows;
   parallel_for(0, row_tiles, 1, [&](int64_t t0, int64_t t1) {
+    FP8CastCounts* thread_counts =
+        counts ? &partial_counts[static_cast<size_t>(omp_get_thread_num())] : nullptr;
     std::vector<float> buf(static_cast<size_t>(kTileCols));
     std::vector<uint8_t> q(static_cast<size_t>(kTileRows * kTileCols));
     float m = 0.f;
@@ -80,7 +121,7 @@ void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnw
           }
           // Row-wise bytes go straight to the output; column-wise ones wait in the tile.
           uint8_t* dst = row_out ? row_out + r * cols + c0 : q.data() + (r - r0) * kTileCols;
-          const float tile_max = cast_any(fp8, src, w, scale, dst);
+          const float tile_max = cast_any(fp8, src, w, scale, dst, thread_counts);
           m = tile_max > m ? tile_max : m;
           if (row_out && col_out) std::memcpy(q.data() + (r - r0) * kTileCols, dst, w);
         }
@@ -97,18 +138,23 @@ void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnw
   if (amax != nullptr) {
     for (float m : partial) *amax = m > *amax ? m : *amax;
   }
+  add_counts(partial_counts, rows * cols, counts);
 }
 
 void norm_quantize_fp8(const Tensor& x, const NormRow& norm, float scale, Tensor* rowwise,
-                       Tensor* columnwise, float* amax, float* mean, float* rsigma) {
+                       Tensor* columnwise, float* amax, float* mean, float* rsigma,
+                       FP8CastCounts* counts) {
   const int64_t rows = x.rows(), cols = x.cols();
   const DType fp8 = rowwise ? rowwise->dtype() : columnwise->dtype();
   const float* px = x.data_as<float>();  // (rows, C)
   uint8_t* row_out = rowwise ? static_cast<uint8_t*>(rowwise->data()) : nullptr;
   uint8_t* col_out = columnwise ? static_cast<uint8_t*>(columnwise->data()) : nullptr;
   std::vector<float> partial(static_cast<size_t>(num_threads()), 0.f);
+  std::vector<FP8CastCounts> partial_counts(static_cast<size_t>(num_threads()));
   const int64_t row_tiles = (rows + kTileRows - 1) / kTileRows;
   parallel_for(0, row_tiles, 1, [&](int64_t t0, int64_t t1) {
+    FP8CastCounts* thread_counts =
+        counts ? &partial_counts[static_cast<size_t>(omp_get_thread_num())] : nullptr;
     std::vector<float> y(static_cast<size_t>(kTileRows * cols));  // (tile rows, C)
     std::vector<uint8_t> q(static_cast<size_t>(kTileRows * cols));
     float m = 0.f;
@@ -118,7 +164,7 @@ void norm_quantize_fp8(const Tensor& x, const NormRow& norm, float scale, Tensor
         float* yr = y.data() + (r - r0) * cols;
         norm(px + r * cols, yr, mean ? mean + r : nullptr, rsigma + r);
         uint8_t* dst = row_out ? row_out + r * cols : q.data() + (r - r0) * cols;
-        const float row_max = cast_any(fp8, yr, cols, scale, dst);
+        const float row_max = cast_any(fp8, yr, cols, scale, dst, thread_counts);
         m = row_max > m ? row_max : m;
         if (row_out && col_out) std::memcpy(q.data() + (r - r0) * cols, dst, cols);
       }
@@ -134,6 +180,7 @@ void norm_quantize_fp8(const Tensor& x, const NormRow& norm, float scale, Tensor
   if (amax != nullptr) {
     for (float v : partial) *amax = v > *amax ? v : *amax;
   }
+  add_counts(partial_counts, rows * cols, counts);
 }
 
 void transpose_2d(const Tensor& x, Tensor& out) {

@@ -36,9 +36,11 @@ class NormRow {
 
 // The norm of every row of x (rows, C) cast to FP8 in the same pass: rows are normalized a tile at
 // a time into a small buffer and cast from there (row-wise and/or column-wise, amax of the norm
-// output max-accumulated into *amax), so no high-precision output exists. mean may be null.
+// output max-accumulated into *amax), so no high-precision output exists. mean may be null;
+// counts (nullable) gets the cast's saturated / flushed / total counts added.
 void norm_quantize_fp8(const Tensor& x, const NormRow& norm, float scale, Tensor* rowwise,
-                       Tensor* columnwise, float* amax, float* mean, float* rsigma);
+                       Tensor* columnwise, float* amax, float* mean, float* rsigma,
+                       FP8CastCounts* counts);
 
 // gamma, beta: (C,) f32; beta may be null. mean is null for rmsnorm.
 void layernorm(const Tensor& x, const float* gamma, const float* beta, float eps,

@@ -102,6 +102,74 @@ TEST(QuantizeFp8Only, ClearErrorsNameTheShape) {
   EXPECT_THROW(ops::quantize_fp8(x, scale, &not_fp8, nullptr, nullptr), Error);
 }
 
+// What the cast must count, from the test's own reference: saturated when |x * scale| (f64)
+// is above the format's max, flushed when x is non-zero and CUDA's host cast of x * scale is
+// +-0; NaN is neither; total is every element.
+FP8CastCounts reference_counts(const std::vector<float>& v, float scale, DType fp8) {
+  FP8CastCounts want;
+  const double max = fp8 == DType::kE4M3 ? 448.0 : 57344.0;
+  for (float x : v) {
+    ++want.total;
+    if (std::isnan(x)) continue;
+    want.saturated += std::fabs(static_cast<double>(x) * scale) > max;
+    want.flushed += x != 0.f && (reference_cast(x * scale, fp8) & 0x7F) == 0;
+  }
+  return want;
+}
+
+void expect_counts(const FP8CastCounts& got, const FP8CastCounts& want, const std::string& what) {
+  EXPECT_EQ(got.saturated, want.saturated) << what;
+  EXPECT_EQ(got.flushed, want.flushed) << what;
+  EXPECT_EQ(got.total, want.total) << what;
+}
+
+TEST_P(QuantizeFp8, CountsSaturatedAndFlushedElementsExactly) {
+  const CastCase c = GetParam();
+  const float scale_value = c.fp8 == DType::kE4M3 ? 3.5f : 100.f;
+  const float max = c.fp8 == DType::kE4M3 ? 448.f : 57344.f;
+  // In range and never flushed (0.01..0.97 times the largest unsaturated input), then planted:
+  // over-range values (one just above max / scale, which rounds to max yet was clamped, and
+  // +-inf), tiny values that flush, zeros of both signs (not flushed) and NaNs (neither).
+  const int64_t n = shape_numel(c.shape);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const float mag = static_cast<float>(1 + i % 97) / 100.f * (max / scale_value);
+    v[static_cast<size_t>(i)] = i % 2 == 0 ? mag : -mag;
+  }
+  const std::vector<float> planted = {1e6f,
+                                      -1e6f,
+                                      max / scale_value * 1.015625f,
+                                      std::numeric_limits<float>::infinity(),
+                                      -std::numeric_limits<float>::infinity(),
+                                      1e-9f,
+                                      -1e-9f,
+                                      0.f,
+                                      -0.f,
+                                      std::numeric_limits<float>::quiet_NaN()};
+  // Spread over the tensor so that several tiles and threads see them.
+  for (size_t k = 0; k < planted.size() && static_cast<int64_t>(k) < n; ++k) {
+    v[static_cast<size_t>(static_cast<int64_t>(k) * n / static_cast<int64_t>(planted.size()))] =
+        planted[k];
+  }
+  Tensor x = Tensor::from_floats(v, c.shape, c.input);
+  v = x.to_floats();  // what the kernel reads
+
+  const FP8CastCounts want = reference_counts(v, scale_value, c.fp8);
+  if (n >= static_cast<int64_t>(planted.size())) {
+    EXPECT_EQ(want.saturated, 5);  // the reference agrees with the planted values
+    EXPECT_EQ(want.flushed, 2);
+  }
+  const Tensor scale = Tensor::from_floats({scale_value}, {1});
+  Tensor row = Tensor::empty(c.shape, c.fp8);
+  Tensor col = Tensor::empty({x.cols(), x.rows()}, c.fp8);
+  FP8CastCounts got;
+  ops::quantize_fp8(x, scale, &row, &col, nullptr, &got);
+  expect_counts(got, want, "row-wise + column-wise");
+  // Counts are added, not overwritten; a column-wise-only cast counts each element once too.
+  ops::quantize_fp8(x, scale, nullptr, &col, nullptr, &got);
+  expect_counts(got, {2 * want.saturated, 2 * want.flushed, 2 * want.total}, "summed");
+}
+
 TEST(Transpose2d, EveryElementSize) {
   for (DType d : {DType::kE4M3, DType::kBF16, DType::kF32, DType::kI64}) {
     const int64_t rows = 45, cols = 70;

@@ -246,5 +246,53 @@ TEST(NormFp8, EqualsTheCastOfTheNormOutputBitForBit) {
   }
 }
 
+// The fused norm + cast counts saturated and flushed elements of the norm output exactly as a
+// reference counted here from the unfused output (CUDA's host cast for the flush, f64 for the
+// range): gamma has huge channels (saturate), tiny ones (flush) and a zero one (y = 0 exactly,
+// not flushed).
+TEST(NormFp8, CountsSaturatedAndFlushedElementsOfTheNormOutput) {
+  for (ops::NormKind kind : {ops::NormKind::kLayerNorm, ops::NormKind::kRMSNorm}) {
+    for (DType fp8 : {DType::kE4M3, DType::kE5M2}) {
+      const int64_t rows = 130, C = 48;  // 130: three row tiles, the last ragged
+      const Tensor x = test::random_tensor({rows, C}, DType::kF32, 11, 2.f);
+      std::vector<float> g(static_cast<size_t>(C), 1.f);
+      g[0] = fp8 == DType::kE4M3 ? 1000.f : 1e6f;
+      g[1] = 1e-9f;
+      g[2] = 0.f;
+      const Tensor gamma = Tensor::from_floats(g, {C});
+      const Tensor beta = Tensor::zeros({C}, DType::kF32);
+      const bool layer = kind == ops::NormKind::kLayerNorm;
+      const ops::NormForward ref =
+          layer ? ops::layernorm(x, gamma, &beta, 1e-5f, ZeroCenteredGamma::kNo)
+                : ops::rmsnorm(x, gamma, 1e-5f, ZeroCenteredGamma::kNo);
+      const float scale_value = 2.f;
+      FP8CastCounts want;
+      const double max = fp8 == DType::kE4M3 ? 448.0 : 57344.0;
+      for (float y : ref.y.to_floats()) {
+        ++want.total;
+        if (std::isnan(y)) continue;
+        want.saturated += std::fabs(static_cast<double>(y) * scale_value) > max;
+        want.flushed += y != 0.f && (test::reference_cast(y * scale_value, fp8) & 0x7F) == 0;
+      }
+      ASSERT_GT(want.saturated, rows / 2) << "channel 0 should mostly saturate";
+      ASSERT_GE(want.flushed, rows) << "channel 1 should flush";
+
+      const Tensor scale = Tensor::from_floats({scale_value}, {1});
+      Tensor row = Tensor::empty({rows, C}, fp8), col = Tensor::empty({C, rows}, fp8);
+      FP8CastCounts got;
+      ops::norm_fp8(kind, x, gamma, layer ? &beta : nullptr, 1e-5f, ZeroCenteredGamma::kNo, scale,
+                    &row, &col, nullptr, &got);
+      EXPECT_EQ(got.saturated, want.saturated) << (layer ? "layernorm " : "rmsnorm ") << fp8;
+      EXPECT_EQ(got.flushed, want.flushed) << (layer ? "layernorm " : "rmsnorm ") << fp8;
+      EXPECT_EQ(got.total, rows * C);
+      // And the unfused cast of the same output counts the same.
+      FP8CastCounts unfused;
+      ops::quantize_fp8(ref.y, scale, &row, nullptr, nullptr, &unfused);
+      EXPECT_EQ(unfused.saturated, got.saturated);
+      EXPECT_EQ(unfused.flushed, got.flushed);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace octet

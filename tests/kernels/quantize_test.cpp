@@ -227,6 +227,49 @@ TEST(DelayedScaling, QuantizerForAnFP8MetaSlotUsesTheSlotsState) {
   EXPECT_EQ(make_quantizer(Recipe::mxfp8(), nullptr, dy)->scaling_mode(), ScalingMode::kMXFP8);
 }
 
+// The slot's cast counts: casts that record amax (quantize and quantize_into) add their
+// saturated / flushed / total counts; kSkip casts (validation, recompute, the initial weight
+// cast) add nothing; take_cast_counts hands them over and starts again from zero.
+TEST(DelayedScaling, RecordingCastsAddToTheSlotsCastCountsAndSkippingCastsDoNot) {
+  auto meta = std::make_shared<FP8Meta>(Recipe::delayed(), 1);
+  const SlotId in = forward_slot(0, ForwardTensor::kInput);
+  meta->slot(in).scale.data_as<float>()[0] = 1000.f;
+  auto q = make_quantizer(meta->recipe(), meta.get(), in);
+  // e4m3 at scale 1000: 0.5 -> 500 saturates, 1e-7 -> 1e-4 flushes, 0 is neither, 0.01 is fine.
+  std::vector<float> v(64, 0.01f);
+  v[0] = 0.5f;
+  v[1] = -0.6f;
+  v[2] = 1e-7f;
+  v[3] = 0.f;
+  v[4] = kNaN;
+  const Tensor x = Tensor::from_floats(v, {8, 8});
+  auto expect = [&](int64_t saturated, int64_t flushed, int64_t total, const char* what) {
+    const FP8CastCounts c = meta->take_cast_counts(in);
+    EXPECT_EQ(c.saturated, saturated) << what;
+    EXPECT_EQ(c.flushed, flushed) << what;
+    EXPECT_EQ(c.total, total) << what;
+  };
+  expect(0, 0, 0, "a new slot");
+  auto t = q->quantize(x, Usage::kBoth, Ownership::kOwned, AmaxRecording::kRecord);
+  q->quantize(x, Usage::kRowwise, Ownership::kInternal, AmaxRecording::kRecord);
+  expect(4, 2, 128, "two recording casts");
+  expect(0, 0, 0, "taken: reset to zero");
+  q->quantize(x, Usage::kBoth, Ownership::kInternal, AmaxRecording::kSkip);
+  ops::quantize_into(*t, x, AmaxRecording::kSkip);
+  expect(0, 0, 0, "skipping casts");
+  ops::quantize_into(*t, x, AmaxRecording::kRecord);
+  expect(2, 1, 64, "a recording quantize_into");
+  // Through the fused norm path the module uses, with the counts the quantizer hands out.
+  const auto& dq = dynamic_cast<const DelayedScalingQuantizer&>(*q);
+  EXPECT_EQ(dq.counts_for(AmaxRecording::kSkip), nullptr);
+  EXPECT_EQ(dq.counts_for(AmaxRecording::kRecord), meta->slot(in).cast_counts.get());
+  // A quantizer without counts (a frozen copy for recompute) counts nothing anywhere.
+  auto plain = delayed(1000.f, DType::kE4M3);
+  plain->quantize(x, Usage::kBoth, Ownership::kInternal, AmaxRecording::kRecord);
+  EXPECT_EQ(plain->counts_for(AmaxRecording::kRecord), nullptr);
+  expect(0, 0, 0, "another quantizer's cast");
+}
+
 // ---- 7. quantize_into ----
 
 TEST(QuantizeInto, DelayedEqualsAFreshQuantizeAndFusesTheAmax) {

@@ -417,5 +417,27 @@ TEST(MemoryBehaviour, LinearAndLayerNormLinearHoldNoSavedBytesAfterTheirBackward
   EXPECT_EQ(memory_stats().current_of(MemTag::kSaved), base);
 }
 
+// The fused norm + FP8 cast adds its counts to the slot's when it records amax (a training
+// forward), and not when it skips (a recompute or a validation forward): same rule as the
+// quantizer's own casts.
+TEST(LayerNormFp8, FusedNormCastCountsOnlyWhenItRecordsAmax) {
+  FP8State state(1, Recipe::delayed());
+  const SlotId in = forward_slot(0, ForwardTensor::kInput);
+  state.meta()->slot(in).scale.data_as<float>()[0] = 1000.f;  // |xhat| > 0.448 saturates
+  const Tensor x = test::random_tensor({16, 32}, DType::kF32, 5);
+  const Tensor gamma = Tensor::full({32}, 1.f, DType::kF32);
+  const Tensor beta = Tensor::zeros({32}, DType::kF32);
+  const NormSpec norm{gamma, beta, ops::NormKind::kLayerNorm, 1e-5f, ops::ZeroCenteredGamma::kNo};
+  ops::NormForward stats;
+  norm_operand(x, norm, state.quantizer(in), Usage::kBoth, AmaxRecording::kSkip, stats);
+  FP8CastCounts c = state.meta()->take_cast_counts(in);
+  EXPECT_EQ(c.total, 0);
+  norm_operand(x, norm, state.quantizer(in), Usage::kBoth, AmaxRecording::kRecord, stats);
+  c = state.meta()->take_cast_counts(in);
+  EXPECT_EQ(c.total, 16 * 32);
+  EXPECT_GT(c.saturated, 0);
+  EXPECT_LT(c.saturated, c.total);
+}
+
 }  // namespace
 }  // namespace octet::modules

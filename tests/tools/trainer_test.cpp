@@ -182,6 +182,31 @@ TEST(Trainer, RunDirectoryHoldsConfigMetricsCurveAndFp8Health) {
   const auto& weight_slot = last["fp8_slots"]["layers.0.mlp.forward.1"];
   EXPECT_GT(weight_slot["amax"].get<double>(), 0.0);
   EXPECT_GT(weight_slot["scale"].get<double>(), 1.0);
+  // Every slot of every logged step has its cast counts as fractions in [0, 1], or null when
+  // nothing was cast through it (the output and grad_input slots have no cast of their own).
+  for (const auto& line : lines) {
+    for (const auto& [name, slot] : line["fp8_slots"].items()) {
+      for (const char* key : {"saturated_fraction", "flushed_fraction"}) {
+        ASSERT_TRUE(slot.contains(key)) << name << " " << key;
+        const auto& f = slot[key];
+        ASSERT_TRUE(f.is_null() || f.is_number()) << name << " " << key << ": " << f;
+        if (f.is_number()) {
+          EXPECT_GE(f.get<double>(), 0.0) << name << " " << key;
+          EXPECT_LE(f.get<double>(), 1.0) << name << " " << key;
+        }
+      }
+    }
+  }
+  // Activations (fc1 input through the fused norm + cast, fc2 input through the plain cast),
+  // weights and gradients are all measured, forward and backward.
+  for (const char* slot :
+       {"layers.0.mlp.forward.0", "layers.0.mlp.forward.1", "layers.0.mlp.forward.3",
+        "layers.0.mlp.backward.0", "layers.0.mlp.backward.2"}) {
+    ASSERT_TRUE(last["fp8_slots"].contains(slot)) << slot;
+    EXPECT_TRUE(last["fp8_slots"][slot]["saturated_fraction"].is_number()) << slot;
+    EXPECT_TRUE(last["fp8_slots"][slot]["flushed_fraction"].is_number()) << slot;
+  }
+  EXPECT_TRUE(last["fp8_slots"]["layers.0.mlp.forward.2"]["saturated_fraction"].is_null());
   ASSERT_TRUE(last.contains("fp8_weights"));
   EXPECT_EQ(last["fp8_weights"].size(), 4u);
   for (const auto& [name, w] : last["fp8_weights"].items()) {
