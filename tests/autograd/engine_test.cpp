@@ -273,6 +273,32 @@ TEST(Engine, GradientShapeIsCheckedAgainstTheInput) {
   }
 }
 
+struct IntGradFn {
+  static constexpr const char* kName = "int_grad";
+  Tensor forward(Context&, const Tensor& x) { return x.clone(); }
+  Tensors backward(Context&, const Tensors&) { return {Tensor::zeros({3}, DType::kI32)}; }
+};
+
+struct F32GradFn {
+  static constexpr const char* kName = "f32_grad";
+  Tensor forward(Context&, const Tensor& x) { return ops::cast(x, DType::kF32); }
+  Tensors backward(Context&, const Tensors& dy) { return {dy[0]}; }  // f32 for a bf16 input
+};
+
+TEST(Engine, GradientDtypeIsCheckedAndHighPrecisionIsRoundedToTheInputs) {
+  Tensor x = leaf({3}, 22);
+  Tensor loss = sum(apply(IntGradFn{}, x));
+  const std::string e = test::error_of([&] { backward(loss); });
+  EXPECT_NE(e.find("i32 gradient for f32 input"), std::string::npos) << e;
+
+  Tensor b = test::random_tensor({3}, DType::kBF16, 23);
+  set_requires_grad(b);
+  backward(sum(apply(F32GradFn{}, b)));
+  ASSERT_TRUE(grad(b).defined());
+  EXPECT_EQ(grad(b).dtype(), DType::kBF16);
+  EXPECT_EQ(grad(b).to_floats(), std::vector<float>(3, 1.f));
+}
+
 struct CallbackFn {
   static constexpr const char* kName = "callback";
   std::vector<std::string>* log;
