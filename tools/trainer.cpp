@@ -15,6 +15,7 @@
 #include "autograd/ops/arithmetic.h"
 #include "modules/fp8_autocast.h"
 #include "modules/optimizer.h"
+#include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/memory.h"
@@ -245,6 +246,12 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
   const std::string metrics_path = (fs::path(c.output.dir) / "metrics.jsonl").string();
   const std::string svg_path = (fs::path(c.output.dir) / "loss.svg").string();
 
+  // A CUDA device the machine lacks is "no CUDA device (reason)"; one it has is not used by
+  // training yet (the CUDA backend is its own issue), which is said rather than ignored.
+  const Device device = parse_device(c.training.device);
+  require_device(device);
+  OCTET_CHECK(device.is_cpu(), "training.device ", device,
+              ": training on CUDA is not supported yet; use \"cpu\"");
   std::unique_ptr<data::Dataset> dataset = data::open_dataset(config::data_options(c));
   const int64_t seq_len = run_seq_len(c, *dataset);
   const std::optional<Recipe> recipe = run_recipe(c);

@@ -89,6 +89,10 @@ TEST(Cli, BadInputIsOneClearLine) {
                         "/nonexistent.safetensors");
   expect_one_clear_line(octet({"train", "--set", "data.kind=text", "--set", "model.seq_len=8"}),
                         "train", "data.path");
+  if (cuda_device_count() == 0) {
+    expect_one_clear_line(octet({"train", "--set", "training.device=cuda"}), "train",
+                          "no CUDA device");
+  }
 }
 
 TEST(Cli, TrainResumeEvalGenerateInspect) {
