@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/nn.h"
+#include "modules/module.h"
 #include "modules/operand.h"
 #include "runtime/fp8_meta.h"
 #include "runtime/recipe.h"
@@ -103,6 +104,23 @@ class FP8Weight {
  private:
   std::shared_ptr<QuantizedTensor> cache_;
   uint64_t cache_generation_ = 0;
+};
+
+// The base of the FP8 modules (Linear, LayerNormLinear, LayerNormMLP): their FP8State, whose
+// meta tensors are module buffers (in the state dict) and whose meta the trainer reads for health.
+class FP8Module : public Module {
+ public:
+  FP8State& fp8_state() { return *fp8_; }
+
+ protected:
+  FP8Module(std::string type, int num_gemms, const std::optional<Recipe>& recipe)
+      : Module(std::move(type)), fp8_(std::make_shared<FP8State>(num_gemms, recipe)) {}
+  std::vector<std::pair<std::string, Tensor*>> dynamic_buffers() override {
+    return fp8_->buffers();
+  }
+  FP8Meta* own_fp8_meta() override { return fp8_->meta().get(); }
+
+  std::shared_ptr<FP8State> fp8_;  // shared with the graph nodes of forwards still in flight
 };
 
 }  // namespace octet::modules

@@ -272,11 +272,10 @@ MLPActivation mlp_activation_from_name(std::string_view name) {
 }
 
 LayerNormMLP::LayerNormMLP(int64_t hidden, int64_t ffn, LayerNormMLPOptions options)
-    : Module("LayerNormMLP"),
+    : FP8Module("LayerNormMLP", 2, options.linear.recipe),
       hidden_(hidden),
       ffn_(ffn),
-      options_(options),
-      fp8_(std::make_shared<FP8State>(2, options.linear.recipe)) {
+      options_(options) {
   OCTET_CHECK(hidden > 0 && ffn > 0, "LayerNormMLP(", hidden, ", ", ffn,
               "): sizes must be positive");
   norm_.init(hidden, options_.norm);
@@ -325,11 +324,10 @@ Tensor LayerNormMLP::forward(const Tensor& x, FirstMicrobatch first) {
 
 LayerNormLinear::LayerNormLinear(int64_t in_features, int64_t out_features,
                                  LayerNormLinearOptions options)
-    : Module("LayerNormLinear"),
+    : FP8Module("LayerNormLinear", 1, options.linear.recipe),
       in_(in_features),
       out_(out_features),
-      options_(options),
-      fp8_(std::make_shared<FP8State>(1, options.linear.recipe)) {
+      options_(options) {
   OCTET_CHECK(in_features > 0 && out_features > 0, "LayerNormLinear(", in_features, ", ",
               out_features, "): sizes must be positive");
   norm_.init(in_features, options_.norm);

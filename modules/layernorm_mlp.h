@@ -23,29 +23,21 @@ struct LayerNormMLPOptions {
   LinearOptions linear;  // bias, dtype, init, recipe, FP8 primary weights (both GEMMs)
 };
 
-class LayerNormMLP : public Module {
+class LayerNormMLP : public FP8Module {
  public:
   // fc1: hidden -> ffn (2 * ffn for gated activations), fc2: ffn -> hidden.
   LayerNormMLP(int64_t hidden, int64_t ffn, LayerNormMLPOptions options = {});
   Tensor forward(const Tensor& x, FirstMicrobatch first = FirstMicrobatch::kUnset);
 
-  FP8State& fp8_state() { return *fp8_; }
   const WeightStorage& fc1_weight() const { return w1_; }
   const WeightStorage& fc2_weight() const { return w2_; }
   const NormParams& norm() const { return norm_; }
   const Tensor& fc1_bias() const { return b1_; }
   const Tensor& fc2_bias() const { return b2_; }
 
- protected:
-  std::vector<std::pair<std::string, Tensor*>> dynamic_buffers() override {
-    return fp8_->buffers();
-  }
-  FP8Meta* own_fp8_meta() override { return fp8_->meta().get(); }
-
  private:
   int64_t hidden_, ffn_;
   LayerNormMLPOptions options_;
-  std::shared_ptr<FP8State> fp8_;
   NormParams norm_;
   WeightStorage w1_, w2_;
   FP8Weight cache1_, cache2_;
@@ -61,7 +53,7 @@ struct LayerNormLinearOptions {
   ReturnNormOutput return_norm_output = ReturnNormOutput::kNo;
 };
 
-class LayerNormLinear : public Module {
+class LayerNormLinear : public FP8Module {
  public:
   LayerNormLinear(int64_t in_features, int64_t out_features, LayerNormLinearOptions options = {});
   // y; with ReturnNormOutput::kYes, forward_with_norm_output gives (y, norm output).
@@ -69,21 +61,13 @@ class LayerNormLinear : public Module {
   std::pair<Tensor, Tensor> forward_with_norm_output(
       const Tensor& x, FirstMicrobatch first = FirstMicrobatch::kUnset);
 
-  FP8State& fp8_state() { return *fp8_; }
   const WeightStorage& weight() const { return w_; }
   const NormParams& norm() const { return norm_; }
   const Tensor& bias() const { return b_; }
 
- protected:
-  std::vector<std::pair<std::string, Tensor*>> dynamic_buffers() override {
-    return fp8_->buffers();
-  }
-  FP8Meta* own_fp8_meta() override { return fp8_->meta().get(); }
-
  private:
   int64_t in_, out_;
   LayerNormLinearOptions options_;
-  std::shared_ptr<FP8State> fp8_;
   NormParams norm_;
   WeightStorage w_;
   FP8Weight cache_;

@@ -116,11 +116,10 @@ void check_fp8_shapes(ScalingMode mode, const char* module, int64_t rows, int64_
 }  // namespace
 
 Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
-    : Module("Linear"),
+    : FP8Module("Linear", 1, options.recipe),
       in_(in_features),
       out_(out_features),
-      options_(options),
-      fp8_(std::make_shared<FP8State>(1, options.recipe)) {
+      options_(options) {
   OCTET_CHECK(in_features > 0 && out_features > 0, "Linear(", in_features, ", ", out_features,
               "): features must be positive");
   weight_.init(out_, in_, options_, *fp8_, 0, options_.seed);

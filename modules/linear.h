@@ -42,7 +42,7 @@ struct WeightStorage {
   Operand operand(FP8Weight& cache, FP8State* state, int gemm, FirstMicrobatch first);
 };
 
-class Linear : public Module {
+class Linear : public FP8Module {
  public:
   Linear(int64_t in_features, int64_t out_features, LinearOptions options = {});
 
@@ -53,20 +53,12 @@ class Linear : public Module {
   const Tensor& weight() const { return weight_.leaf(); }
   const std::shared_ptr<QuantizedTensor>& fp8_weight() const { return weight_.fp8; }
   const Tensor& bias() const { return bias_; }
-  FP8State& fp8_state() { return *fp8_; }
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
-
- protected:
-  std::vector<std::pair<std::string, Tensor*>> dynamic_buffers() override {
-    return fp8_->buffers();
-  }
-  FP8Meta* own_fp8_meta() override { return fp8_->meta().get(); }
 
  private:
   int64_t in_, out_;
   LinearOptions options_;
-  std::shared_ptr<FP8State> fp8_;
   WeightStorage weight_;
   FP8Weight weight_cache_;
   Tensor bias_;
