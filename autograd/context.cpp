@@ -73,6 +73,7 @@ std::vector<std::shared_ptr<Saveable>> Context::restore_objects() {
     if (s.internal && !s.restored) {
       if (keep_saved_until_graph_dies()) {
         s.object->give_buffers(s.buffers);  // the context keeps its references too
+        s.restored = true;
       } else {
         for (const Tensor& t : s.buffers) unhold(t);
         s.object->give_buffers(std::move(s.buffers));

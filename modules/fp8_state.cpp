@@ -26,6 +26,10 @@ void FP8State::adopt(const Recipe& recipe) {
 }
 
 void FP8State::begin_forward(const Recipe& recipe) {
+  OCTET_CHECK(!locked_ || (recipe_ && *recipe_ == recipe),
+              "this module's FP8 primary weights were ", "made for recipe ",
+              recipe_ ? describe(*recipe_) : std::string("?"), "; the FP8 scope's recipe is ",
+              describe(recipe), " (build the model with the recipe it will run under)");
   if (!recipe_ || !(*recipe_ == recipe)) adopt(recipe);
   if (meta_ && autograd::grad_enabled()) register_fp8_forward(meta_);
 }

@@ -33,6 +33,9 @@ class FP8State {
   // meta and the quantizers) and, for delayed scaling, registers the forward-slot update.
   void begin_forward(const Recipe& recipe);
   const Recipe& recipe() const;
+  // FP8 primary weights are cast with this recipe's quantizers: a scope with another recipe is
+  // then an error (the weights would keep the old format and a meta nobody updates).
+  void lock_recipe() { locked_ = true; }
   bool has_recipe() const { return recipe_.has_value(); }
   uint64_t generation() const { return generation_; }  // bumps on every recipe change
 
@@ -60,6 +63,7 @@ class FP8State {
   std::shared_ptr<FP8Meta> meta_;
   std::vector<std::shared_ptr<Quantizer>> forward_q_, backward_q_;
   uint64_t generation_ = 0;
+  bool locked_ = false;
 };
 
 // Casts for the fused modules; a null state means high precision (the tensor itself).

@@ -162,7 +162,6 @@ struct LayerNormMLPFn {
       ln = f.ln;
       h1 = f.h1_hp;
       a = f.a;
-      keep_for_dgrad(w1o);
     } else {
       stats.mean = s[4].hp;
       stats.rsigma = s[5].hp;
@@ -233,17 +232,22 @@ struct LayerNormLinearFn {
 
   Tensors backward(Context& ctx, const Tensors& grads) {
     const Tensor& dy = grads[0];
+    const Tensor d_norm_out = grads.size() > 1 ? grads[1] : Tensor();
     std::vector<Operand> s = saved.restore(ctx);
     ops::NormForward stats;
     stats.mean = s[2].hp;
     stats.rsigma = s[3].hp;
-    const Operand dyo = cast_grad(fp8.get(), 0, dy, Usage::kBoth);
-    Tensor dln = gemm_dgrad(dyo, s[5], dy.dtype());
-    if (grads.size() > 1 && grads[1].defined()) dln = ops::add(dln, grads[1]);
-    const Tensor dw = gemm_wgrad(dyo, s[4], wgrad_dtype);
-    const Tensor db = has_bias ? ops::sum_rows(dy) : Tensor();
+    // Either output may come without a gradient (only the norm output may be used).
+    Tensor dln = d_norm_out, dw, db;
+    if (dy.defined()) {
+      const Operand dyo = cast_grad(fp8.get(), 0, dy, Usage::kBoth);
+      const Tensor through_linear = gemm_dgrad(dyo, s[5], dy.dtype());
+      dln = dln.defined() ? ops::add(through_linear, dln) : through_linear;
+      dw = gemm_wgrad(dyo, s[4], wgrad_dtype);
+      db = has_bias ? ops::sum_rows(dy) : Tensor();
+      if (fp8) fp8->schedule_backward_update();
+    }
     const ops::NormBackward nb = norm_backward(dln, s[0].hp, stats, s[1].hp, norm);
-    if (fp8) fp8->schedule_backward_update();
     return {nb.dx, nb.dgamma, nb.dbeta, dw, db};
   }
 };

@@ -28,6 +28,7 @@ void WeightStorage::init(int64_t out, int64_t in, const LinearOptions& options, 
   }
   OCTET_CHECK(options.recipe.has_value(),
               "FP8 primary weights need the recipe at construction (LinearOptions::recipe)");
+  state.lock_recipe();
   const Quantizer* q = state.quantizer(forward_slot(gemm, ForwardTensor::kWeight));
   {
     MemTagScope tag(MemTag::kWeights);

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "kernels/ops.h"
 #include "runtime/error.h"
 #include "runtime/float8_tensor.h"
 #include "runtime/mxfp8_tensor.h"
@@ -137,6 +138,17 @@ void Module::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& 
                 "\": CPU tensors only");
     std::memcpy(dst.data(), src->data(), dst.nbytes());
     dst.bump_version();
+  }
+  // FP8 primary weights: the f32 value the optimizer adopts as its master (and MXFP8 rebuilds
+  // column-wise data from) must follow the loaded weight, not stay at its random initial value.
+  // Column-wise data is stale too: drop it (remade from the new row-wise data on demand).
+  for (const Parameter& p : parameters()) {
+    if (!p.is_fp8()) continue;
+    QuantizedTensor& q = **p.fp8;
+    if (q.has(Usage::kColumnwise) && q.has(Usage::kRowwise)) ops::update_usage(q, Usage::kRowwise);
+    if (p.initial_master != nullptr && p.initial_master->defined()) {
+      ops::copy_(*p.initial_master, ops::dequantize(q, DType::kF32));
+    }
   }
 }
 

@@ -12,6 +12,21 @@ namespace octet {
 int num_threads();
 void set_num_threads(int n);
 
+namespace detail {
+// The chunk the calling thread is running inside parallel_for (0 when it runs inline).
+inline thread_local int t_chunk = 0;
+struct ChunkScope {
+  explicit ChunkScope(int chunk) : previous(t_chunk) { t_chunk = chunk; }
+  ~ChunkScope() { t_chunk = previous; }
+  int previous;
+};
+}  // namespace detail
+
+// Index of the chunk the calling body runs, in [0, num_threads()): the slot for per-chunk partial
+// results. Not omp_get_thread_num(), which inside someone else's parallel region (where
+// parallel_for runs inline) can exceed num_threads().
+inline int parallel_chunk() { return detail::t_chunk; }
+
 // Calls f(lo, hi) on disjoint chunks covering [begin, end). The split depends only on the range
 // and the thread count, so per-chunk partial results combine deterministically. Runs inline when
 // the range is under `grain` or when already inside a parallel region.
@@ -22,6 +37,7 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
   const int64_t max_chunks = std::max<int64_t>(1, n / std::max<int64_t>(grain, 1));
   const int threads = static_cast<int>(std::min<int64_t>(num_threads(), max_chunks));
   if (threads <= 1 || omp_in_parallel()) {
+    detail::ChunkScope chunk(0);
     f(begin, end);
     return;
   }
@@ -31,6 +47,7 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
     const int64_t nt = omp_get_num_threads();
     const int64_t lo = begin + n * t / nt;
     const int64_t hi = begin + n * (t + 1) / nt;
+    detail::ChunkScope chunk(static_cast<int>(t));
     if (lo < hi) f(lo, hi);
   }
 }

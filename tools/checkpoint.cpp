@@ -4,8 +4,6 @@
 #include <charconv>
 
 #include "runtime/error.h"
-#include "runtime/float8_tensor.h"
-#include "runtime/mxfp8_tensor.h"
 
 namespace octet::train {
 namespace {
@@ -105,16 +103,8 @@ void load_model_state(modules::Module& model, const Checkpoint& checkpoint) {
     OCTET_FAIL("checkpoint ", checkpoint.path,
                " does not fit the model its config describes: ", e.what());
   }
-  // The loaded bytes replaced the row-wise data only; column-wise copies made before the load
-  // are stale, so drop them and let training rebuild them from the new data.
-  for (const modules::Parameter& p : model.parameters()) {
-    if (!p.is_fp8()) continue;
-    QuantizedTensor& q = **p.fp8;
-    if (q.has(Usage::kColumnwise) && q.has(Usage::kRowwise)) {
-      if (auto* f = dynamic_cast<Float8Tensor*>(&q)) f->drop_usage(Usage::kColumnwise);
-      if (auto* m = dynamic_cast<MXFP8Tensor*>(&q)) m->drop_usage(Usage::kColumnwise);
-    }
-  }
+  // Module::load_state_dict also drops the FP8 primary weights' stale column-wise data and brings
+  // their f32 master in line with the loaded weight; a resumed optimizer then loads its own.
 }
 
 void check_resumable(const config::RunConfig& saved, const config::RunConfig& run,

@@ -105,7 +105,7 @@ void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnw
   const int64_t row_tiles = (rows + kTileRows - 1) / kTileRows;
   parallel_for(0, row_tiles, 1, [&](int64_t t0, int64_t t1) {
     FP8CastCounts* thread_counts =
-        counts ? &partial_counts[static_cast<size_t>(omp_get_thread_num())] : nullptr;
+        counts ? &partial_counts[static_cast<size_t>(parallel_chunk())] : nullptr;
     std::vector<float> buf(static_cast<size_t>(kTileCols));
     std::vector<uint8_t> q(static_cast<size_t>(kTileRows * kTileCols));
     float m = 0.f;
@@ -133,7 +133,7 @@ void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnw
         }
       }
     }
-    partial[static_cast<size_t>(omp_get_thread_num())] = m;
+    partial[static_cast<size_t>(parallel_chunk())] = m;
   });
   if (amax != nullptr) {
     for (float m : partial) *amax = m > *amax ? m : *amax;
@@ -154,7 +154,7 @@ void norm_quantize_fp8(const Tensor& x, const NormRow& norm, float scale, Tensor
   const int64_t row_tiles = (rows + kTileRows - 1) / kTileRows;
   parallel_for(0, row_tiles, 1, [&](int64_t t0, int64_t t1) {
     FP8CastCounts* thread_counts =
-        counts ? &partial_counts[static_cast<size_t>(omp_get_thread_num())] : nullptr;
+        counts ? &partial_counts[static_cast<size_t>(parallel_chunk())] : nullptr;
     std::vector<float> y(static_cast<size_t>(kTileRows * cols));  // (tile rows, C)
     std::vector<uint8_t> q(static_cast<size_t>(kTileRows * cols));
     float m = 0.f;
@@ -175,7 +175,7 @@ void norm_quantize_fp8(const Tensor& x, const NormRow& norm, float scale, Tensor
         }
       }
     }
-    partial[static_cast<size_t>(omp_get_thread_num())] = m;
+    partial[static_cast<size_t>(parallel_chunk())] = m;
   });
   if (amax != nullptr) {
     for (float v : partial) *amax = v > *amax ? v : *amax;

@@ -131,7 +131,7 @@ double sum_of_squares(const Tensor& x) {
       }
       for (int64_t j = 0; j < n; ++j) acc += static_cast<double>(p[j]) * p[j];
     }
-    partial[static_cast<size_t>(omp_get_thread_num())] = acc;
+    partial[static_cast<size_t>(parallel_chunk())] = acc;
   });
   double total = 0;
   for (double p : partial) total += p;

@@ -65,7 +65,7 @@ T reduce(const Tensor& x, T init, Block block, Combine combine) {
       }
       acc = combine(acc, block(p, m));
     }
-    partials[static_cast<size_t>(omp_get_thread_num())] = acc;
+    partials[static_cast<size_t>(parallel_chunk())] = acc;
   });
   T result = init;
   for (const T& p : partials) result = combine(result, p);

@@ -124,3 +124,23 @@ TEST(Reductions, SumRowsIsTheBiasGradient) {
 
 }  // namespace
 }  // namespace octet
+
+namespace octet {
+namespace {
+
+// Inside a caller's parallel region with more threads than octet's pool, reductions run inline
+// and must keep their partial results in range (they indexed by omp_get_thread_num() before).
+TEST(Reductions, InsideAWiderCallerParallelRegion) {
+  const Tensor x = test::random_tensor({1 << 16}, DType::kF32, 11);
+  const float want = ops::sum(x).item();
+  const int threads = num_threads();
+  set_num_threads(2);
+  std::vector<float> got(4, 0.f);
+#pragma omp parallel num_threads(4)
+  { got[static_cast<size_t>(omp_get_thread_num())] = ops::sum(x).item(); }
+  set_num_threads(threads);
+  for (float g : got) EXPECT_FLOAT_EQ(g, want);
+}
+
+}  // namespace
+}  // namespace octet
