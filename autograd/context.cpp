@@ -40,6 +40,7 @@ void Context::save_object(std::shared_ptr<Saveable> object) {
   OCTET_CHECK(object != nullptr, "save_object in ", owner_, ": null object");
   SavedObject saved;
   saved.internal = object->ownership() == Ownership::kInternal;
+  saved.version = object->version();
   if (saved.internal) {
     saved.buffers = object->take_buffers();
     for (const Tensor& t : saved.buffers) hold(t);
@@ -69,7 +70,14 @@ std::vector<std::shared_ptr<Saveable>> Context::restore_objects() {
   check_live("restore");
   std::vector<std::shared_ptr<Saveable>> out;
   out.reserve(objects_.size());
-  for (SavedObject& s : objects_) {
+  for (size_t i = 0; i < objects_.size(); ++i) {
+    SavedObject& s = objects_[i];
+    if (!s.internal) {
+      OCTET_CHECK(s.object->version() == s.version, "owned object #", i,
+                  " saved for the backward of ", owner_,
+                  " was modified in place after it was saved (version ", s.version, ", now ",
+                  s.object->version(), "), e.g. by an optimizer step between forward and backward");
+    }
     if (s.internal && !s.restored) {
       if (keep_saved_until_graph_dies()) {
         s.object->give_buffers(s.buffers);  // the context keeps its references too

@@ -71,6 +71,7 @@ class Context {
     std::shared_ptr<Saveable> object;
     std::vector<Tensor> buffers;  // internal objects: the buffers the context holds
     bool internal = false;
+    uint64_t version = 0;   // owned objects: their version when saved
     bool restored = false;  // internal objects: buffers already handed back to the object
   };
 

@@ -81,7 +81,7 @@ class QuantizedTensor : public Saveable {
   }
 
   // Bumped by every in-place change of the data (quantize_into), like Tensor::version().
-  uint64_t version() const { return version_; }
+  uint64_t version() const override { return version_; }
   void bump_version() { ++version_; }
 
   // True while a save-for-backward context holds the buffers (between take and give).

@@ -24,6 +24,10 @@ class Saveable {
   virtual std::vector<Tensor> take_buffers() = 0;
   // Internal objects only: puts back exactly what take_buffers returned.
   virtual void give_buffers(std::vector<Tensor> buffers) = 0;
+  // Bumped by every in-place change of the values. The context checks it on restoring an owned
+  // object: changed since it was saved (an optimizer step between forward and backward) is a
+  // clear error, not a silently wrong gradient.
+  virtual uint64_t version() const { return 0; }
 };
 
 }  // namespace octet

@@ -170,6 +170,45 @@ TEST(Engine, DroppedGraphFreesInternalBuffersAndLeavesOwnedIntact) {
   EXPECT_TRUE(owned->data().shares_storage(owned_data));
 }
 
+// An owned object changed in place between forward and backward is caught on restore.
+class VersionedBlob final : public Saveable {
+ public:
+  explicit VersionedBlob(Tensor data) : data_(std::move(data)) {}
+  Ownership ownership() const override { return Ownership::kOwned; }
+  std::vector<Tensor> take_buffers() override { return {}; }
+  void give_buffers(std::vector<Tensor>) override {}
+  uint64_t version() const override { return version_; }
+  void change() { ++version_; }
+  const Tensor& data() const { return data_; }
+
+ private:
+  Tensor data_;
+  uint64_t version_ = 0;
+};
+
+struct VersionedMulFn {
+  static constexpr const char* kName = "versioned_mul";
+  std::shared_ptr<VersionedBlob> blob;
+  Tensor forward(Context& ctx, const Tensor& x) {
+    ctx.save_object(blob);
+    return ops::mul(x, blob->data());
+  }
+  Tensors backward(Context& ctx, const Tensors& dy) {
+    auto b = ctx.restore_object<VersionedBlob>(0);
+    return {ops::mul(dy[0], b->data())};
+  }
+};
+
+TEST(Engine, InPlaceChangeOfASavedOwnedObjectIsCaught) {
+  Tensor x = leaf({4}, 24);
+  auto blob = std::make_shared<VersionedBlob>(test::random_tensor({4}, DType::kF32, 25));
+  Tensor loss = sum(apply(VersionedMulFn{blob}, x));
+  blob->change();
+  const std::string e = test::error_of([&] { backward(loss); });
+  EXPECT_NE(e.find("owned object #0"), std::string::npos) << e;
+  EXPECT_NE(e.find("modified in place"), std::string::npos) << e;
+}
+
 TEST(Engine, SecondBackwardNeedsRetainGraph) {
   Tensor x = leaf({4, 4}, 10), w = leaf({4, 4}, 11);
   {
