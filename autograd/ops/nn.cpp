@@ -9,29 +9,20 @@
 namespace octet::autograd {
 namespace {
 
+enum class Gating : uint8_t { kNone, kGated };  // gated: x = [a | g] -> act(a) * g
+
 struct ActivationFn {
   static constexpr const char* kName = "activation";
   Activation act;
+  Gating gating;
   Tensor forward(Context& ctx, const Tensor& x) {
     ctx.save(x);
-    return ops::activation(act, x);
+    return gating == Gating::kGated ? ops::gated_activation(act, x) : ops::activation(act, x);
   }
   Tensors backward(Context& ctx, const Tensors& dy) {
     auto [x] = ctx.restore<1>();
-    return {ops::activation_backward(act, dy[0], x)};
-  }
-};
-
-struct GatedActivationFn {
-  static constexpr const char* kName = "gated_activation";
-  Activation act;
-  Tensor forward(Context& ctx, const Tensor& x) {
-    ctx.save(x);
-    return ops::gated_activation(act, x);
-  }
-  Tensors backward(Context& ctx, const Tensors& dy) {
-    auto [x] = ctx.restore<1>();
-    return {ops::gated_activation_backward(act, dy[0], x)};
+    return {gating == Gating::kGated ? ops::gated_activation_backward(act, dy[0], x)
+                                     : ops::activation_backward(act, dy[0], x)};
   }
 };
 
@@ -143,13 +134,15 @@ struct CrossEntropyFn {
 
 }  // namespace
 
-Tensor activation(Activation act, const Tensor& x) { return apply(ActivationFn{act}, x); }
+Tensor activation(Activation act, const Tensor& x) {
+  return apply(ActivationFn{act, Gating::kNone}, x);
+}
 Tensor gelu(const Tensor& x) { return autograd::activation(Activation::kGelu, x); }
 Tensor relu(const Tensor& x) { return autograd::activation(Activation::kRelu, x); }
 Tensor squared_relu(const Tensor& x) { return autograd::activation(Activation::kSquaredRelu, x); }
 Tensor silu(const Tensor& x) { return autograd::activation(Activation::kSilu, x); }
 Tensor gated_activation(Activation act, const Tensor& x) {
-  return apply(GatedActivationFn{act}, x);
+  return apply(ActivationFn{act, Gating::kGated}, x);
 }
 Tensor softmax(const Tensor& x) { return apply(SoftmaxFn{}, x); }
 
