@@ -30,7 +30,10 @@ Optimizer::Optimizer(std::vector<Parameter> params, OptimizerOptions options)
         s.master = *p.initial_master;
         s.master.storage()->set_tag(MemTag::kOptimizer);
       } else {
+        // A model built without gradients kept no f32 copy: the master starts from the FP8
+        // values, and the module shares it (MXFP8 makes missing column-wise data from it).
         s.master = ops::dequantize(**p.fp8, DType::kF32);
+        if (p.initial_master != nullptr) *p.initial_master = s.master;
       }
     } else if (p.tensor->dtype() == DType::kF32) {
       s.master = *p.tensor;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "autograd/engine.h"
+#include "autograd/grad_mode.h"
 #include "autograd/ops/arithmetic.h"
 #include "autograd/variable.h"
 #include "kernels/ops.h"
@@ -79,6 +80,41 @@ TEST(Regression, Fp8PrimaryWeightsRefuseAnotherRecipe) {
     m.forward(test::random_tensor({32, 64}, DType::kF32, 4));
   });
   EXPECT_NE(e.find("FP8 primary weights were made for recipe"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace octet::modules
+
+namespace octet::modules {
+namespace {
+
+// MXFP8 primary weights: built without gradients (row-wise only), then trained: the column-wise
+// data is requantized from the f32 master, and the optimizer step requantizes the weight.
+TEST(Regression, Mxfp8PrimaryWeightsTrainFromRowwiseOnly) {
+  LayerNormMLPOptions o;
+  o.linear.recipe = Recipe::mxfp8();
+  o.linear.fp8_primary_weights = FP8PrimaryWeights::kYes;
+  std::unique_ptr<LayerNormMLP> built;
+  {
+    autograd::NoGradGuard no_grad;  // built for inference: row-wise data only, no f32 copy
+    built = std::make_unique<LayerNormMLP>(64, 128, o);
+  }
+  LayerNormMLP& m = *built;
+  ASSERT_FALSE(m.fc1_weight().fp8->has(Usage::kColumnwise));
+  Optimizer opt(m.parameters(), {});
+  const std::vector<float> before = ops::dequantize(*m.fc1_weight().fp8, DType::kF32).to_floats();
+  Tensor x = test::random_tensor({32, 64}, DType::kF32, 5);
+  autograd::set_requires_grad(x);
+  Tensor y;
+  {
+    FP8Autocast scope(Recipe::mxfp8());
+    y = m.forward(x);
+  }
+  autograd::backward(autograd::sum(y));
+  EXPECT_TRUE(m.fc1_weight().fp8->has(Usage::kColumnwise));
+  EXPECT_TRUE(autograd::grad(x).defined());
+  opt.step(1e-2f);
+  EXPECT_NE(ops::dequantize(*m.fc1_weight().fp8, DType::kF32).to_floats(), before);
 }
 
 }  // namespace
