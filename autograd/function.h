@@ -60,12 +60,13 @@ template <typename Fn, typename... Inputs>
 auto apply(Fn fn, const Inputs&... inputs) {
   static_assert((std::is_same_v<Inputs, Tensor> && ...), "apply() takes Tensor inputs only");
   using Result = decltype(fn.forward(std::declval<Context&>(), inputs...));
+  // What an operation makes is an activation unless the caller tagged it otherwise.
+  const MemTag tag = current_mem_tag() == MemTag::kOther ? MemTag::kActivations : current_mem_tag();
+  MemTagScope activations(tag);
   if (!grad_enabled() || !detail::any_requires_grad(inputs...)) {
     Context discard(false);
     return fn.forward(discard, inputs...);
   }
-  const MemTag tag = current_mem_tag() == MemTag::kOther ? MemTag::kActivations : current_mem_tag();
-  MemTagScope activations(tag);
   auto node = std::make_shared<FunctionNode<Fn>>(std::move(fn), 0);
   for (const Tensor* t : {&inputs...}) {
     node->next_edges().push_back(gradient_edge(*t));

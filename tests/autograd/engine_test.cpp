@@ -255,6 +255,7 @@ TEST(Engine, NoGradAndInferenceModeRecordNothing) {
     EXPECT_FALSE(grad_enabled());
     Tensor y = matmul(x, w);
     EXPECT_EQ(grad_fn(y), nullptr);
+    EXPECT_EQ(y.storage()->tag(), MemTag::kActivations);  // counted as what it is, not "other"
     EXPECT_FALSE(requires_grad(y));
     EXPECT_EQ(saved_bytes(), base);
     {
