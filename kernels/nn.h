@@ -45,8 +45,8 @@ NormForward layernorm(const Tensor& x, const Tensor& gamma, const Tensor* beta, 
 NormForward rmsnorm(const Tensor& x, const Tensor& gamma, float eps, ZeroCenteredGamma zc);
 
 // The norm fused with the per-tensor FP8 cast of its output (delayed scaling), in one pass: rows
-// are normalized a tile at a time and cast from a small buffer, so no high-precision output is
-// made. q = fp8(y * scale) row-wise (x's shape) and/or column-wise ((C, rows)); max |y| is
+// are normalized one at a time into a one-row buffer and cast from it, so no high-precision output
+// is made. q = fp8(y * scale) row-wise (x's shape) and/or column-wise ((C, rows)); max |y| is
 // max-accumulated into amax[0]. The FP8 values equal quantize_fp8 of layernorm's y bit for bit.
 // Returns mean (LayerNorm) and rsigma; y is undefined. `counts` (nullable) gets the cast's
 // saturated / flushed / total counts added, as quantize_fp8's does.

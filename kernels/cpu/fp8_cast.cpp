@@ -88,6 +88,22 @@ void transpose_tiles(const T* in, T* out, int64_t rows, int64_t cols) {
   });
 }
 
+// Writes a tile of cast bytes q (n_rows x n_cols, row stride q_stride) transposed into the
+// column-wise output (cols x rows of the whole tensor) at rows [r0, r0 + n_rows), columns c0...
+void write_columnwise_tile(const uint8_t* q, int64_t q_stride, int64_t n_rows, int64_t n_cols,
+                           int64_t r0, int64_t c0, int64_t rows, uint8_t* col_out) {
+  for (int64_t c = 0; c < n_cols; ++c) {
+    uint8_t* dst = col_out + (c0 + c) * rows + r0;
+    for (int64_t r = 0; r < n_rows; ++r) dst[r] = q[r * q_stride + c];
+  }
+}
+
+// Max-accumulates the per-chunk maxima into *amax (when asked for).
+void merge_amax(const std::vector<float>& partial, float* amax) {
+  if (amax == nullptr) return;
+  for (float m : partial) *amax = m > *amax ? m : *amax;
+}
+
 }  // namespace
 
 void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnwise, float* amax,
@@ -125,19 +141,12 @@ void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnw
           m = tile_max > m ? tile_max : m;
           if (row_out && col_out) std::memcpy(q.data() + (r - r0) * kTileCols, dst, w);
         }
-        if (col_out) {
-          for (int64_t c = 0; c < w; ++c) {
-            uint8_t* dst = col_out + (c0 + c) * rows + r0;
-            for (int64_t r = 0; r < r1 - r0; ++r) dst[r] = q[r * kTileCols + c];
-          }
-        }
+        if (col_out) write_columnwise_tile(q.data(), kTileCols, r1 - r0, w, r0, c0, rows, col_out);
       }
     }
     partial[static_cast<size_t>(parallel_chunk())] = m;
   });
-  if (amax != nullptr) {
-    for (float m : partial) *amax = m > *amax ? m : *amax;
-  }
+  merge_amax(partial, amax);
   add_counts(partial_counts, rows * cols, counts);
 }
 
@@ -155,31 +164,23 @@ void norm_quantize_fp8(const Tensor& x, const NormRow& norm, float scale, Tensor
   parallel_for(0, row_tiles, 1, [&](int64_t t0, int64_t t1) {
     FP8CastCounts* thread_counts =
         counts ? &partial_counts[static_cast<size_t>(parallel_chunk())] : nullptr;
-    std::vector<float> y(static_cast<size_t>(kTileRows * cols));  // (tile rows, C)
+    std::vector<float> y(static_cast<size_t>(cols));  // (C,): one normalized row at a time
     std::vector<uint8_t> q(static_cast<size_t>(kTileRows * cols));
     float m = 0.f;
     for (int64_t r0 = t0 * kTileRows; r0 < std::min(rows, t1 * kTileRows); r0 += kTileRows) {
       const int64_t r1 = std::min(rows, r0 + kTileRows);
       for (int64_t r = r0; r < r1; ++r) {
-        float* yr = y.data() + (r - r0) * cols;
-        norm(px + r * cols, yr, mean ? mean + r : nullptr, rsigma + r);
+        norm(px + r * cols, y.data(), mean ? mean + r : nullptr, rsigma + r);
         uint8_t* dst = row_out ? row_out + r * cols : q.data() + (r - r0) * cols;
-        const float row_max = cast_any(fp8, yr, cols, scale, dst, thread_counts);
+        const float row_max = cast_any(fp8, y.data(), cols, scale, dst, thread_counts);
         m = row_max > m ? row_max : m;
         if (row_out && col_out) std::memcpy(q.data() + (r - r0) * cols, dst, cols);
       }
-      if (col_out) {
-        for (int64_t c = 0; c < cols; ++c) {
-          uint8_t* dst = col_out + c * rows + r0;
-          for (int64_t r = 0; r < r1 - r0; ++r) dst[r] = q[r * cols + c];
-        }
-      }
+      if (col_out) write_columnwise_tile(q.data(), cols, r1 - r0, cols, r0, 0, rows, col_out);
     }
     partial[static_cast<size_t>(parallel_chunk())] = m;
   });
-  if (amax != nullptr) {
-    for (float v : partial) *amax = v > *amax ? v : *amax;
-  }
+  merge_amax(partial, amax);
   add_counts(partial_counts, rows * cols, counts);
 }
 

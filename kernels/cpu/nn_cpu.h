@@ -34,8 +34,8 @@ class NormRow {
   std::vector<float> scale_, bias_;
 };
 
-// The norm of every row of x (rows, C) cast to FP8 in the same pass: rows are normalized a tile at
-// a time into a small buffer and cast from there (row-wise and/or column-wise, amax of the norm
+// The norm of every row of x (rows, C) cast to FP8 in the same pass: each row is normalized into
+// a one-row buffer and cast from there (row-wise and/or column-wise, amax of the norm
 // output max-accumulated into *amax), so no high-precision output exists. mean may be null;
 // counts (nullable) gets the cast's saturated / flushed / total counts added.
 void norm_quantize_fp8(const Tensor& x, const NormRow& norm, float scale, Tensor* rowwise,
