@@ -10,6 +10,7 @@
 #include "autograd/variable.h"
 #include "modules/fp8_autocast.h"
 #include "modules/gpt.h"
+#include "tests/modules/module_test_util.h"
 #include "tests/modules/transformer_reference.h"
 #include "tests/support/test_util.h"
 
@@ -56,13 +57,7 @@ Result run(Module& m, const Forward& forward, const Tensor& x_in, const Tensor& 
            const Recipe* recipe) {
   Tensor x = x_in.clone();
   autograd::set_requires_grad(x);
-  Tensor y;
-  if (recipe != nullptr) {
-    FP8Autocast scope(*recipe);
-    y = forward(x);
-  } else {
-    y = forward(x);
-  }
+  Tensor y = test::with_fp8(recipe, [&] { return forward(x); });
   autograd::backward(y, g);
   Result r{y.to_floats(), autograd::grad(x).to_floats(), {}};
   for (const Parameter& p : m.parameters()) {

@@ -9,6 +9,7 @@
 #include "modules/fp8_autocast.h"
 #include "modules/layernorm_mlp.h"
 #include "modules/linear.h"
+#include "tests/modules/module_test_util.h"
 #include "tests/support/test_util.h"
 
 namespace octet::modules {
@@ -23,13 +24,7 @@ template <typename M>
 Result16 run(M& m, const Tensor& weight_leaf, const Tensor& x_in, const Recipe* recipe) {
   Tensor x = x_in.clone();
   autograd::set_requires_grad(x);
-  Tensor y;
-  if (recipe != nullptr) {
-    FP8Autocast scope(*recipe);
-    y = m.forward(x);
-  } else {
-    y = m.forward(x);
-  }
+  Tensor y = test::with_fp8(recipe, [&] { return m.forward(x); });
   autograd::backward(autograd::sum(y));
   Result16 r{y.to_floats(), autograd::grad(x).to_floats(), autograd::grad(weight_leaf).to_floats(),
              autograd::grad(x).dtype(), autograd::grad(weight_leaf).dtype()};

@@ -10,6 +10,7 @@
 #include "modules/fp8_autocast.h"
 #include "modules/gpt.h"
 #include "modules/optimizer.h"
+#include "tests/modules/module_test_util.h"
 
 namespace octet::modules {
 namespace {
@@ -60,13 +61,7 @@ std::vector<float> train(const Recipe* recipe) {
   std::vector<float> losses;
   for (int64_t step = 0; step < kSteps; ++step) {
     const Batch b = sort_batch(step);
-    Tensor loss;
-    if (recipe != nullptr) {
-      FP8Autocast scope(*recipe);
-      loss = gpt.loss(b.ids, b.targets);
-    } else {
-      loss = gpt.loss(b.ids, b.targets);
-    }
+    Tensor loss = test::with_fp8(recipe, [&] { return gpt.loss(b.ids, b.targets); });
     losses.push_back(loss.item());
     autograd::backward(loss);
     clip_grad_norm(opt.parameters(), 1.0);

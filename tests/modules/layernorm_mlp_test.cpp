@@ -18,6 +18,7 @@
 #include "modules/fp8_autocast.h"
 #include "modules/optimizer.h"
 #include "runtime/float8_tensor.h"
+#include "tests/modules/module_test_util.h"
 #include "tests/support/test_util.h"
 
 namespace octet::modules {
@@ -51,13 +52,7 @@ Result reference(const LayerNormMLP& m, const Tensor& x_in, const Tensor& g, Act
 Result run(LayerNormMLP& m, const Tensor& x_in, const Tensor& g, const Recipe* recipe) {
   Tensor x = x_in.clone();
   autograd::set_requires_grad(x);
-  Tensor y;
-  if (recipe != nullptr) {
-    FP8Autocast scope(*recipe);
-    y = m.forward(x);
-  } else {
-    y = m.forward(x);
-  }
+  Tensor y = test::with_fp8(recipe, [&] { return m.forward(x); });
   autograd::backward(y, g);
   Result r{y.to_floats(), autograd::grad(x).to_floats(), autograd::grad(m.norm().gamma).to_floats(),
            autograd::grad(m.fc1_weight().leaf()).to_floats(),
