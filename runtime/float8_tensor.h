@@ -36,6 +36,8 @@ class Float8Tensor final : public QuantizedTensor {
   void give_buffers(std::vector<Tensor> buffers) override;
 
  private:
+  std::vector<Tensor> held_buffers() const override { return {rowwise_, columnwise_, scale_inv_}; }
+
   Tensor rowwise_;
   Tensor columnwise_;
   Tensor scale_inv_;

@@ -1,8 +1,9 @@
 // FP8Meta: slot allocation and the delayed-scaling update rule.
 #include "runtime/fp8_meta.h"
 
-#include <cfloat>
 #include <cmath>
+
+#include "runtime/fp8_scaling.h"
 
 namespace octet {
 namespace {
@@ -44,13 +45,10 @@ void update_fp8_slot(FP8Slot& slot, float fp8_max, int margin, AmaxComputeAlgo a
   h[0] = 0.f;
   slot.amax_history.bump_version();
 
+  // The rule itself lives in runtime/fp8_scaling.h, shared with the CUDA slot update.
   float* scale = slot.scale.data_as<float>();
-  if (std::isfinite(amax) && amax > 0.f) {
-    float s = (fp8_max / amax) / std::ldexp(1.f, margin);
-    if (std::isinf(s)) s = FLT_MAX;
-    *scale = s;
-  }
-  *slot.scale_inv.data_as<float>() = 1.f / *scale;
+  *scale = delayed_scale(amax, *scale, fp8_max, margin);
+  *slot.scale_inv.data_as<float>() = scale_inverse(*scale);
   slot.scale.bump_version();
   slot.scale_inv.bump_version();
 }

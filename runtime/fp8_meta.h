@@ -68,6 +68,12 @@ class FP8Meta {
   // Applies the update rule to every slot of one direction (forward: at the outermost FP8 scope's
   // exit; backward: at the end of the backward pass).
   void update(FP8Direction direction);
+  // The slots of one direction, for a batched update across metas (ops::update_fp8_metas, one
+  // launch for every CUDA slot of every module), which then calls count_update.
+  std::vector<FP8Slot>& slots(FP8Direction direction) {
+    return direction == FP8Direction::kForward ? forward_ : backward_;
+  }
+  void count_update(FP8Direction direction) { ++update_counts_[static_cast<size_t>(direction)]; }
   // How many times update() ran for a direction: the FP8 scope promises once per step.
   int64_t update_count(FP8Direction direction) const {
     return update_counts_[static_cast<size_t>(direction)];

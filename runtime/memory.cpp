@@ -6,11 +6,8 @@
 #include <memory>
 #include <mutex>
 
+#include "runtime/cuda.h"
 #include "runtime/error.h"
-
-#if OCTET_WITH_CUDA
-#include <cuda_runtime_api.h>
-#endif
 
 namespace octet {
 namespace {
@@ -43,32 +40,6 @@ class CpuAllocator final : public Allocator {
   }
   void deallocate(void* ptr, size_t) override { std::free(ptr); }
 };
-
-#if OCTET_WITH_CUDA
-class CudaAllocator final : public Allocator {
- public:
-  explicit CudaAllocator(int index) : index_(index) {}
-  void* allocate(size_t bytes) override {
-    if (bytes == 0) return nullptr;
-    require_device(Device::cuda(index_));
-    int previous = 0;
-    cudaGetDevice(&previous);
-    cudaSetDevice(index_);
-    void* ptr = nullptr;
-    const cudaError_t status = cudaMalloc(&ptr, bytes);
-    cudaSetDevice(previous);
-    OCTET_CHECK(status == cudaSuccess, "cudaMalloc of ", bytes, " bytes on cuda:", index_,
-                " failed: ", cudaGetErrorString(status));
-    return ptr;
-  }
-  void deallocate(void* ptr, size_t) override {
-    if (ptr != nullptr) cudaFree(ptr);
-  }
-
- private:
-  int index_;
-};
-#endif
 
 }  // namespace
 
@@ -138,12 +109,7 @@ Allocator& allocator_for(Device device) {
   if (device.is_cpu()) return cpu;
 #if OCTET_WITH_CUDA
   require_device(device);
-  static std::mutex mutex;
-  static std::map<int, std::unique_ptr<CudaAllocator>> cuda;
-  std::lock_guard lock(mutex);
-  auto& slot = cuda[device.index];
-  if (!slot) slot = std::make_unique<CudaAllocator>(device.index);
-  return *slot;
+  return cuda::detail::device_allocator(device.index);
 #else
   OCTET_FAIL("device ", device, " requested but octet was built without CUDA");
 #endif

@@ -43,6 +43,10 @@ class MXFP8Tensor final : public QuantizedTensor {
   void give_buffers(std::vector<Tensor> buffers) override;
 
  private:
+  std::vector<Tensor> held_buffers() const override {
+    return {rowwise_, rowwise_scales_, columnwise_, columnwise_scales_};
+  }
+
   Tensor rowwise_;
   Tensor rowwise_scales_;
   Tensor columnwise_;

@@ -47,6 +47,14 @@ int64_t QuantizedTensor::rows() const {
 
 int64_t QuantizedTensor::cols() const { return shape_.empty() ? 1 : shape_.back(); }
 
+void QuantizedTensor::move_to(Device device) {
+  check_buffers_present("move_to");
+  for (const Tensor& t : held_buffers()) {
+    if (t.defined()) t.move_storage_to(device);
+  }
+  device_ = device;
+}
+
 std::string QuantizedTensor::describe() const {
   std::ostringstream out;
   out << dtype_ << " " << scaling_mode_name(scaling_mode()) << " " << shape_str(shape_) << " "

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "runtime/saveable.h"
 #include "runtime/tensor.h"
@@ -73,6 +74,8 @@ class QuantizedTensor : public Saveable {
   virtual ScalingMode scaling_mode() const = 0;
   // Bytes of every buffer held (data and scales).
   virtual size_t nbytes() const = 0;
+  // Moves every buffer held to `device` in place (Storage::move_to): handles sharing them follow.
+  void move_to(Device device);
 
   // The quantizer that made this tensor (null when built from raw buffers).
   const std::shared_ptr<const Quantizer>& quantizer() const { return quantizer_; }
@@ -91,6 +94,8 @@ class QuantizedTensor : public Saveable {
   std::string describe() const;
 
  protected:
+  // Every buffer held (data, scales, scale_inv), for move_to.
+  virtual std::vector<Tensor> held_buffers() const = 0;
   QuantizedTensor(Shape shape, DType dtype, Usage usage, Ownership ownership, Device device);
   // Throws a clear error when the buffers are with a context (accessing data would crash).
   void check_buffers_present(const char* what) const;

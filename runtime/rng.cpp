@@ -1,32 +1,21 @@
-// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3") and the fills.
+// The generator and the random fills over the Philox4x32-10 stream of runtime/philox.h.
 #include "runtime/rng.h"
 
 #include <cmath>
 
 #include "runtime/parallel.h"
+#include "runtime/philox.h"
 #include "runtime/tensor.h"
 
 namespace octet {
 namespace detail {
 
 std::array<uint32_t, 4> philox(uint64_t counter, uint64_t seed) {
-  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
-  constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
-  std::array<uint32_t, 4> c = {static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32),
-                               0u, 0u};
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-  for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = static_cast<uint64_t>(kMul0) * c[0];
-    const uint64_t p1 = static_cast<uint64_t>(kMul1) * c[2];
-    c = {static_cast<uint32_t>(p1 >> 32) ^ c[1] ^ k0, static_cast<uint32_t>(p1),
-         static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k1, static_cast<uint32_t>(p0)};
-    k0 += kWeyl0;
-    k1 += kWeyl1;
-  }
-  return c;
+  const PhiloxBlock b = philox_block(counter, seed);
+  return {b.w[0], b.w[1], b.w[2], b.w[3]};
 }
 
-uint32_t philox_draw(uint64_t seed, uint64_t index) { return philox(index / 4, seed)[index % 4]; }
+uint32_t philox_draw(uint64_t seed, uint64_t index) { return philox_word(seed, index); }
 
 float u32_to_uniform(uint32_t bits) { return static_cast<float>(bits >> 8) * 0x1.0p-24f; }
 

@@ -35,7 +35,7 @@ class Generator {
 };
 
 namespace detail {
-// The Philox4x32-10 block for counter `counter` and key `seed`.
+// The Philox4x32-10 block for counter `counter` and key `seed` (runtime/philox.h).
 std::array<uint32_t, 4> philox(uint64_t counter, uint64_t seed);
 // Draw number `index` of the stream of `seed`.
 uint32_t philox_draw(uint64_t seed, uint64_t index);

@@ -1,7 +1,13 @@
 // Storage lifetime: allocation, accounting, retagging, release.
 #include "runtime/storage.h"
 
+#include <cstring>
+
 #include "runtime/error.h"
+
+#if OCTET_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 namespace octet {
 
@@ -23,6 +29,28 @@ void Storage::set_tag(MemTag tag) {
   if (tag == tag_) return;
   memory_tracker(device_).on_retag(tag_, tag, nbytes_);
   tag_ = tag;
+}
+
+void Storage::move_to(Device device) {
+  if (device == device_) return;
+  void* moved = allocator_for(device).allocate(nbytes_);
+  if (nbytes_ > 0) {
+#if OCTET_WITH_CUDA
+    const cudaError_t status = cudaMemcpy(moved, data_, nbytes_, cudaMemcpyDefault);
+    if (status != cudaSuccess) allocator_for(device).deallocate(moved, nbytes_);
+    OCTET_CHECK(status == cudaSuccess, "moving ", nbytes_, " bytes from ", device_, " to ", device,
+                " failed: ", cudaGetErrorString(status));
+#else
+    OCTET_CHECK(device.is_cpu() && device_.is_cpu(), "moving storage from ", device_, " to ",
+                device, " needs a CUDA build");
+    std::memcpy(moved, data_, nbytes_);
+#endif
+  }
+  memory_tracker(device).on_allocate(tag_, nbytes_);
+  allocator_for(device_).deallocate(data_, nbytes_);
+  memory_tracker(device_).on_free(tag_, nbytes_);
+  data_ = moved;
+  device_ = device;
 }
 
 void Storage::hold_for_backward() {

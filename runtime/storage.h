@@ -29,6 +29,11 @@ class Storage {
   // Moves this storage's bytes to another tag (e.g. an activation that becomes saved state).
   void set_tag(MemTag tag);
 
+  // Moves the bytes to `device` in place (new buffer, copy, old buffer freed; same tag, same
+  // version): every tensor sharing this storage follows. Module::to moves parameters, FP8 data
+  // and metas this way, so quantizers and saved handles that share them need no rewiring.
+  void move_to(Device device);
+
   // Save-for-backward holds. While at least one context holds this storage, bytes that were
   // counted as computed data (kActivations or kOther) are counted as kSaved; parameters and other
   // owned tags keep theirs. The last release puts the original tag back.

@@ -165,6 +165,20 @@ Tensor Tensor::to(Device device) const {
   return t;
 }
 
+void Tensor::move_storage_to(Device device) const {
+  OCTET_CHECK(defined(), "move_storage_to of an undefined tensor");
+  require_device(device);
+  storage_->move_to(device);
+}
+
+void Tensor::copy_bytes_from(const Tensor& src) {
+  OCTET_CHECK(defined() && src.defined(), "copy_bytes_from: undefined tensor");
+  OCTET_CHECK(src.dtype() == dtype_ && src.numel() == numel(), "copy_bytes_from: ", src,
+              " does not match ", *this, " in dtype and element count");
+  copy_bytes(device(), data(), src.device(), src.data(), nbytes());
+  bump_version();
+}
+
 std::vector<float> Tensor::to_floats() const {
   std::vector<float> values(static_cast<size_t>(numel()));
   if (device().is_cpu()) {

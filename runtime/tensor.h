@@ -75,6 +75,12 @@ class Tensor {
   Tensor clone() const;
   // Copy to `device` (new storage; a copy even when already there).
   Tensor to(Device device) const;
+  // Moves the storage itself to `device` (runtime/storage.h Storage::move_to): this tensor, its
+  // views and every handle sharing the storage now live there.
+  void move_storage_to(Device device) const;
+  // Overwrites this tensor's bytes with src's (same dtype and element count, any two devices)
+  // and bumps the version.
+  void copy_bytes_from(const Tensor& src);
   // Host copy of the elements as f32 (CPU only; exact for every dtype but i64 > 2^24).
   std::vector<float> to_floats() const;
   float item() const;  // the one element of a one-element tensor, as f32
