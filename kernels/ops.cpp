@@ -1,23 +1,19 @@
 // Argument checks and device dispatch for kernels/ops.h.
 #include "kernels/ops.h"
 
-#include "kernels/cpu/cpu_ops.h"
+#include <cmath>
 
-#if OCTET_WITH_CUDA
-#include "kernels/cuda/cuda_ops.h"
-#endif
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "runtime/memory.h"
 
 namespace octet::ops {
 namespace {
 
+using detail::Backend;
+
 void check_defined(const char* op, const Tensor& t, const char* name) {
   OCTET_CHECK(t.defined(), op, ": ", name, " is an undefined tensor");
-}
-
-// The CPU backend is complete; the CUDA backend says "not supported" per op until it has it.
-void require_cpu(const char* op, const Tensor& t) {
-  OCTET_CHECK(t.device().is_cpu(), op, " is not supported on ", t.device(),
-              " yet (the CUDA backend implements: quantize_fp8)");
 }
 
 void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
@@ -31,20 +27,29 @@ void check_arith_dtype(const char* op, const Tensor& t) {
               ": expected an f32, bf16 or f16 tensor, got ", t);
 }
 
-float scalar_of(const char* op, const Tensor* t, const char* name) {
+void check_scalar(const char* op, const Tensor* t, const char* name) {
   OCTET_CHECK(t != nullptr && t->defined(), op, ": ", name, " is required");
   OCTET_CHECK(t->numel() == 1 && t->dtype() == DType::kF32, op, ": ", name,
               " must be a one-element f32 tensor, got ", *t);
-  return t->item();
 }
 
 Tensor scalar_tensor(float value) { return Tensor::from_floats({value}, {1}); }
+
+// A one-element f32 result on x's device: CPU reductions return a host float, CUDA ones write a
+// device tensor (no wait for the host).
+template <typename CpuFn, typename CudaFn>
+Tensor reduction(const Tensor& x, CpuFn on_cpu, [[maybe_unused]] CudaFn on_cuda) {
+  const Backend on(x);
+  if (!on.cuda()) return scalar_tensor(on_cpu());
+  Tensor out = Tensor::empty({1}, DType::kF32, x.device());
+  OCTET_CUDA_CALL(on_cuda(out));
+  return out;
+}
 
 Tensor binary(cpu::BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
   check_defined(name, a, "a");
   check_defined(name, b, "b");
   check_same_device(name, a, b);
-  require_cpu(name, a);
   check_arith_dtype(name, a);
   check_arith_dtype(name, b);
   const bool row = b.dim() == 1 && a.dim() >= 1 && b.numel() == a.cols();
@@ -52,7 +57,12 @@ Tensor binary(cpu::BinaryOp op, const char* name, const Tensor& a, const Tensor&
               shape_str(b.shape()), " do not match (b must have a's shape or be a row of ",
               a.dim() >= 1 ? a.cols() : 1, " elements)");
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
-  cpu::binary(op, a, b, out);
+  const Backend on(a);
+  if (on.cuda()) {
+    OCTET_CUDA_CALL(cuda::binary(op, a, b, out));
+  } else {
+    cpu::binary(op, a, b, out);
+  }
   return out;
 }
 
@@ -65,10 +75,14 @@ Tensor div(const Tensor& a, const Tensor& b) { return binary(cpu::BinaryOp::kDiv
 
 Tensor scale(const Tensor& x, float s) {
   check_defined("scale", x, "x");
-  require_cpu("scale", x);
   check_arith_dtype("scale", x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  cpu::scale(x, s, out);
+  const Backend on(x);
+  if (on.cuda()) {
+    OCTET_CUDA_CALL(cuda::scale(x, s, out));
+  } else {
+    cpu::scale(x, s, out);
+  }
   return out;
 }
 
@@ -76,28 +90,40 @@ void add_(Tensor& dst, const Tensor& src, float alpha) {
   check_defined("add_", dst, "dst");
   check_defined("add_", src, "src");
   check_same_device("add_", dst, src);
-  require_cpu("add_", dst);
   check_arith_dtype("add_", dst);
   check_arith_dtype("add_", src);
   OCTET_CHECK(dst.shape() == src.shape(), "add_: shapes ", shape_str(dst.shape()), " and ",
               shape_str(src.shape()), " differ");
-  cpu::axpy(dst, src, alpha);
+  const Backend on(dst);
+  if (on.cuda()) {
+    OCTET_CUDA_CALL(cuda::axpy(dst, src, alpha));
+  } else {
+    cpu::axpy(dst, src, alpha);
+  }
   dst.bump_version();
 }
 
 void scale_(Tensor& dst, float s) {
   check_defined("scale_", dst, "dst");
-  require_cpu("scale_", dst);
   check_arith_dtype("scale_", dst);
-  cpu::scale(dst, s, dst);
+  const Backend on(dst);
+  if (on.cuda()) {
+    OCTET_CUDA_CALL(cuda::scale(dst, s, dst));
+  } else {
+    cpu::scale(dst, s, dst);
+  }
   dst.bump_version();
 }
 
 void fill_(Tensor& dst, float value) {
   check_defined("fill_", dst, "dst");
-  require_cpu("fill_", dst);
   OCTET_CHECK(!is_fp8(dst.dtype()), "fill_: ", dst, " is FP8; quantize_fp8 writes FP8 data");
-  cpu::fill(dst, value);
+  const Backend on(dst);
+  if (on.cuda()) {
+    OCTET_CUDA_CALL(cuda::fill(dst, value));
+  } else {
+    cpu::fill(dst, value);
+  }
   dst.bump_version();
 }
 
@@ -105,64 +131,80 @@ void copy_(Tensor& dst, const Tensor& src) {
   check_defined("copy_", dst, "dst");
   check_defined("copy_", src, "src");
   check_same_device("copy_", dst, src);
-  require_cpu("copy_", dst);
   check_arith_dtype("copy_", dst);
   check_arith_dtype("copy_", src);
   OCTET_CHECK(dst.shape() == src.shape(), "copy_: shapes ", shape_str(dst.shape()), " and ",
               shape_str(src.shape()), " differ");
-  cpu::convert(src, dst);
+  const Backend on(dst);
+  if (on.cuda()) {
+    OCTET_CUDA_CALL(cuda::convert(src, dst));
+  } else {
+    cpu::convert(src, dst);
+  }
   dst.bump_version();
 }
 
 Tensor cast(const Tensor& x, DType dtype) {
   check_defined("cast", x, "x");
-  require_cpu("cast", x);
   check_arith_dtype("cast", x);
   OCTET_CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16,
               "cast: target dtype ", dtype, " is not f32, bf16 or f16 (FP8: use quantize_fp8)");
   Tensor out = Tensor::empty(x.shape(), dtype, x.device());
-  cpu::convert(x, out);
+  const Backend on(x);
+  if (on.cuda()) {
+    OCTET_CUDA_CALL(cuda::convert(x, out));
+  } else {
+    cpu::convert(x, out);
+  }
   return out;
 }
 
 Tensor sum(const Tensor& x) {
   check_defined("sum", x, "x");
-  require_cpu("sum", x);
   check_arith_dtype("sum", x);
-  return scalar_tensor(cpu::sum(x));
+  return reduction(
+      x, [&] { return cpu::sum(x); }, [&](Tensor& out) { OCTET_CUDA_CALL(cuda::sum(x, out)); });
 }
 
 Tensor mean(const Tensor& x) {
   check_defined("mean", x, "x");
   OCTET_CHECK(x.numel() > 0, "mean of an empty tensor ", x);
-  require_cpu("mean", x);
   check_arith_dtype("mean", x);
-  return scalar_tensor(
-      static_cast<float>(static_cast<double>(cpu::sum(x)) / static_cast<double>(x.numel())));
+  const double n = static_cast<double>(x.numel());
+  return reduction(
+      x, [&] { return static_cast<float>(static_cast<double>(cpu::sum(x)) / n); },
+      [&](Tensor& out) {
+        OCTET_CUDA_CALL(cuda::sum(x, out));
+        OCTET_CUDA_CALL(cuda::scale(out, static_cast<float>(1.0 / n), out));
+      });
 }
 
 Tensor max(const Tensor& x) {
   check_defined("max", x, "x");
   OCTET_CHECK(x.numel() > 0, "max of an empty tensor ", x);
-  require_cpu("max", x);
   check_arith_dtype("max", x);
-  return scalar_tensor(cpu::max(x));
+  return reduction(
+      x, [&] { return cpu::max(x); }, [&](Tensor& out) { OCTET_CUDA_CALL(cuda::max(x, out)); });
 }
 
 Tensor amax(const Tensor& x) {
   check_defined("amax", x, "x");
-  require_cpu("amax", x);
   check_arith_dtype("amax", x);
-  return scalar_tensor(cpu::amax(x));
+  return reduction(
+      x, [&] { return cpu::amax(x); }, [&](Tensor& out) { OCTET_CUDA_CALL(cuda::amax(x, out)); });
 }
 
 Tensor sum_rows(const Tensor& x) {
   check_defined("sum_rows", x, "x");
-  require_cpu("sum_rows", x);
   check_arith_dtype("sum_rows", x);
   OCTET_CHECK(x.dim() >= 1, "sum_rows: needs at least one dimension, got ", x);
   Tensor out = Tensor::empty({x.cols()}, x.dtype(), x.device());
-  cpu::sum_rows(x, out);
+  const Backend on(x);
+  if (on.cuda()) {
+    OCTET_CUDA_CALL(cuda::sum_rows(x, out));
+  } else {
+    cpu::sum_rows(x, out);
+  }
   return out;
 }
 
@@ -197,15 +239,11 @@ void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor*
                 ": amax must be a one-element f32 tensor, got ", *amax);
     check_same_device(op, x, *amax);
   }
-#if OCTET_WITH_CUDA
-  if (x.device().is_cuda()) {
-    OCTET_CHECK(counts == nullptr, op,
-                ": counting saturated and flushed elements is not supported on CUDA yet");
-    cuda::quantize_fp8(x, scale, rowwise, columnwise, amax);
-  } else
-#endif
-  {
-    require_cpu(op, x);
+  const Backend on(x);
+  if (on.cuda()) {
+    // The cast counts are CPU diagnostics (host memory); a CUDA cast leaves them untouched.
+    OCTET_CUDA_CALL(cuda::quantize_fp8(x, scale, rowwise, columnwise, amax));
+  } else {
     cpu::quantize_fp8(x, scale.item(), rowwise, columnwise, amax ? amax->data_as<float>() : nullptr,
                       counts);
   }
@@ -216,9 +254,13 @@ void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor*
 
 Tensor transpose_2d(const Tensor& x) {
   check_defined("transpose_2d", x, "x");
-  require_cpu("transpose_2d", x);
   Tensor out = Tensor::empty({x.cols(), x.rows()}, x.dtype(), x.device());
-  cpu::transpose_2d(x, out);
+  const Backend on(x);
+  if (on.cuda()) {
+    OCTET_CUDA_CALL(cuda::transpose_2d(x, out));
+  } else {
+    cpu::transpose_2d(x, out);
+  }
   return out;
 }
 
@@ -228,10 +270,15 @@ Tensor dequantize_fp8(const Tensor& data, const Tensor& scale_inv, DType dtype) 
   OCTET_CHECK(is_fp8(data.dtype()), op, ": data must be e4m3 or e5m2, got ", data);
   OCTET_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, op,
               ": output dtype must be f32 or bf16, got ", dtype);
-  require_cpu(op, data);
-  const float s = scalar_of(op, &scale_inv, "scale_inv");
+  check_scalar(op, &scale_inv, "scale_inv");
+  check_same_device(op, data, scale_inv);
   Tensor out = Tensor::empty(data.shape(), dtype, data.device());
-  cpu::dequantize_fp8(data, s, out);
+  const Backend on(data);
+  if (on.cuda()) {
+    OCTET_CUDA_CALL(cuda::dequantize_fp8(data, scale_inv, out));
+  } else {
+    cpu::dequantize_fp8(data, scale_inv.item(), out);
+  }
   return out;
 }
 
@@ -243,7 +290,6 @@ void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, Tensor& 
   check_defined(op, out, "out");
   check_same_device(op, a, b);
   check_same_device(op, a, out);
-  require_cpu(op, a);
   OCTET_CHECK(a.dim() >= 2 && b.dim() >= 2, op, ": operands must be at least 2-D, got ", a, " and ",
               b);
   const bool a_fp8 = is_fp8(a.dtype()), b_fp8 = is_fp8(b.dtype());
@@ -270,10 +316,26 @@ void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, Tensor& 
                 op, ": bias must be an f32 or bf16 tensor of ", n, " elements, got ", bias);
     check_same_device(op, a, bias);
   }
-  float alpha = options.alpha;
-  if (a_fp8) alpha *= scalar_of(op, options.a_scale_inv, "a_scale_inv (FP8 operand a)");
-  if (b_fp8) alpha *= scalar_of(op, options.b_scale_inv, "b_scale_inv (FP8 operand b)");
-  cpu::gemm(a, ta, b, tb, out, alpha, options.accumulate, options.bias);
+  if (a_fp8) check_scalar(op, options.a_scale_inv, "a_scale_inv (FP8 operand a)");
+  if (b_fp8) check_scalar(op, options.b_scale_inv, "b_scale_inv (FP8 operand b)");
+  const Tensor* a_scale_inv = a_fp8 ? options.a_scale_inv : nullptr;
+  const Tensor* b_scale_inv = b_fp8 ? options.b_scale_inv : nullptr;
+  for (const Tensor* s : {a_scale_inv, b_scale_inv}) {
+    if (s != nullptr) check_same_device(op, a, *s);
+  }
+  const Backend on(a);
+  if (on.cuda()) {
+    OCTET_CUDA_CALL(cuda::gemm(a, ta, b, tb, out, options.alpha, options.accumulate, options.bias,
+                               a_scale_inv, b_scale_inv,
+                               options.fp8_accumulation == FP8Accumulation::kFast
+                                   ? cuda::GemmRole::kFprop
+                                   : cuda::GemmRole::kGeneric));
+  } else {
+    float alpha = options.alpha;
+    if (a_scale_inv != nullptr) alpha *= a_scale_inv->item();
+    if (b_scale_inv != nullptr) alpha *= b_scale_inv->item();
+    cpu::gemm(a, ta, b, tb, out, alpha, options.accumulate, options.bias);
+  }
   out.bump_version();
 }
 
@@ -291,9 +353,19 @@ Tensor gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, DType 
 }
 
 Tensor gemm_operand_for(const Tensor& t, const Tensor& other) {
-  return t.dtype() == other.dtype() || t.dtype() == DType::kF32 ? t : cast(t, DType::kF32);
+  if (t.dtype() == other.dtype()) return t;
+  if (t.device().is_cuda()) {
+    // Tensor cores: a bf16 weight meets an f32 activation in bf16 (the autocast rule).
+    return t.dtype() == DType::kBF16 ? t : cast(t, DType::kBF16);
+  }
+  return t.dtype() == DType::kF32 ? t : cast(t, DType::kF32);
 }
 
-void release_workspace() { cpu::release_workspace(); }
+void release_workspace() {
+  cpu::release_workspace();
+#if OCTET_WITH_CUDA
+  if (cuda_device_count() > 0) cuda::release_workspace();
+#endif
+}
 
 }  // namespace octet::ops

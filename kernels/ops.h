@@ -47,12 +47,17 @@ Tensor transpose_2d(const Tensor& x);
 Tensor dequantize_fp8(const Tensor& data, const Tensor& scale_inv, DType dtype);
 
 // ---- GEMM: out (M, N) = alpha * op(a) · op(b) [+ out] [+ bias] ----
+// On CUDA, cuBLASLt runs it (FP8 operands with their scale_inv read on the device).
 // Row-major; op(a) is (M, K): `a` is (M, K) or, transposed, (K, M); op(b) is (K, N): `b` is
 // (K, N) or, transposed, (N, K). Leading dimensions of 3-D+ operands fold into rows.
 // Operands: both f32, both bf16, or both FP8 (e4m3/e5m2 in any mix) with their scale_inv.
 // Accumulation in f32; out is f32 or bf16.
 enum class Transpose : uint8_t { kNo, kYes };
 enum class Accumulate : uint8_t { kNo, kYes };
+// FP8 tensor-core accumulation on CUDA (TE's defaults: kFast for the forward GEMM, kSplit, which
+// promotes partial sums to f32 at intervals, for dgrad and wgrad). The CPU accumulates in f32
+// either way.
+enum class FP8Accumulation : uint8_t { kSplit, kFast };
 
 struct GemmOptions {
   float alpha = 1.f;
@@ -60,6 +65,7 @@ struct GemmOptions {
   const Tensor* bias = nullptr;             // (N,) f32 or bf16, added to every row
   const Tensor* a_scale_inv = nullptr;      // one-element f32, required for FP8 `a`
   const Tensor* b_scale_inv = nullptr;      // one-element f32, required for FP8 `b`
+  FP8Accumulation fp8_accumulation = FP8Accumulation::kSplit;
 };
 
 void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, Tensor& out,
@@ -70,7 +76,8 @@ Tensor gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, DType 
 
 // A high-precision GEMM operand as the other operand can meet it: `t` itself when the dtypes
 // agree or `t` is f32, else `t` in f32 (bf16/f16 convert exactly), so that a bf16 weight and an
-// f32 activation multiply in f32.
+// f32 activation multiply in f32 on the CPU. On CUDA the other way: f32 meets bf16 in bf16, so
+// the GEMM runs on tensor cores (the autocast rule).
 Tensor gemm_operand_for(const Tensor& t, const Tensor& other);
 
 // Frees the cached GEMM conversion workspace (counted under MemTag::kWorkspace while held).

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "runtime/tensor.h"
 
@@ -23,6 +24,16 @@ struct AdamWHyper {
 //   w -= lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
 // `master`, `m`, `v` f32 of one shape; `grad` f32 or bf16 of that shape. Bumps versions.
 void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h);
+
+// The same rule for many tensors at once (an optimizer's step): on CUDA one launch updates them
+// all (a multi-tensor kernel); on the CPU each is a pass of adamw_step.
+struct AdamWTensors {
+  Tensor* master;      // f32
+  const Tensor* grad;  // f32 or bf16, master's shape
+  Tensor* m;           // f32
+  Tensor* v;           // f32
+};
+void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h);
 
 // SGD with momentum (PyTorch's form): buf = momentum buf + g (buf = g at the first step);
 // w -= lr * buf. momentum 0 skips the buffer (it may be undefined then).

@@ -2,16 +2,14 @@
 // in-place requantization and the FP8 GEMM layouts.
 #include "kernels/quantized.h"
 
+#include "kernels/backend.h"
 #include "kernels/cpu/mxfp8_cpu.h"
 #include "runtime/memory.h"
 
 namespace octet::ops {
 namespace {
 
-void require_cpu(const char* op, const Tensor& t) {
-  OCTET_CHECK(t.device().is_cpu(), op, " is not supported on ", t.device(),
-              " yet (the CUDA backend implements: quantize_fp8)");
-}
+using detail::Backend;
 
 void check_high_precision(const char* op, const Tensor& x, const char* name) {
   OCTET_CHECK(x.defined(), op, ": ", name, " is an undefined tensor");
@@ -139,8 +137,11 @@ void quantize_mxfp8(const Tensor& x, Usage direction, Tensor& data, Tensor& scal
               ", got ", scales);
   OCTET_CHECK(data.device() == x.device() && scales.device() == x.device(), op,
               ": input and outputs on different devices");
-  require_cpu(op, x);
-  if (row) {
+  const Backend on(x);
+  if (on.cuda()) {
+    OCTET_CUDA_CALL(row ? cuda::quantize_mxfp8_rowwise(x, data, scales)
+                        : cuda::quantize_mxfp8_columnwise(x, data, scales));
+  } else if (row) {
     cpu::quantize_mxfp8_rowwise(x, data, scales);
   } else {
     cpu::quantize_mxfp8_columnwise(x, data, scales);
@@ -159,9 +160,15 @@ Tensor dequantize_mxfp8(const Tensor& data, const Tensor& scales, DType dtype) {
               scales);
   OCTET_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, op,
               ": output dtype must be f32 or bf16, got ", dtype);
-  require_cpu(op, data);
+  OCTET_CHECK(scales.device() == data.device(), op, ": data on ", data.device(),
+              " but exponents on ", scales.device());
   Tensor out = Tensor::empty(data.shape(), dtype, data.device());
-  cpu::dequantize_mxfp8(data, scales, out);
+  const Backend on(data);
+  if (on.cuda()) {
+    OCTET_CUDA_CALL(cuda::dequantize_mxfp8(data, scales, out));
+  } else {
+    cpu::dequantize_mxfp8(data, scales, out);
+  }
   return out;
 }
 
@@ -226,6 +233,43 @@ void quantize_into(QuantizedTensor& dst, const Tensor& src, AmaxRecording amax) 
   dst.quantizer()->quantize_into(dst, src, amax);
 }
 
+void update_fp8_metas(const std::vector<FP8Meta*>& metas, FP8Direction direction) {
+#if OCTET_WITH_CUDA
+  std::vector<cuda::SlotUpdate> slots;
+  Device device;
+#endif
+  for (FP8Meta* meta : metas) {
+    OCTET_CHECK(meta != nullptr, "update_fp8_metas: null FP8Meta");
+    std::vector<FP8Slot>& own = meta->slots(direction);
+    const bool on_cuda = !own.empty() && own.front().scale.device().is_cuda();
+    if (!on_cuda) {
+      meta->update(direction);
+      continue;
+    }
+#if OCTET_WITH_CUDA
+    const Recipe& r = meta->recipe();
+    for (FP8Slot& s : own) {
+      OCTET_CHECK(slots.empty() || s.scale.device() == device,
+                  "update_fp8_metas: FP8 metas on more than one CUDA device (", device, " and ",
+                  s.scale.device(), ")");
+      device = s.scale.device();
+      slots.push_back({&s, fp8_max(r.dtype(direction)), r.margin, r.amax_compute_algo});
+    }
+    meta->count_update(direction);
+#endif
+  }
+#if OCTET_WITH_CUDA
+  if (slots.empty()) return;
+  cuda::DeviceGuard guard(device);
+  cuda::update_fp8_slots(slots);
+  for (const cuda::SlotUpdate& u : slots) {
+    u.slot->amax_history.bump_version();
+    u.slot->scale.bump_version();
+    u.slot->scale_inv.bump_version();
+  }
+#endif
+}
+
 std::string_view gemm_layout_name(GemmLayout layout) {
   switch (layout) {
     case GemmLayout::kFprop:
@@ -276,14 +320,19 @@ void fp8_gemm(const QuantizedTensor& a, const QuantizedTensor& b, GemmLayout lay
   if (a.scaling_mode() == ScalingMode::kPerTensor) {
     gemm_options.a_scale_inv = &pa.scale_inv;
     gemm_options.b_scale_inv = &pb.scale_inv;
+    gemm_options.fp8_accumulation =
+        layout == GemmLayout::kFprop ? FP8Accumulation::kFast : FP8Accumulation::kSplit;
     gemm(pa.data, Transpose::kNo, pb.data, Transpose::kYes, out_2d, gemm_options);
   } else {
     // Every expanded value is exact in f32, and so is every product of two of them: the f32
-    // GEMM's accumulation is the only rounding, as on the FP8 tensor cores.
+    // GEMM's accumulation is the only rounding, as on the FP8 tensor cores. On CUDA the blocks
+    // expand to bf16 instead (FP8 mantissas fit, and bf16 has f32's exponent range) for a bf16
+    // tensor-core GEMM with f32 accumulation: Hopper has no block-scaled FP8 GEMM.
     MemTagScope workspace(MemTag::kWorkspace);
-    const Tensor a32 = dequantize_mxfp8(pa.data, pa.scales, DType::kF32);
-    const Tensor b32 = dequantize_mxfp8(pb.data, pb.scales, DType::kF32);
-    gemm(a32, Transpose::kNo, b32, Transpose::kYes, out_2d, gemm_options);
+    const DType expanded = a.device().is_cuda() ? DType::kBF16 : DType::kF32;
+    const Tensor ax = dequantize_mxfp8(pa.data, pa.scales, expanded);
+    const Tensor bx = dequantize_mxfp8(pb.data, pb.scales, expanded);
+    gemm(ax, Transpose::kNo, bx, Transpose::kYes, out_2d, gemm_options);
   }
 }
 

@@ -5,9 +5,11 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "kernels/ops.h"
 #include "runtime/float8_tensor.h"
+#include "runtime/fp8_meta.h"
 #include "runtime/mxfp8_tensor.h"
 #include "runtime/quantized_tensor.h"
 
@@ -44,6 +46,11 @@ void update_usage(QuantizedTensor& t, Usage usage, const Tensor* source = nullpt
 // the slot's history[0] in the same pass; current scaling computes a new scale from src; MXFP8
 // recomputes every block. Bumps dst's version. Equal, bit for bit, to a fresh quantize of src.
 void quantize_into(QuantizedTensor& dst, const Tensor& src, AmaxRecording amax);
+
+// ---- delayed scaling ----
+// The once-per-step update (FP8Meta::update's rule) of `direction`'s slots of every meta: CPU
+// metas slot by slot, the slots of all CUDA metas together in one launch.
+void update_fp8_metas(const std::vector<FP8Meta*>& metas, FP8Direction direction);
 
 // ---- FP8 GEMM ----
 // With Y = X·Wᵀ (X (M, K), W (N, K)), the three GEMMs of a linear layer. Every layout computes

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/backend.h"
 #include "kernels/ops.h"
 
 namespace octet {
@@ -41,22 +42,34 @@ Cast cast_per_tensor(const Tensor& x, const Tensor& scale, DType dtype, Usage us
   return c;
 }
 
-// 1 / scale rounded to nearest, as a new (1,) f32 tensor on `device` (under the caller's tag).
-Tensor inverse_of(float scale, Device device) {
-  Tensor t = Tensor::from_floats({1.f / scale}, {1});
-  return device.is_cpu() ? t : t.to(device);
+// scale_inv[0] = 1 / scale[0] rounded to nearest, in place, on scale's device (a CUDA scale is
+// never read back by the host: the GPU computes the inverse in-stream).
+void write_inverse(const Tensor& scale, Tensor& scale_inv) {
+  const ops::detail::Backend on(scale);
+  if (on.cuda()) {
+    OCTET_CUDA_CALL(cuda::reciprocal(scale, scale_inv));
+  } else {
+    *scale_inv.data_as<float>() = 1.f / scale.item();
+  }
+  scale_inv.bump_version();
+}
+
+// 1 / scale as a new (1,) f32 tensor on scale's device (under the caller's tag).
+Tensor inverse_of(const Tensor& scale) {
+  Tensor t = Tensor::empty({1}, DType::kF32, scale.device());
+  write_inverse(scale, t);
+  return t;
 }
 
 // Requantizes src into dst's buffers with `scale`; writes dst's scale_inv in place.
 void requantize_per_tensor(Float8Tensor& dst, const Tensor& src, const Tensor& scale, Tensor* amax,
                            FP8CastCounts* counts = nullptr) {
   Tensor row = dst.rowwise_data(), col = dst.columnwise_data(), scale_inv = dst.scale_inv();
-  OCTET_CHECK(scale_inv.device().is_cpu(), "quantize_into on ", scale_inv.device(),
-              " is not supported yet");
+  OCTET_CHECK(scale_inv.device() == src.device(), "quantize_into: destination on ",
+              scale_inv.device(), " but source on ", src.device());
   ops::quantize_fp8(src, scale, row.defined() ? &row : nullptr, col.defined() ? &col : nullptr,
                     amax, counts);
-  *scale_inv.data_as<float>() = 1.f / scale.item();
-  scale_inv.bump_version();
+  write_inverse(scale, scale_inv);
   dst.bump_version();
 }
 
@@ -113,7 +126,7 @@ std::shared_ptr<QuantizedTensor> DelayedScalingQuantizer::quantize(const Tensor&
   Cast c = cast_per_tensor(x, scale_, dtype_, usage,
                            amax == AmaxRecording::kRecord ? &newest : nullptr, counts_for(amax));
   auto t = std::make_shared<Float8Tensor>(x.shape(), std::move(c.rowwise), std::move(c.columnwise),
-                                          inverse_of(scale_.item(), x.device()), ownership);
+                                          inverse_of(scale_), ownership);
   t->set_quantizer(handle(*this));
   return t;
 }
@@ -122,7 +135,7 @@ std::shared_ptr<Float8Tensor> DelayedScalingQuantizer::adopt(const Shape& shape,
                                                              Tensor columnwise,
                                                              Ownership ownership) const {
   auto t = std::make_shared<Float8Tensor>(shape, std::move(rowwise), std::move(columnwise),
-                                          inverse_of(scale_.item(), scale_.device()), ownership);
+                                          inverse_of(scale_), ownership);
   t->set_quantizer(handle(*this));
   return t;
 }
@@ -165,17 +178,30 @@ float CurrentScalingQuantizer::scale_for(float amax) const {
   return scale;
 }
 
+std::pair<Tensor, Tensor> CurrentScalingQuantizer::scales_for(const Tensor& x) const {
+  const Tensor amax = ops::amax(x);
+  const ops::detail::Backend on(x);
+  if (!on.cuda()) {
+    const Tensor scale = Tensor::from_floats({scale_for(amax.item())}, {1});
+    return {scale, inverse_of(scale)};
+  }
+  // On the GPU the amax, the scale and its inverse never leave the device: no launch waits.
+  Tensor scale = Tensor::empty({1}, DType::kF32, x.device());
+  Tensor scale_inv = Tensor::empty({1}, DType::kF32, x.device());
+  OCTET_CUDA_CALL(
+      cuda::current_scale(amax, fp8_max(dtype_), amax_epsilon_, power_2_scale_, scale, scale_inv));
+  return {scale, scale_inv};
+}
+
 std::shared_ptr<QuantizedTensor> CurrentScalingQuantizer::quantize(const Tensor& x, Usage usage,
                                                                    Ownership ownership,
                                                                    AmaxRecording) const {
   check_input("CurrentScalingQuantizer::quantize", x);
   check_usage("CurrentScalingQuantizer::quantize", usage);
-  const float scale = scale_for(ops::amax(x).item());
-  const Tensor scale_t = Tensor::from_floats({scale}, {1});
-  Cast c = cast_per_tensor(x, x.device().is_cpu() ? scale_t : scale_t.to(x.device()), dtype_, usage,
-                           nullptr);
+  auto [scale, scale_inv] = scales_for(x);
+  Cast c = cast_per_tensor(x, scale, dtype_, usage, nullptr);
   auto t = std::make_shared<Float8Tensor>(x.shape(), std::move(c.rowwise), std::move(c.columnwise),
-                                          inverse_of(scale, x.device()), ownership);
+                                          std::move(scale_inv), ownership);
   t->set_quantizer(handle(*this));
   return t;
 }
@@ -184,8 +210,7 @@ void CurrentScalingQuantizer::quantize_into(QuantizedTensor& dst, const Tensor& 
                                             AmaxRecording) const {
   Float8Tensor& f = float8_destination("CurrentScalingQuantizer::quantize_into", dst, dtype_);
   check_input("CurrentScalingQuantizer::quantize_into", src, &dst.shape());
-  const Tensor scale = Tensor::from_floats({scale_for(ops::amax(src).item())}, {1});
-  requantize_per_tensor(f, src, scale, nullptr);
+  requantize_per_tensor(f, src, scales_for(src).first, nullptr);
 }
 
 std::string CurrentScalingQuantizer::describe() const {

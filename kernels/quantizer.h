@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "runtime/float8_tensor.h"
 #include "runtime/fp8_meta.h"
@@ -76,6 +77,9 @@ class CurrentScalingQuantizer final : public Quantizer {
   float scale_for(float amax) const;
 
  private:
+  // (scale, scale_inv) for x, as (1,) f32 tensors on x's device.
+  std::pair<Tensor, Tensor> scales_for(const Tensor& x) const;
+
   DType dtype_;
   Power2Scale power_2_scale_;
   float amax_epsilon_;

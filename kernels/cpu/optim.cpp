@@ -1,9 +1,11 @@
-// Optimizer kernels on the CPU: one pass per tensor, vectorised, split across threads.
+// Optimizer kernels on the CPU (one pass per tensor, vectorised, split across threads), and the
+// optimizer ops' checks and dispatch to kernels/cuda.
 #include "kernels/optim.h"
 
 #include <cmath>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/simd.h"
 #include "runtime/parallel.h"
@@ -18,10 +20,29 @@ void check_same(const char* op, const Tensor& a, const char* an, const Tensor& b
               " differ in shape");
 }
 
-void check_f32_cpu(const char* op, const Tensor& t, const char* name) {
+// f32 and on `device` (the master's).
+void check_f32(const char* op, const Tensor& t, const char* name, Device device) {
   OCTET_CHECK(t.defined() && t.dtype() == DType::kF32, op, ": ", name,
               " must be an f32 tensor, got ", t);
-  OCTET_CHECK(t.device().is_cpu(), op, " is not supported on ", t.device(), " yet");
+  OCTET_CHECK(t.device() == device, op, ": ", name, " is on ", t.device(), " but the master on ",
+              device);
+}
+
+void check_adamw(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
+                 const AdamWHyper& h) {
+  constexpr const char* op = "adamw_step";
+  OCTET_CHECK(master.defined(), op, ": master is an undefined tensor");
+  check_f32(op, master, "master", master.device());
+  check_f32(op, m, "m", master.device());
+  check_f32(op, v, "v", master.device());
+  OCTET_CHECK(grad.dtype() == DType::kF32 || grad.dtype() == DType::kBF16, op,
+              ": gradient must be f32 or bf16, got ", grad);
+  OCTET_CHECK(grad.device() == master.device(), op, ": gradient on ", grad.device(),
+              " but master on ", master.device());
+  check_same(op, master, "master", grad, "grad");
+  check_same(op, master, "master", m, "m");
+  check_same(op, master, "master", v, "v");
+  OCTET_CHECK(h.step >= 1, op, ": step must be >= 1, got ", h.step);
 }
 
 OCTET_VECTOR_CLONES
@@ -67,19 +88,7 @@ void for_grad_blocks(const Tensor& grad, Body body) {
   });
 }
 
-}  // namespace
-
-void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h) {
-  constexpr const char* op = "adamw_step";
-  check_f32_cpu(op, master, "master");
-  check_f32_cpu(op, m, "m");
-  check_f32_cpu(op, v, "v");
-  OCTET_CHECK(grad.dtype() == DType::kF32 || grad.dtype() == DType::kBF16, op,
-              ": gradient must be f32 or bf16, got ", grad);
-  check_same(op, master, "master", grad, "grad");
-  check_same(op, master, "master", m, "m");
-  check_same(op, master, "master", v, "v");
-  OCTET_CHECK(h.step >= 1, op, ": step must be >= 1, got ", h.step);
+void adamw_cpu(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h) {
   const float c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta1), h.step));
   const float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta2), h.step));
   const float decay = 1.f - h.lr * h.weight_decay;
@@ -89,20 +98,55 @@ void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const 
   for_grad_blocks(grad, [&](const float* g, int64_t i, int64_t n) {
     adamw_block(pw + i, g, pm + i, pv + i, n, h.lr, h.beta1, h.beta2, h.eps, decay, c1, c2);
   });
-  master.bump_version();
-  m.bump_version();
-  v.bump_version();
+}
+
+}  // namespace
+
+void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h) {
+  adamw_step({AdamWTensors{&master, &grad, &m, &v}}, h);
+}
+
+void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h) {
+  if (tensors.empty()) return;
+  const Device device = tensors.front().master->device();
+  for (const AdamWTensors& t : tensors) {
+    OCTET_CHECK(t.master && t.grad && t.m && t.v, "adamw_step: a null tensor in the list");
+    check_adamw(*t.master, *t.grad, *t.m, *t.v, h);
+    OCTET_CHECK(t.master->device() == device, "adamw_step: tensors on ", device, " and ",
+                t.master->device(), " in one step");
+  }
+  const detail::Backend on(*tensors.front().master);
+  if (on.cuda()) {
+    OCTET_CUDA_CALL(cuda::adamw_step(tensors, h));
+  } else {
+    for (const AdamWTensors& t : tensors) adamw_cpu(*t.master, *t.grad, *t.m, *t.v, h);
+  }
+  for (const AdamWTensors& t : tensors) {
+    t.master->bump_version();
+    t.m->bump_version();
+    t.v->bump_version();
+  }
 }
 
 void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
               float weight_decay, int64_t step) {
   constexpr const char* op = "sgd_step";
-  check_f32_cpu(op, master, "master");
+  OCTET_CHECK(master.defined(), op, ": master is an undefined tensor");
+  check_f32(op, master, "master", master.device());
   check_same(op, master, "master", grad, "grad");
+  OCTET_CHECK(grad.device() == master.device(), op, ": gradient on ", grad.device(),
+              " but master on ", master.device());
   const bool use_buf = momentum != 0.f;
   if (use_buf) {
-    check_f32_cpu(op, buf, "momentum buffer");
+    check_f32(op, buf, "momentum buffer", master.device());
     check_same(op, master, "master", buf, "momentum buffer");
+  }
+  const detail::Backend on(master);
+  if (on.cuda()) {
+    OCTET_CUDA_CALL(cuda::sgd_step(master, grad, buf, lr, momentum, weight_decay, step));
+    master.bump_version();
+    if (use_buf) buf.bump_version();
+    return;
   }
   float* pw = master.data_as<float>();
   float* pb = use_buf ? buf.data_as<float>() : nullptr;
@@ -116,6 +160,10 @@ void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float m
 double sum_of_squares(const Tensor& x) {
   OCTET_CHECK(x.dtype() == DType::kF32 || x.dtype() == DType::kBF16,
               "sum_of_squares: f32 or bf16 expected, got ", x);
+  const detail::Backend on(x);
+  if (on.cuda()) {
+    OCTET_CUDA_CALL(return cuda::sum_of_squares(x));
+  }
   std::vector<double> partial(static_cast<size_t>(num_threads()), 0.0);
   const bool f32 = x.dtype() == DType::kF32;
   const auto* px = static_cast<const uint8_t*>(x.data());

@@ -1,80 +1,219 @@
-// FP8 quantize on the GPU: the same element rule as the CPU (runtime/fp8.h), amax fused.
+// FP8 per-tensor cast on the GPU: quantize (row-wise and/or column-wise in one pass, amax fused),
+// the tiled transpose, and dequantize. The element rule is runtime/fp8.h, shared with the CPU
+// (kernels/cpu/fp8_cast.cpp), so both produce the same bytes.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "kernels/cuda/check.h"
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
-#include "runtime/float16.h"
-#include "runtime/fp8.h"
 
 namespace octet::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-
-int blocks_for(int64_t n) {
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
+template <typename In>
+__device__ __forceinline__ float load_in(const In* x, int64_t i) {
+  if constexpr (sizeof(In) == 4) {
+    return x[i];
+  } else {
+    return from_bf16(x[i]);
+  }
 }
 
-// |x| is non-negative, so its f32 bits order like unsigned integers: atomicMax on the bits is a
-// float max.
-__device__ void atomic_max_abs(float* target, float value) {
-  atomicMax(reinterpret_cast<unsigned int*>(target), __float_as_uint(value));
+template <bool kE4M3>
+__device__ __forceinline__ uint8_t cast_fp8(float v) {
+  return kE4M3 ? to_e4m3(v) : to_e5m2(v);
 }
 
+// Max-accumulates the block's max |x| into *amax (when asked for). Every thread must call it.
+__device__ __forceinline__ void merge_amax(float local, float* amax) {
+  if (amax == nullptr) return;  // uniform over the launch
+  local = block_reduce(local, MaxOp(), 0.f);
+  if (threadIdx.x == 0) atomic_max_nonneg(amax, local);
+}
+
+// Row-wise only: q[i] = fp8(x[i] * scale[0]), a grid-stride loop.
 template <typename In, bool kE4M3>
-__global__ void quantize_kernel(const In* x, const float* scale, uint8_t* rowwise,
-                                uint8_t* columnwise, float* amax, int64_t rows, int64_t cols) {
-  const int64_t n = rows * cols;
+__global__ void quantize_rowwise_kernel(const In* x, const float* scale, uint8_t* rowwise,
+                                        float* amax, int64_t n) {
   const float s = *scale;
   float local = 0.f;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    float v;
-    if constexpr (sizeof(In) == 4) {
-      v = x[i];
-    } else {
-      v = from_bf16(x[i]);
-    }
+    const float v = load_in(x, i);
     const float a = fabsf(v);
     local = a > local ? a : local;  // NaN compares false: ignored
-    const uint8_t q = kE4M3 ? to_e4m3(v * s) : to_e5m2(v * s);
-    if (rowwise != nullptr) rowwise[i] = q;
-    if (columnwise != nullptr) columnwise[(i % cols) * rows + i / cols] = q;
+    rowwise[i] = cast_fp8<kE4M3>(v * s);
   }
-  if (amax != nullptr) atomic_max_abs(amax, local);
+  merge_amax(local, amax);
 }
 
-template <typename In>
-void launch(const Tensor& x, const Tensor& scale, uint8_t* row, uint8_t* col, float* amax,
-            bool e4m3) {
+// One block per kTile x kTile tile of x: each element is cast once; its byte goes to the
+// row-wise output directly and through shared memory to the column-wise output (cols, rows), so
+// that both outputs are written along their rows.
+constexpr int kTile = 64;
+constexpr int kTileThreads = 256;
+constexpr int kTileLanes = kTileThreads / kTile;  // rows (then columns) handled per pass
+
+template <typename In, bool kE4M3>
+__global__ void quantize_tile_kernel(const In* x, const float* scale, uint8_t* rowwise,
+                                     uint8_t* columnwise, float* amax, int64_t rows, int64_t cols,
+                                     int64_t col_tiles) {
+  // +4 bytes per row: a column read (one byte from each of 32 rows) then hits 32 banks.
+  __shared__ uint8_t tile[kTile][kTile + 4];
+  const int64_t r0 = (blockIdx.x / col_tiles) * kTile;
+  const int64_t c0 = (blockIdx.x % col_tiles) * kTile;
+  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
+  const float s = *scale;
+  float local = 0.f;
+  const int64_t c = c0 + tx;
+  for (int rr = ty; rr < kTile; rr += kTileLanes) {
+    const int64_t r = r0 + rr;
+    if (r < rows && c < cols) {
+      const int64_t i = r * cols + c;
+      const float v = load_in(x, i);
+      const float a = fabsf(v);
+      local = a > local ? a : local;  // NaN compares false: ignored
+      const uint8_t q = cast_fp8<kE4M3>(v * s);
+      if (rowwise != nullptr) rowwise[i] = q;
+      tile[rr][tx] = q;
+    }
+  }
+  __syncthreads();
+  // Column-wise row c0 + cc holds x's column c0 + cc: bytes r0.. are consecutive there.
+  const int64_t r = r0 + tx;
+  for (int cc = ty; cc < kTile; cc += kTileLanes) {
+    const int64_t cw = c0 + cc;
+    if (r < rows && cw < cols) columnwise[cw * rows + r] = tile[tx][cc];
+  }
+  merge_amax(local, amax);
+}
+
+template <typename In, bool kE4M3>
+void launch_quantize(const Tensor& x, const Tensor& scale, uint8_t* row, uint8_t* col,
+                     float* amax) {
   const In* px = static_cast<const In*>(x.data());
   const float* ps = scale.data_as<float>();
   const int64_t rows = x.rows(), cols = x.cols();
-  const int blocks = blocks_for(x.numel());
-  if (e4m3) {
-    quantize_kernel<In, true><<<blocks, kThreads>>>(px, ps, row, col, amax, rows, cols);
-  } else {
-    quantize_kernel<In, false><<<blocks, kThreads>>>(px, ps, row, col, amax, rows, cols);
+  const cudaStream_t stream = stream_of(x);
+  if (col == nullptr) {
+    const int64_t n = x.numel();
+    quantize_rowwise_kernel<In, kE4M3>
+        <<<blocks_for(n), kThreads, 0, stream>>>(px, ps, row, amax, n);
+    OCTET_CUDA_LAUNCH_CHECK("quantize_rowwise_kernel");
+    return;
   }
-  OCTET_CUDA_CHECK(cudaGetLastError());
+  const int64_t col_tiles = (cols + kTile - 1) / kTile;
+  const int64_t tiles = (rows + kTile - 1) / kTile * col_tiles;
+  OCTET_CHECK(tiles <= int64_t{0x7FFFFFFF}, "quantize_fp8: ", x, " has too many tiles");
+  quantize_tile_kernel<In, kE4M3><<<static_cast<unsigned>(tiles), kTileThreads, 0, stream>>>(
+      px, ps, row, col, amax, rows, cols, col_tiles);
+  OCTET_CUDA_LAUNCH_CHECK("quantize_tile_kernel");
+}
+
+template <typename In>
+void launch_quantize(const Tensor& x, const Tensor& scale, uint8_t* row, uint8_t* col, float* amax,
+                     bool e4m3) {
+  if (e4m3) {
+    launch_quantize<In, true>(x, scale, row, col, amax);
+  } else {
+    launch_quantize<In, false>(x, scale, row, col, amax);
+  }
+}
+
+// out (cols, rows) = in (rows, cols)ᵀ through a 32 x 33 shared tile: reads and writes both run
+// along rows. Block (32, 8); blockIdx.x enumerates the tiles.
+constexpr int kTransposeTile = 32;
+constexpr int kTransposeLanes = 8;
+
+template <typename T>
+__global__ void transpose_kernel(const T* in, T* out, int64_t rows, int64_t cols,
+                                 int64_t col_tiles) {
+  __shared__ T tile[kTransposeTile][kTransposeTile + 1];
+  const int64_t r0 = (blockIdx.x / col_tiles) * kTransposeTile;
+  const int64_t c0 = (blockIdx.x % col_tiles) * kTransposeTile;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  for (int rr = ty; rr < kTransposeTile; rr += kTransposeLanes) {
+    const int64_t r = r0 + rr, c = c0 + tx;
+    if (r < rows && c < cols) tile[rr][tx] = in[r * cols + c];
+  }
+  __syncthreads();
+  for (int cc = ty; cc < kTransposeTile; cc += kTransposeLanes) {
+    const int64_t c = c0 + cc, r = r0 + tx;
+    if (r < rows && c < cols) out[c * rows + r] = tile[tx][cc];
+  }
+}
+
+template <typename T>
+void launch_transpose(const Tensor& x, Tensor& out) {
+  const int64_t rows = x.rows(), cols = x.cols();
+  const int64_t col_tiles = (cols + kTransposeTile - 1) / kTransposeTile;
+  const int64_t tiles = (rows + kTransposeTile - 1) / kTransposeTile * col_tiles;
+  OCTET_CHECK(tiles <= int64_t{0x7FFFFFFF}, "transpose_2d: ", x, " has too many tiles");
+  transpose_kernel<T>
+      <<<static_cast<unsigned>(tiles), dim3(kTransposeTile, kTransposeLanes), 0, stream_of(x)>>>(
+          static_cast<const T*>(x.data()), static_cast<T*>(out.data()), rows, cols, col_tiles);
+  OCTET_CUDA_LAUNCH_CHECK("transpose_kernel");
+}
+
+// out[i] = fp8 value of q[i] * scale_inv[0], stored as f32 or bf16 (RNE).
+template <bool kE4M3>
+__global__ void dequantize_kernel(const uint8_t* q, const float* scale_inv, void* out, DType dout,
+                                  int64_t n) {
+  const float s = *scale_inv;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = kE4M3 ? from_e4m3(q[i]) : from_e5m2(q[i]);
+    store_f32(out, dout, i, v * s);
+  }
 }
 
 }  // namespace
 
 void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor* columnwise,
                   Tensor* amax) {
+  if (x.numel() == 0) return;
   const DType fp8 = rowwise ? rowwise->dtype() : columnwise->dtype();
   uint8_t* row = rowwise ? rowwise->data_as<uint8_t>() : nullptr;
   uint8_t* col = columnwise ? columnwise->data_as<uint8_t>() : nullptr;
   float* pa = amax ? amax->data_as<float>() : nullptr;
+  const bool e4m3 = fp8 == DType::kE4M3;
   if (x.dtype() == DType::kF32) {
-    launch<float>(x, scale, row, col, pa, fp8 == DType::kE4M3);
+    launch_quantize<float>(x, scale, row, col, pa, e4m3);
   } else {
-    launch<uint16_t>(x, scale, row, col, pa, fp8 == DType::kE4M3);
+    launch_quantize<uint16_t>(x, scale, row, col, pa, e4m3);
   }
+}
+
+void transpose_2d(const Tensor& x, Tensor& out) {
+  if (x.numel() == 0) return;
+  switch (x.element_size()) {
+    case 1:
+      return launch_transpose<uint8_t>(x, out);
+    case 2:
+      return launch_transpose<uint16_t>(x, out);
+    case 4:
+      return launch_transpose<uint32_t>(x, out);
+    case 8:
+      return launch_transpose<uint64_t>(x, out);
+  }
+  OCTET_FAIL("transpose_2d: unsupported element size ", x.element_size());
+}
+
+void dequantize_fp8(const Tensor& data, const Tensor& scale_inv, Tensor& out) {
+  const int64_t n = data.numel();
+  if (n == 0) return;
+  const uint8_t* q = data.data_as<uint8_t>();
+  const float* s = scale_inv.data_as<float>();
+  const cudaStream_t stream = stream_of(data);
+  if (data.dtype() == DType::kE4M3) {
+    dequantize_kernel<true>
+        <<<blocks_for(n), kThreads, 0, stream>>>(q, s, out.data(), out.dtype(), n);
+  } else {
+    dequantize_kernel<false>
+        <<<blocks_for(n), kThreads, 0, stream>>>(q, s, out.data(), out.dtype(), n);
+  }
+  OCTET_CUDA_LAUNCH_CHECK("dequantize_kernel");
 }
 
 }  // namespace octet::cuda

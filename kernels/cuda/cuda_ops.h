@@ -1,11 +1,135 @@
-// CUDA implementations behind kernels/ops.h (compiled only when nvcc is found).
+// CUDA implementations behind kernels/ops.h, nn.h, optim.h and quantized.h (compiled only when
+// nvcc is found). The same contract as the CPU functions in kernels/cpu/: arguments are already
+// validated by the ops layer, every tensor lives on the same CUDA device, and kernels run on
+// that device's octet stream (runtime/cuda.h), in order with every other octet operation.
+// Scalars that the CPU reads on the host (a scale, a scale_inv) stay on the device here: they
+// are one-element f32 device tensors, read by the kernels, so no launch waits for the host.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/nn.h"
+#include "kernels/optim.h"
+#include "kernels/quantizer.h"
+#include "runtime/fp8_meta.h"
 #include "runtime/tensor.h"
 
 namespace octet::cuda {
 
+using cpu::BinaryOp;
+
+// ---- elementwise (elementwise.cu): f32/bf16/f16 in any mix, math in f32, RNE stores ----
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);  // b: a's shape or a row
+void axpy(Tensor& dst, const Tensor& src, float alpha);                   // dst += alpha * src
+void scale(const Tensor& x, float s, Tensor& out);
+void fill(Tensor& dst, float value);           // any dtype but FP8 (u8/i32/i64 too)
+void convert(const Tensor& src, Tensor& dst);  // f32/bf16/f16 <-> f32/bf16/f16
+
+// ---- reductions (reduce.cu): results into one-element f32 device tensors ----
+void sum(const Tensor& x, Tensor& out);       // out (1,) = sum of x
+void max(const Tensor& x, Tensor& out);       // out (1,) = max of x (numel > 0)
+void amax(const Tensor& x, Tensor& out);      // out (1,) = max |x|, NaN ignored, 0 when empty
+void sum_rows(const Tensor& x, Tensor& out);  // x (rows, cols) -> out (cols,), x's dtype
+double sum_of_squares(const Tensor& x);       // f64 accumulation; waits for the result
+
+// ---- FP8 per-tensor (cast.cu) ----
+// q = fp8(x * scale[0]) (runtime/fp8.h rule, bit-equal to the CPU), row-wise and/or column-wise
+// (the byte transpose) in one pass; max |x| max-accumulated into amax[0] (NaN ignored).
 void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor* columnwise,
                   Tensor* amax);
+void transpose_2d(const Tensor& x, Tensor& out);                                // any element size
+void dequantize_fp8(const Tensor& data, const Tensor& scale_inv, Tensor& out);  // f32/bf16 out
+
+// ---- MXFP8 (mxfp8.cu): the layouts of kernels/cpu/mxfp8_cpu.h ----
+void quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales);
+void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales);
+void dequantize_mxfp8(const Tensor& data, const Tensor& scales, Tensor& out);
+
+// ---- GEMM (gemm.cu, cuBLASLt) ----
+// Which GEMM of a layer this is: the forward uses fast FP8 accumulation, dgrad and wgrad split
+// accumulation (TE's defaults). kGeneric is treated like a gradient GEMM.
+enum class GemmRole : uint8_t { kGeneric, kFprop, kDgrad, kWgrad };
+// out (M, N) = alpha * op(a) · op(b) * a_scale_inv[0] * b_scale_inv[0] [+ out] [+ bias].
+// Scale pointers are null for non-FP8 operands.
+void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb, Tensor& out,
+          float alpha, ops::Accumulate accumulate, const Tensor* bias, const Tensor* a_scale_inv,
+          const Tensor* b_scale_inv, GemmRole role);
+void release_workspace();
+
+// ---- nn (activation.cu, softmax.cu, norm.cu, embedding.cu, dropout.cu, loss.cu) ----
+// Floating inputs are f32, outputs are allocated f32 tensors, as in kernels/cpu/nn_cpu.h.
+void activation(ops::Activation act, const Tensor& x, Tensor& y);
+void activation_backward(ops::Activation act, const Tensor& dy, const Tensor& x, Tensor& dx);
+void gated_activation(ops::Activation act, const Tensor& x, Tensor& y);
+void gated_activation_backward(ops::Activation act, const Tensor& dy, const Tensor& x, Tensor& dx);
+void softmax(const Tensor& x, Tensor& y);
+void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx);
+
+// gamma (C,) f32, beta (C,) f32 or null; mean (rows,) is null for rmsnorm; rsigma (rows,).
+void norm_forward(ops::NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor* beta,
+                  float eps, ops::ZeroCenteredGamma zc, Tensor& y, Tensor* mean, Tensor& rsigma);
+// The norm fused with the per-tensor FP8 cast of its output: no high-precision y is written.
+void norm_quantize_fp8(ops::NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor* beta,
+                       float eps, ops::ZeroCenteredGamma zc, const Tensor& scale, Tensor* rowwise,
+                       Tensor* columnwise, Tensor* amax, Tensor* mean, Tensor& rsigma);
+// mean null for rmsnorm; dbeta null when not wanted.
+void norm_backward(const Tensor& dy, const Tensor& x, const Tensor* mean, const Tensor& rsigma,
+                   const Tensor& gamma, ops::ZeroCenteredGamma zc, Tensor& dx, Tensor& dgamma,
+                   Tensor* dbeta);
+
+// ids: i32/i64 device tensor, already checked to lie in range. table f32/bf16/f16.
+void embedding(const Tensor& table, const Tensor& ids, Tensor& out);
+void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable);  // dtable zeroed here
+
+// The CPU's Philox stream: element i keeps when draw (offset + i) of `seed` is >= p (24-bit).
+void dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& y, Tensor& mask);
+void dropout_backward(const Tensor& dy, const Tensor& mask, float p, Tensor& dx);
+
+// Causal attention on packed qkv (B, T, 3, H, D): cuDNN's fused attention where it supports the
+// shape, else octet's own kernels (attention.cu). out (B, T, H*D), lse (B, H, T).
+void causal_attention(const Tensor& qkv, int64_t heads, float scale, Tensor& out, Tensor& lse);
+void causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                               const Tensor& lse, int64_t heads, float scale, Tensor& dqkv);
+// The own kernels alone (the fallback, and the reference the cuDNN path is tested against).
+void causal_attention_fallback(const Tensor& qkv, int64_t heads, float scale, Tensor& out,
+                               Tensor& lse);
+void causal_attention_backward_fallback(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                        const Tensor& lse, int64_t heads, float scale,
+                                        Tensor& dqkv);
+// True when the last causal_attention call on this thread ran on cuDNN (for tests and bench).
+bool last_attention_used_cudnn();
+
+// targets: i32/i64 device tensor, checked. loss (1,) f32 = mean over counted rows (0 if none);
+// lse (N,) f32.
+void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, int64_t count,
+                   Tensor& loss, Tensor& lse);
+void cross_entropy_backward(float grad_per_row, const Tensor& logits, const Tensor& targets,
+                            const Tensor& lse, int64_t ignore_index, Tensor& dlogits);
+
+// ---- optimizers (optim.cu) ----
+using ops::AdamWTensors;
+// Every tensor of the list in one launch (a multi-tensor kernel).
+void adamw_step(const std::vector<AdamWTensors>& tensors, const ops::AdamWHyper& h);
+void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
+              float weight_decay, int64_t step);
+
+// ---- delayed scaling (fp8_meta.cu) ----
+// update_fp8_slot's rule (runtime/fp8_meta.h) for every slot of the list, in one launch.
+struct SlotUpdate {
+  FP8Slot* slot;
+  float fp8_max;
+  int margin;
+  AmaxComputeAlgo algo;
+};
+void update_fp8_slots(const std::vector<SlotUpdate>& slots);
+// Current scaling, CurrentScalingQuantizer::scale_for's rule on the device: amax 0 or not finite
+// gives 1; else fp8_max / max(amax, amax_epsilon), an infinite result FLT_MAX, rounded down to a
+// power of two under Power2Scale::kOn. scale[0] gets it and scale_inv[0] = 1 / scale[0].
+void current_scale(const Tensor& amax, float fp8_max, float amax_epsilon, Power2Scale power_2,
+                   Tensor& scale, Tensor& scale_inv);
+// out[0] = 1 / x[0] (a delayed slot's scale_inv for a new FP8 tensor).
+void reciprocal(const Tensor& x, Tensor& out);
 
 }  // namespace octet::cuda

@@ -1,0 +1,699 @@
+// cuDNN's fused flash attention through the cuDNN 9 backend (graph) API, in the operation-graph
+// spelling cudnn-frontend's SDPA nodes lower to and cuDNN's fused-attention engines match:
+// forward  S = scale·QKᵀ, causal select, softmax with stats (max + log Σexp), O = P·V;
+// backward the recompute graph with dQ accumulated in an f32 buffer (cuDNN >= 9's form).
+// Operands are bf16 copies of octet's f32 tensors; any failure to build a plan returns false.
+#include <cuda_runtime.h>
+#include <cudnn_graph.h>
+
+#include <array>
+#include <compare>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/attention_cudnn.h"
+#include "kernels/cuda/common.cuh"
+#include "runtime/memory.h"
+
+namespace octet::cuda::cudnn {
+namespace {
+
+// ---- checks ----
+
+std::string last_cudnn_error() {
+  char message[1024] = {0};
+  cudnnGetLastErrorString(message, sizeof(message));
+  return message[0] != '\0' ? std::string(" (") + message + ")" : std::string();
+}
+
+#define OCTET_CUDNN_CHECK(call)                                                             \
+  do {                                                                                      \
+    const cudnnStatus_t octet_cudnn_status_ = (call);                                       \
+    OCTET_CHECK(octet_cudnn_status_ == CUDNN_STATUS_SUCCESS, #call,                         \
+                " failed: ", cudnnGetErrorString(octet_cudnn_status_), last_cudnn_error()); \
+  } while (0)
+
+// Names the attribute in the message (the call text alone would not).
+void set_attribute(cudnnBackendDescriptor_t desc, cudnnBackendAttributeName_t name,
+                   cudnnBackendAttributeType_t type, int64_t count, const void* values,
+                   const char* what) {
+  const cudnnStatus_t status = cudnnBackendSetAttribute(desc, name, type, count, values);
+  OCTET_CHECK(status == CUDNN_STATUS_SUCCESS, "cudnnBackendSetAttribute(", what,
+              ") failed: ", cudnnGetErrorString(status), last_cudnn_error());
+}
+#define OCTET_CUDNN_SET(desc, name, type, count, values) \
+  set_attribute(desc, name, type, count, values, #name)
+
+// Why cuDNN was not used, once per distinct message. On stderr: spdlog's headers (runtime/log.h)
+// do not compile under nvcc, so OCTET_LOG_WARN is not available in a .cu file.
+void report_once(const std::string& message) {
+  static std::set<std::string> reported;  // guarded by attention_mutex()
+  if (!reported.insert(message).second) return;
+  std::fprintf(stderr, "[octet] cuDNN attention not used, octet's kernels run instead: %s\n",
+               message.c_str());
+}
+
+// ---- descriptors ----
+
+// An owned backend descriptor.
+class Desc {
+ public:
+  explicit Desc(cudnnBackendDescriptorType_t type) {
+    OCTET_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &desc_));
+  }
+  ~Desc() {
+    if (desc_ != nullptr) cudnnBackendDestroyDescriptor(desc_);
+  }
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+  cudnnBackendDescriptor_t get() const { return desc_; }
+
+ private:
+  cudnnBackendDescriptor_t desc_ = nullptr;
+};
+
+using Dims = std::array<int64_t, 4>;
+
+// Unique ids of the tensors bound at execution; virtual tensors count up from kFirstVirtual.
+enum Uid : int64_t {
+  kQ = 1,
+  kK,
+  kV,
+  kO,
+  kStats,
+  kScale,
+  kNegInf,
+  kOne,
+  kDO,
+  kDQ,
+  kDK,
+  kDV,
+  kDQAccum,
+  kSoftmaxSum,
+  kFirstVirtual = 100,
+};
+
+// A finalized execution plan and every descriptor it was built from (kept alive with it).
+struct Plan {
+  std::vector<std::unique_ptr<Desc>> keep;
+  cudnnBackendDescriptor_t plan = nullptr;
+  int64_t workspace_bytes = 0;
+  // Backward only: the graph's form (see BackwardForm).
+  bool dq_accum = false;
+  bool softmax_sum_in_memory = false;
+};
+
+// Builds one operation graph, op by op, in the order cudnn-frontend emits them.
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(cudnnHandle_t handle) : handle_(handle) {}
+
+  cudnnBackendDescriptor_t tensor(int64_t uid, cudnnDataType_t type, const Dims& dims,
+                                  const Dims& strides, bool is_virtual, bool by_value = false,
+                                  bool reorder_f16x16 = false) {
+    cudnnBackendDescriptor_t t = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    const int64_t alignment = 16;
+    OCTET_CUDNN_SET(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
+    OCTET_CUDNN_SET(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims.data());
+    OCTET_CUDNN_SET(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.data());
+    OCTET_CUDNN_SET(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+    OCTET_CUDNN_SET(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
+    OCTET_CUDNN_SET(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
+    if (by_value) {
+      OCTET_CUDNN_SET(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
+    }
+    if (reorder_f16x16) {
+      const cudnnBackendTensorReordering_t mode = CUDNN_TENSOR_REORDERING_F16x16;
+      OCTET_CUDNN_SET(t, CUDNN_ATTR_TENSOR_REORDERING_MODE, CUDNN_TYPE_TENSOR_REORDERING_MODE, 1,
+                      &mode);
+    }
+    OCTET_CUDNN_CHECK(cudnnBackendFinalize(t));
+    return t;
+  }
+  cudnnBackendDescriptor_t virtual_tensor(cudnnDataType_t type, const Dims& dims,
+                                          const Dims& strides) {
+    return tensor(next_virtual_++, type, dims, strides, true);
+  }
+  // A host f32 scalar passed by value in the variant pack.
+  cudnnBackendDescriptor_t scalar(int64_t uid) {
+    return tensor(uid, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+  }
+
+  // y = mode(x[, b[, t]]); GEN_INDEX takes `axis`.
+  void pointwise(cudnnPointwiseMode_t mode, cudnnDataType_t math, cudnnBackendDescriptor_t x,
+                 cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y,
+                 int64_t axis = -1) {
+    cudnnBackendDescriptor_t pw = make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    OCTET_CUDNN_SET(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
+    OCTET_CUDNN_SET(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &math);
+    if (axis >= 0) OCTET_CUDNN_SET(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
+    OCTET_CUDNN_CHECK(cudnnBackendFinalize(pw));
+    cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                    1, &pw);
+    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+    if (b != nullptr) {
+      OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                      &b);
+    }
+    if (t != nullptr) {
+      OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                      &t);
+    }
+    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    OCTET_CUDNN_CHECK(cudnnBackendFinalize(op));
+    ops_.push_back(op);
+  }
+  // Convenience: an f32-math pointwise op into a new virtual tensor of `type`.
+  cudnnBackendDescriptor_t pointwise_to(cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+                                        cudnnBackendDescriptor_t b, cudnnDataType_t type,
+                                        const Dims& dims, const Dims& strides) {
+    cudnnBackendDescriptor_t y = virtual_tensor(type, dims, strides);
+    pointwise(mode, CUDNN_DATA_FLOAT, x, b, nullptr, y);
+    return y;
+  }
+
+  // c = a · b over the last two dims, batched over the first two; f32 accumulation.
+  void matmul(cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t c) {
+    cudnnBackendDescriptor_t mm = make(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+    const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+    OCTET_CUDNN_SET(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
+    OCTET_CUDNN_CHECK(cudnnBackendFinalize(mm));
+    cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a);
+    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
+    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c);
+    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm);
+    OCTET_CUDNN_CHECK(cudnnBackendFinalize(op));
+    ops_.push_back(op);
+  }
+
+  // y = reduce(x) over the dims where y has extent 1; f32 math.
+  void reduction(cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
+                 cudnnBackendDescriptor_t y) {
+    cudnnBackendDescriptor_t red = make(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+    const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+    OCTET_CUDNN_SET(red, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1,
+                    &mode);
+    OCTET_CUDNN_SET(red, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
+    OCTET_CUDNN_CHECK(cudnnBackendFinalize(red));
+    cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                    &red);
+    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    OCTET_CUDNN_CHECK(cudnnBackendFinalize(op));
+    ops_.push_back(op);
+  }
+
+  // y is x re-described (the graph's transposes are such views).
+  void reshape(cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
+    cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    OCTET_CUDNN_CHECK(cudnnBackendFinalize(op));
+    ops_.push_back(op);
+  }
+
+  // s (B, H, T, T) with every key after the query replaced by -FLT_MAX (cudnn-frontend's causal
+  // mask: row index >= column index keeps the score).
+  cudnnBackendDescriptor_t causal_mask(cudnnBackendDescriptor_t s, cudnnBackendDescriptor_t fill,
+                                       const Dims& dims, const Dims& strides) {
+    cudnnBackendDescriptor_t row = virtual_tensor(CUDNN_DATA_INT32, dims, strides);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, s, nullptr, nullptr, row, 2);
+    cudnnBackendDescriptor_t col = virtual_tensor(CUDNN_DATA_INT32, dims, strides);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, s, nullptr, nullptr, col, 3);
+    cudnnBackendDescriptor_t keep = virtual_tensor(CUDNN_DATA_BOOLEAN, dims, strides);
+    pointwise(CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, nullptr, keep);
+    cudnnBackendDescriptor_t masked = virtual_tensor(CUDNN_DATA_FLOAT, dims, strides);
+    // BINARY_SELECT: y = t ? x : b.
+    pointwise(CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, s, fill, keep, masked);
+    return masked;
+  }
+
+  // Finalizes the graph and the first engine configuration cuDNN's heuristics offer that
+  // finalizes into a plan. Throws when there is none.
+  std::unique_ptr<Plan> finish() {
+    auto plan = std::make_unique<Plan>();
+    cudnnBackendDescriptor_t graph = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    OCTET_CUDNN_SET(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                    static_cast<int64_t>(ops_.size()), ops_.data());
+    OCTET_CUDNN_SET(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_);
+    OCTET_CUDNN_CHECK(cudnnBackendFinalize(graph));
+
+    std::string last = "no engine configuration";
+    for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+      cudnnBackendDescriptor_t heur = make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+      OCTET_CUDNN_SET(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                      &graph);
+      OCTET_CUDNN_SET(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+      cudnnStatus_t status = cudnnBackendFinalize(heur);
+      if (status != CUDNN_STATUS_SUCCESS) {
+        last =
+            std::string("engine heuristics: ") + cudnnGetErrorString(status) + last_cudnn_error();
+        continue;
+      }
+      // The results are written into engine-config descriptors created beforehand.
+      constexpr int kMaxConfigs = 16;
+      std::array<cudnnBackendDescriptor_t, kMaxConfigs> configs{};
+      for (auto& config : configs) config = make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+      int64_t count = 0;
+      status = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                        CUDNN_TYPE_BACKEND_DESCRIPTOR, kMaxConfigs, &count,
+                                        configs.data());
+      if (status != CUDNN_STATUS_SUCCESS || count < 1) {
+        last = std::string("engine heuristics results: ") + cudnnGetErrorString(status) +
+               last_cudnn_error();
+        continue;
+      }
+      for (int64_t i = 0; i < count && i < kMaxConfigs; ++i) {
+        cudnnBackendDescriptor_t exec = make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+        OCTET_CUDNN_SET(exec, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_);
+        OCTET_CUDNN_SET(exec, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                        CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &configs[static_cast<size_t>(i)]);
+        status = cudnnBackendFinalize(exec);
+        if (status != CUDNN_STATUS_SUCCESS) {
+          last = std::string("execution plan: ") + cudnnGetErrorString(status) + last_cudnn_error();
+          continue;
+        }
+        int64_t elements = 0;
+        OCTET_CUDNN_CHECK(cudnnBackendGetAttribute(exec, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                                   CUDNN_TYPE_INT64, 1, &elements,
+                                                   &plan->workspace_bytes));
+        plan->plan = exec;
+        plan->keep = std::move(owned_);
+        return plan;
+      }
+    }
+    OCTET_FAIL("no cuDNN engine runs this graph: ", last);
+  }
+
+ private:
+  cudnnBackendDescriptor_t make(cudnnBackendDescriptorType_t type) {
+    owned_.push_back(std::make_unique<Desc>(type));
+    return owned_.back()->get();
+  }
+
+  cudnnHandle_t handle_;
+  std::vector<std::unique_ptr<Desc>> owned_;
+  std::vector<cudnnBackendDescriptor_t> ops_;
+  int64_t next_virtual_ = kFirstVirtual;
+};
+
+// Shapes of one problem: Q, K, V live in the packed (B, T, 3, H, D) bf16 buffer, O and dO in
+// (B, T, H, D); cuDNN sees them as (B, H, T, D) through strides.
+struct Shape4 {
+  int64_t B, T, H, D;
+  Dims qkv_dims() const { return {B, H, T, D}; }
+  Dims qkv_strides() const { return {T * 3 * H * D, D, 3 * H * D, 1}; }
+  Dims qkv_t_dims() const { return {B, H, D, T}; }  // Kᵀ, Vᵀ
+  Dims qkv_t_strides() const { return {T * 3 * H * D, D, 1, 3 * H * D}; }
+  Dims o_strides() const { return {T * H * D, D, H * D, 1}; }
+  Dims packed_strides() const { return {H * T * D, T * D, D, 1}; }  // dense (B, H, T, D)
+  Dims scores() const { return {B, H, T, T}; }
+  Dims scores_strides() const { return {H * T * T, T * T, T, 1}; }
+  Dims scores_t_strides() const { return {H * T * T, T * T, 1, T}; }  // (B, H, Tk, Tq) view
+  Dims rows() const { return {B, H, T, 1}; }
+  Dims rows_strides() const { return {H * T, T, 1, 1}; }
+};
+
+// softmax(scale·QKᵀ, causal) V with the stats (max + ln Σexp) written to Stats.
+std::unique_ptr<Plan> build_forward(cudnnHandle_t handle, const Shape4& s) {
+  GraphBuilder g(handle);
+  const cudnnDataType_t bf16 = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
+  auto q = g.tensor(kQ, bf16, s.qkv_dims(), s.qkv_strides(), false);
+  auto kt = g.tensor(kK, bf16, s.qkv_t_dims(), s.qkv_t_strides(), false);
+  auto v = g.tensor(kV, bf16, s.qkv_dims(), s.qkv_strides(), false);
+  auto o = g.tensor(kO, bf16, s.qkv_dims(), s.o_strides(), false);
+  auto stats = g.tensor(kStats, f32, s.rows(), s.rows_strides(), false);
+  auto scale = g.scalar(kScale);
+  auto neg_inf = g.scalar(kNegInf);
+
+  auto scores = g.virtual_tensor(f32, s.scores(), s.scores_strides());
+  g.matmul(q, kt, scores);
+  auto scaled =
+      g.pointwise_to(CUDNN_POINTWISE_MUL, scores, scale, f32, s.scores(), s.scores_strides());
+  auto masked = g.causal_mask(scaled, neg_inf, s.scores(), s.scores_strides());
+  // Softmax with stats, as cudnn-frontend's composite softmax node lowers it.
+  auto max = g.virtual_tensor(f32, s.rows(), s.rows_strides());
+  g.reduction(CUDNN_REDUCE_TENSOR_MAX, masked, max);
+  auto shifted =
+      g.pointwise_to(CUDNN_POINTWISE_SUB, masked, max, f32, s.scores(), s.scores_strides());
+  auto exps =
+      g.pointwise_to(CUDNN_POINTWISE_EXP, shifted, nullptr, f32, s.scores(), s.scores_strides());
+  auto sum = g.virtual_tensor(f32, s.rows(), s.rows_strides());
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, exps, sum);
+  auto log_sum = g.pointwise_to(CUDNN_POINTWISE_LOG, sum, nullptr, f32, s.rows(), s.rows_strides());
+  g.pointwise(CUDNN_POINTWISE_ADD, f32, max, log_sum, nullptr, stats);
+  // P feeds the second GEMM in the io type (the backend's requirement for bmm2's A).
+  auto probs = g.pointwise_to(CUDNN_POINTWISE_DIV, exps, sum, bf16, s.scores(), s.scores_strides());
+  g.matmul(probs, v, o);
+  return g.finish();
+}
+
+// The backward graph's spellings, tried in order. cudnn-frontend binds an f32 dQ accumulator
+// (zeroed before each run) for cuDNN >= 9 unless asked for determinism, which writes dQ directly;
+// before cuDNN 8.9.5 softmax_sum had to be a bound buffer.
+struct BackwardForm {
+  bool dq_accum;
+  bool softmax_sum_in_memory;
+};
+constexpr BackwardForm kBackwardForms[] = {{true, false}, {false, false}, {true, true}};
+
+// dQ, dK, dV of the forward above, recomputing P from Q, K and the stats.
+std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape4& s, BackwardForm form) {
+  GraphBuilder g(handle);
+  const cudnnDataType_t bf16 = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
+  auto q = g.tensor(kQ, bf16, s.qkv_dims(), s.qkv_strides(), false);
+  auto kt = g.tensor(kK, bf16, s.qkv_t_dims(), s.qkv_t_strides(), false);
+  auto vt = g.tensor(kV, bf16, s.qkv_t_dims(), s.qkv_t_strides(), false);
+  auto o = g.tensor(kO, bf16, s.qkv_dims(), s.o_strides(), false);
+  auto d_o = g.tensor(kDO, bf16, s.qkv_dims(), s.o_strides(), false);
+  auto stats = g.tensor(kStats, f32, s.rows(), s.rows_strides(), false);
+  auto dq = g.tensor(kDQ, bf16, s.qkv_dims(), s.qkv_strides(), false);
+  auto dk = g.tensor(kDK, bf16, s.qkv_dims(), s.qkv_strides(), false);
+  auto dv = g.tensor(kDV, bf16, s.qkv_dims(), s.qkv_strides(), false);
+  // A bound f32 dQ accumulator (F16x16-reordered, as cudnn-frontend declares it) selects the
+  // backend's dQ-accumulating engines.
+  auto dq_accum =
+      form.dq_accum ? g.tensor(kDQAccum, f32, s.qkv_dims(), s.packed_strides(), false, false, true)
+                    : nullptr;
+  auto scale = g.scalar(kScale);
+  auto neg_inf = g.scalar(kNegInf);
+  auto one = g.scalar(kOne);
+
+  // softmax_sum = rowsum(dO ∘ O) (× 1: the dropout-scale slot of the pattern).
+  auto do_o = g.pointwise_to(CUDNN_POINTWISE_MUL, d_o, o, f32, s.qkv_dims(), s.packed_strides());
+  auto row_sum = g.virtual_tensor(f32, s.rows(), s.rows_strides());
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, do_o, row_sum);
+  auto softmax_sum = form.softmax_sum_in_memory
+                         ? g.tensor(kSoftmaxSum, f32, s.rows(), s.rows_strides(), false)
+                         : g.virtual_tensor(f32, s.rows(), s.rows_strides());
+  g.pointwise(CUDNN_POINTWISE_MUL, f32, row_sum, one, nullptr, softmax_sum);
+
+  // P = exp(mask(scale·QKᵀ) - stats).
+  auto scores = g.virtual_tensor(f32, s.scores(), s.scores_strides());
+  g.matmul(q, kt, scores);
+  auto scaled =
+      g.pointwise_to(CUDNN_POINTWISE_MUL, scores, scale, f32, s.scores(), s.scores_strides());
+  auto masked = g.causal_mask(scaled, neg_inf, s.scores(), s.scores_strides());
+  auto shifted =
+      g.pointwise_to(CUDNN_POINTWISE_SUB, masked, stats, f32, s.scores(), s.scores_strides());
+  auto probs =
+      g.pointwise_to(CUDNN_POINTWISE_EXP, shifted, nullptr, f32, s.scores(), s.scores_strides());
+
+  // dV = Pᵀ dO.
+  auto probs_t = g.virtual_tensor(bf16, s.scores(), s.scores_t_strides());
+  g.reshape(probs, probs_t);
+  g.matmul(probs_t, d_o, dv);
+
+  // dS = scale · P ∘ (dO Vᵀ - softmax_sum).
+  auto dp = g.virtual_tensor(f32, s.scores(), s.scores_strides());
+  g.matmul(d_o, vt, dp);
+  // × 1: the dropout-mask slot of the pattern.
+  auto dp_kept = g.pointwise_to(CUDNN_POINTWISE_MUL, dp, one, f32, s.scores(), s.scores_strides());
+  auto dp_centered = g.pointwise_to(CUDNN_POINTWISE_SUB, dp_kept, softmax_sum, f32, s.scores(),
+                                    s.scores_strides());
+  auto ds_unscaled =
+      g.pointwise_to(CUDNN_POINTWISE_MUL, dp_centered, probs, f32, s.scores(), s.scores_strides());
+  auto ds =
+      g.pointwise_to(CUDNN_POINTWISE_MUL, ds_unscaled, scale, f32, s.scores(), s.scores_strides());
+
+  // dK = dSᵀ Q.
+  auto ds_t = g.virtual_tensor(bf16, s.scores(), s.scores_t_strides());
+  g.reshape(ds, ds_t);
+  g.matmul(ds_t, q, dk);
+
+  // dQ = dS K, accumulated in f32 and copied out in bf16.
+  auto k = g.virtual_tensor(f32, s.qkv_dims(), s.qkv_strides());
+  g.reshape(kt, k);
+  if (form.dq_accum) {
+    g.matmul(ds, k, dq_accum);
+    g.pointwise(CUDNN_POINTWISE_IDENTITY, f32, dq_accum, nullptr, nullptr, dq);
+  } else {
+    g.matmul(ds, k, dq);
+  }
+
+  std::unique_ptr<Plan> plan = g.finish();
+  plan->dq_accum = form.dq_accum;
+  plan->softmax_sum_in_memory = form.softmax_sum_in_memory;
+  return plan;
+}
+
+// ---- conversions ----
+
+__global__ void f32_to_bf16_kernel(const float* __restrict__ x, uint16_t* __restrict__ y,
+                                   int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = to_bf16(x[i]);
+  }
+}
+
+__global__ void bf16_to_f32_kernel(const uint16_t* __restrict__ x, float* __restrict__ y,
+                                   int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = from_bf16(x[i]);
+  }
+}
+
+Tensor workspace(const Shape& shape, DType dtype, Device device) {
+  MemTagScope tag(MemTag::kWorkspace);
+  return Tensor::empty(shape, dtype, device);
+}
+
+// A bf16 copy of an f32 tensor, same shape.
+Tensor to_bf16_copy(const Tensor& x, cudaStream_t stream) {
+  Tensor y = workspace(x.shape(), DType::kBF16, x.device());
+  f32_to_bf16_kernel<<<blocks_for(x.numel()), kThreads, 0, stream>>>(
+      x.data_as<float>(), y.data_as<uint16_t>(), x.numel());
+  OCTET_CUDA_LAUNCH_CHECK("f32_to_bf16_kernel");
+  return y;
+}
+
+void from_bf16_into(const Tensor& x, Tensor& y, cudaStream_t stream) {
+  bf16_to_f32_kernel<<<blocks_for(x.numel()), kThreads, 0, stream>>>(x.data_as<uint16_t>(),
+                                                                     y.data_as<float>(), x.numel());
+  OCTET_CUDA_LAUNCH_CHECK("bf16_to_f32_kernel");
+}
+
+// ---- plan cache ----
+
+enum class Direction : uint8_t { kForward, kBackward };
+
+struct PlanKey {
+  int device;
+  int64_t B, T, H, D;
+  uint32_t scale_bits;
+  Direction direction;
+  auto operator<=>(const PlanKey&) const = default;
+};
+
+std::mutex& attention_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// Never destroyed: descriptors and handles must not be torn down after the driver at exit.
+std::map<PlanKey, std::unique_ptr<Plan>>& plan_cache() {  // null entry: cuDNN declined
+  static auto* plans = new std::map<PlanKey, std::unique_ptr<Plan>>();
+  return *plans;
+}
+
+struct HandleState {
+  cudnnHandle_t handle = nullptr;
+  bool failed = false;
+};
+
+// The device's cuDNN handle; null when cuDNN cannot start there. Caller holds the lock.
+cudnnHandle_t handle_for(Device device) {
+  static auto* handles = new std::map<int, HandleState>();
+  HandleState& state = (*handles)[device.index];
+  if (state.handle == nullptr && !state.failed) {
+    const cudnnStatus_t status = cudnnCreate(&state.handle);
+    if (status != CUDNN_STATUS_SUCCESS) {
+      state.failed = true;
+      state.handle = nullptr;
+      report_once(std::string("cudnnCreate failed: ") + cudnnGetErrorString(status) +
+                  last_cudnn_error());
+    }
+  }
+  return state.handle;
+}
+
+std::string shape_text(const PlanKey& key) {
+  return std::string(key.direction == Direction::kForward ? "forward" : "backward") +
+         " B=" + std::to_string(key.B) + " T=" + std::to_string(key.T) +
+         " H=" + std::to_string(key.H) + " D=" + std::to_string(key.D);
+}
+
+// The cached plan for `key`, built on first use; null when cuDNN declines (reported once).
+Plan* plan_for(const PlanKey& key, cudnnHandle_t handle) {
+  auto& cache = plan_cache();
+  if (auto it = cache.find(key); it != cache.end()) return it->second.get();
+  const Shape4 shape{key.B, key.T, key.H, key.D};
+  std::unique_ptr<Plan> plan;
+  std::string why;
+  if (key.direction == Direction::kForward) {
+    try {
+      plan = build_forward(handle, shape);
+    } catch (const Error& e) {
+      why = e.what();
+    }
+  } else {
+    for (const BackwardForm& form : kBackwardForms) {
+      try {
+        plan = build_backward(handle, shape, form);
+        break;
+      } catch (const Error& e) {
+        why += std::string(why.empty() ? "" : "; ") + e.what();
+      }
+    }
+  }
+  if (plan == nullptr) report_once(shape_text(key) + ": " + why);
+  Plan* result = plan.get();
+  cache.emplace(key, std::move(plan));
+  return result;
+}
+
+// Runs `plan` with the tensors bound by uid. False (and the plan dropped from use) when cuDNN
+// refuses to run it; by then nothing has been written.
+bool execute(const PlanKey& key, Plan& plan, cudnnHandle_t handle, cudaStream_t stream,
+             const std::vector<int64_t>& uids, const std::vector<void*>& pointers, Device device) {
+  Tensor work;
+  if (plan.workspace_bytes > 0) work = workspace({plan.workspace_bytes}, DType::kU8, device);
+  void* work_ptr = work.defined() ? work.data() : nullptr;
+  try {
+    OCTET_CUDNN_CHECK(cudnnSetStream(handle, stream));
+    Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    OCTET_CUDNN_SET(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
+                    static_cast<int64_t>(uids.size()), uids.data());
+    OCTET_CUDNN_SET(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
+                    static_cast<int64_t>(pointers.size()), pointers.data());
+    OCTET_CUDNN_SET(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1,
+                    &work_ptr);
+    OCTET_CUDNN_CHECK(cudnnBackendFinalize(pack.get()));
+    OCTET_CUDNN_CHECK(cudnnBackendExecute(handle, plan.plan, pack.get()));
+  } catch (const Error& e) {
+    report_once(shape_text(key) + ": execution failed: " + e.what());
+    plan_cache()[key].reset();  // later calls of this shape go straight to the fallback
+    return false;
+  }
+  return true;
+}
+
+// B, T, H, D of a packed qkv (B, T, 3*H*D), or false when cuDNN's fused attention cannot take it.
+bool supported(const Tensor& qkv, int64_t heads, Shape4* shape) {
+  if (qkv.dim() != 3 || heads <= 0 || qkv.size(2) % (3 * heads) != 0) return false;
+  *shape = {qkv.size(0), qkv.size(1), heads, qkv.size(2) / (3 * heads)};
+  if (shape->B == 0 || shape->T == 0) return false;
+  // The fused engines take head dims up to 128 in multiples of 8 (16-byte bf16 rows).
+  if (shape->D > 128 || shape->D % 8 != 0) return false;
+  return cudnnGetVersion() >= 90000;
+}
+
+PlanKey key_for(Device device, const Shape4& s, float scale, Direction direction) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &scale, sizeof(bits));
+  return {device.index, s.B, s.T, s.H, s.D, bits, direction};
+}
+
+}  // namespace
+
+bool attention_forward(const Tensor& qkv, int64_t heads, float scale, Tensor& out, Tensor& lse) {
+  Shape4 s{};
+  if (!supported(qkv, heads, &s)) return false;
+  const Device device = qkv.device();
+  DeviceGuard guard(device);
+  std::lock_guard lock(attention_mutex());
+  const cudnnHandle_t handle = handle_for(device);
+  if (handle == nullptr) return false;
+  const PlanKey key = key_for(device, s, scale, Direction::kForward);
+  Plan* plan = plan_for(key, handle);
+  if (plan == nullptr) return false;
+
+  const cudaStream_t stream = stream_of(qkv);
+  OCTET_ASSERT(out.numel() == s.B * s.T * s.H * s.D && lse.numel() == s.B * s.H * s.T);
+  const Tensor qkv16 = to_bf16_copy(qkv, stream);             // (B, T, 3, H, D)
+  Tensor o16 = workspace(out.shape(), DType::kBF16, device);  // (B, T, H, D)
+  auto* base = const_cast<uint16_t*>(qkv16.data_as<uint16_t>());
+  const int64_t hd = s.H * s.D;
+  float scale_value = scale;
+  float neg_inf = std::numeric_limits<float>::lowest();
+  const std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
+  const std::vector<void*> pointers = {base,       base + hd,    base + 2 * hd, o16.data(),
+                                       lse.data(), &scale_value, &neg_inf};
+  if (!execute(key, *plan, handle, stream, uids, pointers, device)) return false;
+  from_bf16_into(o16, out, stream);
+  return true;
+}
+
+bool attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                        int64_t heads, float scale, Tensor& dqkv) {
+  Shape4 s{};
+  if (!supported(qkv, heads, &s)) return false;
+  const Device device = qkv.device();
+  DeviceGuard guard(device);
+  std::lock_guard lock(attention_mutex());
+  const cudnnHandle_t handle = handle_for(device);
+  if (handle == nullptr) return false;
+  const PlanKey key = key_for(device, s, scale, Direction::kBackward);
+  Plan* plan = plan_for(key, handle);
+  if (plan == nullptr) return false;
+
+  const cudaStream_t stream = stream_of(qkv);
+  OCTET_ASSERT(dout.numel() == out.numel() && dqkv.numel() == qkv.numel() &&
+               lse.numel() == s.B * s.H * s.T);
+  const Tensor qkv16 = to_bf16_copy(qkv, stream);  // (B, T, 3, H, D)
+  // out is the forward's bf16 O widened to f32 when cuDNN ran the forward: this is exact.
+  const Tensor o16 = to_bf16_copy(out, stream);                   // (B, T, H, D)
+  const Tensor do16 = to_bf16_copy(dout, stream);                 // (B, T, H, D)
+  Tensor dqkv16 = workspace(dqkv.shape(), DType::kBF16, device);  // (B, T, 3, H, D)
+  Tensor dq_accum, softmax_sum;
+  if (plan->dq_accum) {
+    dq_accum = workspace({s.B, s.H, s.T, s.D}, DType::kF32, device);
+    OCTET_CUDA_CHECK(cudaMemsetAsync(dq_accum.data(), 0, dq_accum.nbytes(), stream));
+  }
+  if (plan->softmax_sum_in_memory) softmax_sum = workspace({s.B, s.H, s.T}, DType::kF32, device);
+
+  auto* base = const_cast<uint16_t*>(qkv16.data_as<uint16_t>());
+  auto* dbase = dqkv16.data_as<uint16_t>();
+  const int64_t hd = s.H * s.D;
+  float scale_value = scale;
+  float neg_inf = std::numeric_limits<float>::lowest();
+  float one = 1.f;
+  std::vector<int64_t> uids = {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kNegInf, kOne};
+  std::vector<void*> pointers = {base,
+                                 base + hd,
+                                 base + 2 * hd,
+                                 const_cast<void*>(o16.data()),
+                                 const_cast<void*>(do16.data()),
+                                 const_cast<void*>(lse.data()),
+                                 dbase,
+                                 dbase + hd,
+                                 dbase + 2 * hd,
+                                 &scale_value,
+                                 &neg_inf,
+                                 &one};
+  if (dq_accum.defined()) {
+    uids.push_back(kDQAccum);
+    pointers.push_back(dq_accum.data());
+  }
+  if (softmax_sum.defined()) {
+    uids.push_back(kSoftmaxSum);
+    pointers.push_back(softmax_sum.data());
+  }
+  if (!execute(key, *plan, handle, stream, uids, pointers, device)) return false;
+  from_bf16_into(dqkv16, dqkv, stream);
+  return true;
+}
+
+}  // namespace octet::cuda::cudnn

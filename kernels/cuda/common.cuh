@@ -1,0 +1,115 @@
+// Shared pieces of the CUDA kernels: launch sizes, the tensor's stream, dtype loads and stores
+// through the same conversion code as the CPU (runtime/float16.h, runtime/fp8.h), and block
+// reductions. Included by kernels/cuda/*.cu only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/check.h"
+#include "runtime/cuda.h"
+#include "runtime/float16.h"
+#include "runtime/fp8.h"
+#include "runtime/tensor.h"
+
+namespace octet::cuda {
+
+constexpr int kThreads = 256;
+constexpr int kWarp = 32;
+
+// Blocks for a grid-stride loop over n elements (at least 1, at most 65535 * 8).
+inline unsigned blocks_for(int64_t n, int threads = kThreads) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  constexpr int64_t kMax = int64_t{65535} * 8;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMax ? kMax : blocks));
+}
+
+// The octet stream of the tensor's device (runtime/cuda.h).
+inline cudaStream_t stream_of(const Tensor& t) {
+  return static_cast<cudaStream_t>(octet::cuda::stream(t.device()));
+}
+
+// After every launch: a bad configuration is reported here, naming the kernel.
+#define OCTET_CUDA_LAUNCH_CHECK(name)                                   \
+  OCTET_CHECK(cudaPeekAtLastError() == cudaSuccess, "launch of ", name, \
+              " failed: ", cudaGetErrorString(cudaGetLastError()))
+
+// Element i of a floating buffer as f32 (f32, bf16, f16, e4m3, e5m2), and a store from f32 with
+// round to nearest even (f32, bf16, f16). The dtype switch is uniform across a launch.
+__device__ __forceinline__ float load_f32(const void* p, DType d, int64_t i) {
+  switch (d) {
+    case DType::kF32:
+      return static_cast<const float*>(p)[i];
+    case DType::kBF16:
+      return from_bf16(static_cast<const uint16_t*>(p)[i]);
+    case DType::kF16:
+      return from_f16(static_cast<const uint16_t*>(p)[i]);
+    case DType::kE4M3:
+      return from_e4m3(static_cast<const uint8_t*>(p)[i]);
+    case DType::kE5M2:
+      return from_e5m2(static_cast<const uint8_t*>(p)[i]);
+    default:
+      return 0.f;
+  }
+}
+
+__device__ __forceinline__ void store_f32(void* p, DType d, int64_t i, float v) {
+  switch (d) {
+    case DType::kF32:
+      static_cast<float*>(p)[i] = v;
+      break;
+    case DType::kBF16:
+      static_cast<uint16_t*>(p)[i] = to_bf16(v);
+      break;
+    case DType::kF16:
+      static_cast<uint16_t*>(p)[i] = to_f16(v);
+      break;
+    default:
+      break;
+  }
+}
+
+// |x| is non-negative, so its f32 bits order like unsigned integers: atomicMax on the bits is a
+// float max. `value` must be >= 0 (NaN filtered by the caller).
+__device__ __forceinline__ void atomic_max_nonneg(float* target, float value) {
+  atomicMax(reinterpret_cast<unsigned int*>(target), __float_as_uint(value));
+}
+
+struct SumOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+// NaN-ignoring max: a NaN operand loses.
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+template <typename Op>
+__device__ __forceinline__ float warp_reduce(float v, Op op) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+// Reduces v over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the
+// result. Uses 33 floats of shared memory; safe to call repeatedly.
+template <typename Op>
+__device__ float block_reduce(float v, Op op, float identity) {
+  __shared__ float partial[kWarp + 1];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  v = warp_reduce(v, op);
+  __syncthreads();  // a previous call's readers are done with `partial`
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x / kWarp;
+  if (warp == 0) {
+    float w = lane < warps ? partial[lane] : identity;
+    w = warp_reduce(w, op);
+    if (lane == 0) partial[kWarp] = w;
+  }
+  __syncthreads();
+  return partial[kWarp];
+}
+
+}  // namespace octet::cuda

@@ -1,0 +1,74 @@
+// Dropout on the GPU with the CPU's Philox stream (runtime/philox.h): element i keeps when draw
+// (offset + i) of `seed`'s stream, as a 24-bit uniform, is >= p, so the masks equal the CPU's bit
+// for bit. One thread per Philox block: its four words serve four consecutive elements.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+#include "runtime/philox.h"
+
+namespace octet::cuda {
+namespace {
+
+// Philox blocks first .. first + count - 1 cover draws offset .. offset + n - 1; word j of block
+// k is draw 4k + j, element 4k + j - offset.
+__global__ void dropout_kernel(const float* x, uint64_t seed, uint64_t offset, uint64_t first,
+                               uint64_t count, float threshold, float keep_scale, float* y,
+                               uint8_t* mask, uint64_t n) {
+  for (uint64_t k = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; k < count;
+       k += uint64_t{gridDim.x} * blockDim.x) {
+    const octet::detail::PhiloxBlock words = octet::detail::philox_block(first + k, seed);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      // Draws before `offset` (first block) or past the last element (last block) are unused.
+      const uint64_t draw = 4 * (first + k) + j;
+      if (draw < offset || draw - offset >= n) continue;
+      const uint64_t i = draw - offset;
+      // uniform = (bits >> 8) * 2^-24 >= p, compared as (bits >> 8) >= p * 2^24 (exact: a power
+      // of two scaling), through int32 as on the CPU (the value has 24 bits).
+      const bool keep = static_cast<float>(static_cast<int32_t>(words.w[j] >> 8)) >= threshold;
+      mask[i] = keep ? 1 : 0;
+      y[i] = x[i] * (keep ? keep_scale : 0.f);  // x * mask / (1 - p): NaN stays NaN when dropped
+    }
+  }
+}
+
+__global__ void dropout_backward_kernel(const float* dy, const uint8_t* mask, float keep_scale,
+                                        float* dx, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    dx[i] = dy[i] * (mask[i] != 0 ? keep_scale : 0.f);
+  }
+}
+
+// As the CPU: p = 1 drops everything (scale 0 rather than inf).
+float keep_scale_of(float p) { return p < 1.f ? 1.f / (1.f - p) : 0.f; }
+
+}  // namespace
+
+void dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& y, Tensor& mask) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  // Draws wrap modulo 2^64 as on the CPU (unsigned arithmetic); the blocks are counted from the
+  // first draw's block, so a wrap inside the range would be missed: rule it out.
+  const uint64_t last_draw = offset + static_cast<uint64_t>(n) - 1;
+  OCTET_CHECK(last_draw >= offset, "dropout: the generator offset ", offset, " plus ", n,
+              " draws passes 2^64");
+  const uint64_t first = offset / 4, count = last_draw / 4 - first + 1;
+  dropout_kernel<<<blocks_for(static_cast<int64_t>(count)), kThreads, 0, stream_of(x)>>>(
+      x.data_as<float>(), seed, offset, first, count, p * 0x1p24f, keep_scale_of(p),
+      y.data_as<float>(), mask.data_as<uint8_t>(), static_cast<uint64_t>(n));
+  OCTET_CUDA_LAUNCH_CHECK("dropout");
+}
+
+void dropout_backward(const Tensor& dy, const Tensor& mask, float p, Tensor& dx) {
+  const int64_t n = dy.numel();
+  if (n == 0) return;
+  dropout_backward_kernel<<<blocks_for(n), kThreads, 0, stream_of(dy)>>>(
+      dy.data_as<float>(), mask.data_as<uint8_t>(), keep_scale_of(p), dx.data_as<float>(), n);
+  OCTET_CUDA_LAUNCH_CHECK("dropout_backward");
+}
+
+}  // namespace octet::cuda

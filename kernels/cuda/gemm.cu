@@ -1,0 +1,569 @@
+// GEMM on the GPU through cuBLASLt. Octet's row-major out (M, N) = op(a) · op(b) is cuBLASLt's
+// column-major outᵀ (N, M) = op(b)ᵀ · op(a)ᵀ, so cuBLASLt's A is octet's b and its B is octet's
+// a. A plan (descriptors plus the heuristic's algorithm) is built once per shape and cached.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <compare>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cublas_check.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "runtime/memory.h"
+
+namespace octet::cuda {
+namespace {
+
+// NVIDIA's recommendation for Hopper; smaller buffers rule out some split-K algorithms.
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+// ---- small kernels around the library call ----
+
+constexpr int kTile = 32;
+
+// out (cols, rows) = x (rows, cols)ᵀ for one-byte elements, 32x32 tiles through shared memory.
+// Block (32, 8); the tile loops depend on blockIdx only, so every thread reaches each barrier.
+__global__ void transpose_bytes_kernel(const uint8_t* __restrict__ x, uint8_t* __restrict__ out,
+                                       int64_t rows, int64_t cols) {
+  __shared__ uint8_t tile[kTile][kTile + 1];
+  const int64_t tiles_r = (rows + kTile - 1) / kTile, tiles_c = (cols + kTile - 1) / kTile;
+  for (int64_t tr = blockIdx.y; tr < tiles_r; tr += gridDim.y) {
+    for (int64_t tc = blockIdx.x; tc < tiles_c; tc += gridDim.x) {
+      for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
+        const int64_t r = tr * kTile + i, c = tc * kTile + threadIdx.x;
+        if (r < rows && c < cols) tile[i][threadIdx.x] = x[r * cols + c];
+      }
+      __syncthreads();
+      for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
+        const int64_t c = tc * kTile + i, r = tr * kTile + threadIdx.x;
+        if (r < rows && c < cols) out[c * rows + r] = tile[threadIdx.x][i];
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// Any floating dtype to bf16 bits (FP8 -> bf16 is exact) or to f32 (bf16 -> f32 is exact).
+__global__ void to_bf16_kernel(const void* __restrict__ x, DType dtype, uint16_t* __restrict__ out,
+                               int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = to_bf16(load_f32(x, dtype, i));
+  }
+}
+
+__global__ void to_f32_kernel(const void* __restrict__ x, DType dtype, float* __restrict__ out,
+                              int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = load_f32(x, dtype, i);
+  }
+}
+
+// alpha and beta for the device pointer mode: the FP8 scales folded into alpha in the CPU's order
+// ((alpha * a_scale_inv) * b_scale_inv).
+__global__ void scalars_kernel(float alpha, const float* a_scale_inv, const float* b_scale_inv,
+                               float beta, float* out) {
+  out[0] = alpha * a_scale_inv[0] * b_scale_inv[0];
+  out[1] = beta;
+}
+
+// out (rows, n) f32 += bias (n,) on every row.
+__global__ void add_bias_kernel(float* __restrict__ out, const void* __restrict__ bias,
+                                DType bias_dtype, int64_t n, int64_t total) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] += load_f32(bias, bias_dtype, i % n);
+  }
+}
+
+// out = product + ((keep ? out : 0) + bias), rounded once into out's dtype; the CPU's order (it
+// preloads out + bias, then adds the product). product null means a zero product (K = 0).
+__global__ void finish_kernel(const float* __restrict__ product, void* out, DType out_dtype,
+                              bool keep, const void* __restrict__ bias, DType bias_dtype, int64_t n,
+                              int64_t total) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    float v = product != nullptr ? product[i] : 0.f;
+    if (keep || bias != nullptr) {
+      float c = keep ? load_f32(out, out_dtype, i) : 0.f;
+      if (bias != nullptr) {
+        const float b = load_f32(bias, bias_dtype, i % n);
+        c = keep ? c + b : b;
+      }
+      v = product != nullptr ? v + c : c;
+    }
+    store_f32(out, out_dtype, i, v);
+  }
+}
+
+// ---- plans ----
+
+// How an octet operand reaches cuBLASLt.
+enum class OperandPath : uint8_t {
+  kAsIs,
+  kTransposed,  // FP8 bytes transposed into a workspace so that the GEMM is TN
+  kToBf16,      // FP8 converted exactly to bf16 (e5m2 x e5m2, or no FP8 algorithm)
+};
+
+enum class BiasPath : uint8_t {
+  kNone,
+  kEpilogue,         // cuBLASLt's bias epilogue reads the bias as given
+  kEpilogueF32Copy,  // the epilogue reads an exact f32 copy of a bf16 bias
+  kKernel,           // an own kernel adds it (f32 out) or finish_kernel does (staged out)
+};
+
+struct Config {
+  OperandPath a = OperandPath::kAsIs;
+  OperandPath b = OperandPath::kAsIs;
+  bool fp8 = false;             // cuBLASLt reads FP8: scale pointers and fast-accumulation flag
+  bool device_scalars = false;  // alpha/beta in device memory (FP8 scales folded into alpha)
+  bool staged = false;          // D is an f32 workspace; finish_kernel writes out
+  BiasPath bias = BiasPath::kNone;
+};
+
+// Largest power of two up to 256 dividing the address (cuBLASLt's alignment classes).
+uint32_t alignment_of(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+struct PlanKey {
+  int device;
+  int64_t m, n, k;
+  DType a_dtype, b_dtype, out_dtype, bias_dtype;
+  bool has_bias;
+  ops::Transpose ta, tb;
+  ops::Accumulate accumulate;
+  GemmRole role;
+  uint32_t align_a, align_b, align_out, align_bias;
+  auto operator<=>(const PlanKey&) const = default;
+};
+
+struct Plan {
+  Config config;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t layout_a = nullptr;  // cuBLASLt's A: octet's b
+  cublasLtMatrixLayout_t layout_b = nullptr;  // cuBLASLt's B: octet's a
+  cublasLtMatrixLayout_t layout_d = nullptr;  // C and D: out (or the staging buffer)
+  cublasLtMatmulPreference_t preference = nullptr;
+  cublasLtMatmulHeuristicResult_t heuristic{};
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {  // statuses ignored: nothing useful to do with a failed destroy
+    if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+    if (layout_d != nullptr) cublasLtMatrixLayoutDestroy(layout_d);
+    if (layout_b != nullptr) cublasLtMatrixLayoutDestroy(layout_b);
+    if (layout_a != nullptr) cublasLtMatrixLayoutDestroy(layout_a);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+struct DeviceState {
+  cublasLtHandle_t handle = nullptr;
+  Tensor workspace;  // (32 MiB,) u8 under MemTag::kWorkspace; undefined after release_workspace()
+};
+
+// Guards the states, the plans, and each plan's descriptor while a call sets its pointers.
+std::mutex& gemm_mutex() {
+  static std::mutex m;
+  return m;
+}
+// Never destroyed: handles and descriptors must not be torn down after the driver at exit.
+std::map<int, DeviceState>& device_states() {
+  static auto* states = new std::map<int, DeviceState>();
+  return *states;
+}
+std::map<PlanKey, std::unique_ptr<Plan>>& plan_cache() {
+  static auto* plans = new std::map<PlanKey, std::unique_ptr<Plan>>();
+  return *plans;
+}
+
+// Caller holds gemm_mutex().
+DeviceState& device_state(Device device) {
+  DeviceState& state = device_states()[device.index];
+  if (state.handle == nullptr) OCTET_CUBLAS_CHECK(cublasLtCreate(&state.handle));
+  if (!state.workspace.defined()) {
+    MemTagScope tag(MemTag::kWorkspace);
+    state.workspace = Tensor::empty({static_cast<int64_t>(kWorkspaceBytes)}, DType::kU8, device);
+  }
+  return state;
+}
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return CUDA_R_32F;
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    case DType::kE4M3:
+      return CUDA_R_8F_E4M3;
+    case DType::kE5M2:
+      return CUDA_R_8F_E5M2;
+    default:
+      OCTET_FAIL("gemm: no cuBLASLt type for dtype ", dtype);
+  }
+}
+
+// One call's operands, as given.
+struct Call {
+  const Tensor& a;
+  ops::Transpose ta;
+  const Tensor& b;
+  ops::Transpose tb;
+  Tensor& out;
+  int64_t m, n, k;
+  float alpha;
+  bool keep;
+  const Tensor* bias;
+  const Tensor* a_scale_inv;
+  const Tensor* b_scale_inv;
+  GemmRole role;
+  cudaStream_t stream;
+  DeviceState* state;
+};
+
+// The configurations to try, best first: FP8 on its tensor cores (TN, operands transposed when
+// they come in another layout), then FP8 through exact bf16 copies; the bias through the
+// epilogue where cuBLASLt takes its dtype without rounding it, else through an own kernel.
+std::vector<Config> candidates(const Call& call) {
+  const bool fp8 = is_fp8(call.a.dtype());
+  const bool out_f32 = call.out.dtype() == DType::kF32;
+  std::vector<Config> list;
+  auto add = [&](Config base, DType operand_dtype) {
+    // f32 operands only produce f32 (cuBLASLt's f32 x f32 row); a bf16 `out` is then staged.
+    if (operand_dtype == DType::kF32 && !out_f32) base.staged = true;
+    if (call.bias == nullptr) {
+      list.push_back(base);
+      return;
+    }
+    if (!base.staged) {
+      // Bias dtype rule: FP8 inputs take a bf16 bias for bf16 and f32 outputs; otherwise the
+      // bias has out's dtype.
+      const DType epilogue = is_fp8(operand_dtype) ? DType::kBF16 : call.out.dtype();
+      Config with = base;
+      if (call.bias->dtype() == epilogue) {
+        with.bias = BiasPath::kEpilogue;
+        list.push_back(with);
+      } else if (epilogue == DType::kF32 && call.bias->dtype() == DType::kBF16) {
+        with.bias = BiasPath::kEpilogueF32Copy;
+        list.push_back(with);
+      }
+      // Otherwise rounding the bias to the epilogue's dtype would change the result.
+    }
+    Config own = base;
+    own.bias = BiasPath::kKernel;
+    if (!out_f32) own.staged = true;  // bias added before the one rounding to bf16
+    list.push_back(own);
+  };
+  if (!fp8) {
+    add(Config{}, call.a.dtype());
+    return list;
+  }
+  const bool both_e5m2 = call.a.dtype() == DType::kE5M2 && call.b.dtype() == DType::kE5M2;
+  if (!both_e5m2) {  // cuBLASLt has no e5m2 x e5m2 kernel
+    Config native;
+    native.fp8 = true;
+    // TN in cuBLASLt's terms: octet's b read along K (tb = kYes), octet's a too (ta = kNo).
+    native.a = call.ta == ops::Transpose::kYes ? OperandPath::kTransposed : OperandPath::kAsIs;
+    native.b = call.tb == ops::Transpose::kNo ? OperandPath::kTransposed : OperandPath::kAsIs;
+    add(native, call.a.dtype());
+  }
+  Config bf16;
+  bf16.a = bf16.b = OperandPath::kToBf16;
+  bf16.device_scalars = true;
+  add(bf16, DType::kBF16);
+  return list;
+}
+
+PlanKey key_of(const Call& call) {
+  PlanKey key{};
+  key.device = call.out.device().index;
+  key.m = call.m;
+  key.n = call.n;
+  key.k = call.k;
+  key.a_dtype = call.a.dtype();
+  key.b_dtype = call.b.dtype();
+  key.out_dtype = call.out.dtype();
+  key.has_bias = call.bias != nullptr;
+  key.bias_dtype = key.has_bias ? call.bias->dtype() : DType::kF32;
+  key.ta = call.ta;
+  key.tb = call.tb;
+  key.accumulate = call.keep ? ops::Accumulate::kYes : ops::Accumulate::kNo;
+  key.role = call.role;
+  key.align_a = alignment_of(call.a.data());
+  key.align_b = alignment_of(call.b.data());
+  key.align_out = alignment_of(call.out.data());
+  key.align_bias = key.has_bias ? alignment_of(call.bias->data()) : 256;
+  return key;
+}
+
+#define OCTET_SET_DESC(desc, attribute, value) \
+  OCTET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &(value), sizeof(value)))
+#define OCTET_SET_PREF(pref, attribute, value) \
+  OCTET_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &(value), sizeof(value)))
+
+// The operand as cuBLASLt sees it: transposes and leading dimension after the path's copy.
+struct LtOperand {
+  DType dtype;
+  bool transposed;  // in octet's row-major sense
+  int64_t ld;
+};
+
+LtOperand lt_operand(const Tensor& t, ops::Transpose trans, OperandPath path, int64_t k) {
+  switch (path) {
+    case OperandPath::kAsIs:
+      return {t.dtype(), trans == ops::Transpose::kYes, t.cols()};
+    case OperandPath::kTransposed:  // now stored with K innermost
+      return {t.dtype(), trans != ops::Transpose::kYes, k};
+    case OperandPath::kToBf16:
+      return {DType::kBF16, trans == ops::Transpose::kYes, t.cols()};
+  }
+  OCTET_FAIL("gemm: bad operand path");
+}
+
+// Descriptors and the heuristic's algorithm for `config`; null (and `status` set) when cuBLASLt
+// has no algorithm for it.
+std::unique_ptr<Plan> build_plan(const Call& call, const Config& config, cublasStatus_t* status) {
+  auto plan = std::make_unique<Plan>();
+  plan->config = config;
+  const LtOperand a = lt_operand(call.a, call.ta, config.a, call.k);
+  const LtOperand b = lt_operand(call.b, call.tb, config.b, call.k);
+  const uint64_t m = static_cast<uint64_t>(call.m), n = static_cast<uint64_t>(call.n),
+                 k = static_cast<uint64_t>(call.k);
+  // cuBLASLt's A = op(b)ᵀ (N, K): octet's b stored (K, N) reads as column-major (N, K) with no
+  // transpose; stored (N, K) (b transposed) it is column-major (K, N), transposed.
+  const cublasOperation_t transa = b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t transb = a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+  OCTET_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout_a, cuda_type(b.dtype),
+                                                b.transposed ? k : n, b.transposed ? n : k, b.ld));
+  OCTET_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout_b, cuda_type(a.dtype),
+                                                a.transposed ? m : k, a.transposed ? k : m, a.ld));
+  const DType d_dtype = config.staged ? DType::kF32 : call.out.dtype();
+  OCTET_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout_d, cuda_type(d_dtype), n, m,
+                                                static_cast<int64_t>(n)));
+
+  // f32 GEMMs stay exact f32 (no TF32): the CPU reference is f32.
+  OCTET_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  OCTET_SET_DESC(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, transa);
+  OCTET_SET_DESC(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, transb);
+  if (config.device_scalars) {
+    const cublasLtPointerMode_t mode = CUBLASLT_POINTER_MODE_DEVICE;
+    OCTET_SET_DESC(plan->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, mode);
+  }
+  if (config.fp8) {
+    // Fast accumulation in the forward pass, split (promoted) accumulation for gradients.
+    const int8_t fast = call.role == GemmRole::kFprop ? 1 : 0;
+    OCTET_SET_DESC(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast);
+    const void* a_scale = call.b_scale_inv->data();  // cuBLASLt's A is octet's b
+    const void* b_scale = call.a_scale_inv->data();
+    OCTET_SET_DESC(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale);
+    OCTET_SET_DESC(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale);
+  }
+  if (config.bias == BiasPath::kEpilogue || config.bias == BiasPath::kEpilogueF32Copy) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    OCTET_SET_DESC(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+    const bool copy = config.bias == BiasPath::kEpilogueF32Copy;
+    const cudaDataType_t bias_type = cuda_type(copy ? DType::kF32 : call.bias->dtype());
+    OCTET_SET_DESC(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type);
+    // The heuristic reads the pointer's alignment only; the copy will be a fresh allocation,
+    // 256-byte aligned like the workspace that stands in for it here.
+    const void* bias_ptr = copy ? call.state->workspace.data() : call.bias->data();
+    OCTET_SET_DESC(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_ptr);
+  }
+
+  OCTET_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&plan->preference));
+  const uint64_t workspace_bytes = kWorkspaceBytes;
+  OCTET_SET_PREF(plan->preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace_bytes);
+  // Copies made here are fresh allocations (256-byte aligned); given operands may be slices.
+  const uint32_t align_a = config.b == OperandPath::kAsIs ? alignment_of(call.b.data()) : 256;
+  const uint32_t align_b = config.a == OperandPath::kAsIs ? alignment_of(call.a.data()) : 256;
+  const uint32_t align_d = config.staged ? 256 : alignment_of(call.out.data());
+  OCTET_SET_PREF(plan->preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a);
+  OCTET_SET_PREF(plan->preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b);
+  OCTET_SET_PREF(plan->preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d);
+  OCTET_SET_PREF(plan->preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d);
+
+  int found = 0;
+  *status = cublasLtMatmulAlgoGetHeuristic(call.state->handle, plan->desc, plan->layout_a,
+                                           plan->layout_b, plan->layout_d, plan->layout_d,
+                                           plan->preference, 1, &plan->heuristic, &found);
+  if (*status == CUBLAS_STATUS_SUCCESS &&
+      (found < 1 || plan->heuristic.state != CUBLAS_STATUS_SUCCESS)) {
+    *status = CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if (*status != CUBLAS_STATUS_SUCCESS) return nullptr;
+  return plan;
+}
+
+Tensor workspace_tensor(const Shape& shape, DType dtype, Device device) {
+  MemTagScope tag(MemTag::kWorkspace);
+  return Tensor::empty(shape, dtype, device);
+}
+
+// The operand's device pointer after its path's copy (enqueued on the stream); `holder` keeps
+// the copy alive until the call returns (the stream orders its reuse after the GEMM).
+const void* prepare_operand(const Call& call, const Tensor& t, OperandPath path, Tensor& holder) {
+  switch (path) {
+    case OperandPath::kAsIs:
+      return t.data();
+    case OperandPath::kTransposed: {
+      const int64_t rows = t.rows(), cols = t.cols();
+      holder = workspace_tensor({cols, rows}, t.dtype(), t.device());
+      const int64_t tiles_r = (rows + kTile - 1) / kTile, tiles_c = (cols + kTile - 1) / kTile;
+      const dim3 grid(static_cast<unsigned>(tiles_c < 65535 ? tiles_c : 65535),
+                      static_cast<unsigned>(tiles_r < 65535 ? tiles_r : 65535));
+      transpose_bytes_kernel<<<grid, dim3(kTile, 8), 0, call.stream>>>(
+          static_cast<const uint8_t*>(t.data()), holder.data_as<uint8_t>(), rows, cols);
+      OCTET_CUDA_LAUNCH_CHECK("transpose_bytes_kernel");
+      return holder.data();
+    }
+    case OperandPath::kToBf16: {
+      holder = workspace_tensor(t.shape(), DType::kBF16, t.device());
+      to_bf16_kernel<<<blocks_for(t.numel()), kThreads, 0, call.stream>>>(
+          t.data(), t.dtype(), holder.data_as<uint16_t>(), t.numel());
+      OCTET_CUDA_LAUNCH_CHECK("to_bf16_kernel");
+      return holder.data();
+    }
+  }
+  OCTET_FAIL("gemm: bad operand path");
+}
+
+// Enqueues the plan's copies, the GEMM and the kernels after it. Returns cublasLtMatmul's
+// status; `out` is untouched unless it is CUBLAS_STATUS_SUCCESS.
+cublasStatus_t run_plan(const Call& call, Plan& plan) {
+  const Config& config = plan.config;
+  Tensor a_copy, b_copy, bias_copy, staged, scalars;
+  const void* a_ptr = prepare_operand(call, call.a, config.a, a_copy);
+  const void* b_ptr = prepare_operand(call, call.b, config.b, b_copy);
+  const Device device = call.out.device();
+  if (config.fp8) {
+    const void* a_scale = call.b_scale_inv->data();
+    const void* b_scale = call.a_scale_inv->data();
+    OCTET_SET_DESC(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale);
+    OCTET_SET_DESC(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale);
+  }
+  if (config.bias == BiasPath::kEpilogue || config.bias == BiasPath::kEpilogueF32Copy) {
+    const void* bias_ptr = call.bias->data();
+    if (config.bias == BiasPath::kEpilogueF32Copy) {
+      bias_copy = workspace_tensor({call.n}, DType::kF32, device);
+      to_f32_kernel<<<blocks_for(call.n), kThreads, 0, call.stream>>>(
+          call.bias->data(), call.bias->dtype(), bias_copy.data_as<float>(), call.n);
+      OCTET_CUDA_LAUNCH_CHECK("to_f32_kernel");
+      bias_ptr = bias_copy.data();
+    }
+    OCTET_SET_DESC(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_ptr);
+  }
+  void* d_ptr = call.out.data();
+  if (config.staged) {
+    staged = workspace_tensor({call.m, call.n}, DType::kF32, device);
+    d_ptr = staged.data();
+  }
+  // Staged output: the product alone; finish_kernel adds out's old contents.
+  const float beta = call.keep && !config.staged ? 1.f : 0.f;
+  const void* alpha_ptr = &call.alpha;
+  const void* beta_ptr = &beta;
+  if (config.device_scalars) {
+    scalars = workspace_tensor({2}, DType::kF32, device);
+    scalars_kernel<<<1, 1, 0, call.stream>>>(call.alpha, call.a_scale_inv->data_as<float>(),
+                                             call.b_scale_inv->data_as<float>(), beta,
+                                             scalars.data_as<float>());
+    OCTET_CUDA_LAUNCH_CHECK("scalars_kernel");
+    alpha_ptr = scalars.data_as<float>();
+    beta_ptr = scalars.data_as<float>() + 1;
+  }
+  const cublasStatus_t status = cublasLtMatmul(
+      call.state->handle, plan.desc, alpha_ptr, b_ptr, plan.layout_a, a_ptr, plan.layout_b,
+      beta_ptr, d_ptr, plan.layout_d, d_ptr, plan.layout_d, &plan.heuristic.algo,
+      call.state->workspace.data(), kWorkspaceBytes, call.stream);
+  if (status != CUBLAS_STATUS_SUCCESS) return status;
+
+  const int64_t total = call.m * call.n;
+  const bool own_bias = config.bias == BiasPath::kKernel;
+  if (config.staged) {
+    finish_kernel<<<blocks_for(total), kThreads, 0, call.stream>>>(
+        staged.data_as<float>(), call.out.data(), call.out.dtype(), call.keep,
+        own_bias ? call.bias->data() : nullptr, own_bias ? call.bias->dtype() : DType::kF32, call.n,
+        total);
+    OCTET_CUDA_LAUNCH_CHECK("finish_kernel");
+  } else if (own_bias) {
+    add_bias_kernel<<<blocks_for(total), kThreads, 0, call.stream>>>(
+        call.out.data_as<float>(), call.bias->data(), call.bias->dtype(), call.n, total);
+    OCTET_CUDA_LAUNCH_CHECK("add_bias_kernel");
+  }
+  return status;
+}
+
+}  // namespace
+
+void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb, Tensor& out,
+          float alpha, ops::Accumulate accumulate, const Tensor* bias, const Tensor* a_scale_inv,
+          const Tensor* b_scale_inv, GemmRole role) {
+  const bool a_trans = ta == ops::Transpose::kYes, b_trans = tb == ops::Transpose::kYes;
+  const int64_t m = a_trans ? a.cols() : a.rows();
+  const int64_t k = a_trans ? a.rows() : a.cols();
+  const int64_t n = b_trans ? b.rows() : b.cols();
+  if (m == 0 || n == 0) return;
+  const bool keep = accumulate == ops::Accumulate::kYes;
+  DeviceGuard guard(out.device());
+  const cudaStream_t stream = stream_of(out);
+  if (k == 0) {  // an empty product: out = (keep ? out : 0) + bias
+    finish_kernel<<<blocks_for(m * n), kThreads, 0, stream>>>(
+        nullptr, out.data(), out.dtype(), keep, bias != nullptr ? bias->data() : nullptr,
+        bias != nullptr ? bias->dtype() : DType::kF32, n, m * n);
+    OCTET_CUDA_LAUNCH_CHECK("finish_kernel");
+    return;
+  }
+  if (is_fp8(a.dtype())) {
+    OCTET_ASSERT(a_scale_inv != nullptr && b_scale_inv != nullptr,
+                 "FP8 GEMM without scale_inv tensors");
+  }
+
+  std::lock_guard lock(gemm_mutex());
+  DeviceState& state = device_state(out.device());
+  const Call call{a,     ta,   b,    tb,          out,         m,    n,      k,
+                  alpha, keep, bias, a_scale_inv, b_scale_inv, role, stream, &state};
+  const PlanKey key = key_of(call);
+  auto& cache = plan_cache();
+  if (auto it = cache.find(key); it != cache.end()) {
+    const cublasStatus_t status = run_plan(call, *it->second);
+    OCTET_CHECK(status == CUBLAS_STATUS_SUCCESS,
+                "cublasLtMatmul failed: ", cublasLtGetStatusString(status), " (status ",
+                static_cast<int>(status), ") for M=", m, " N=", n, " K=", k, ", a ", a.dtype(),
+                ", b ", b.dtype(), ", out ", out.dtype());
+    return;
+  }
+  // First call of this shape: the first configuration that cuBLASLt both plans and runs wins.
+  // A failed run enqueued only copies into workspaces, never a write to `out`.
+  cublasStatus_t last = CUBLAS_STATUS_NOT_SUPPORTED;
+  for (const Config& config : candidates(call)) {
+    std::unique_ptr<Plan> plan = build_plan(call, config, &last);
+    if (plan == nullptr) continue;
+    last = run_plan(call, *plan);
+    if (last != CUBLAS_STATUS_SUCCESS) continue;
+    cache.emplace(key, std::move(plan));
+    return;
+  }
+  OCTET_FAIL("gemm: cuBLASLt has no algorithm for M=", m, " N=", n, " K=", k, ", a ", a.dtype(),
+             a_trans ? " transposed" : "", ", b ", b.dtype(), b_trans ? " transposed" : "",
+             ", out ", out.dtype(), bias != nullptr ? ", with bias" : "",
+             " (last status: ", cublasLtGetStatusString(last), ")");
+}
+
+void release_workspace() {
+  std::lock_guard lock(gemm_mutex());
+  // Queued GEMMs still read the buffers: the caching allocator hands them out again only in
+  // stream order.
+  for (auto& [index, state] : device_states()) state.workspace = Tensor();
+}
+
+}  // namespace octet::cuda

@@ -1,0 +1,146 @@
+// Optimizer updates on the GPU: AdamW over a whole list of tensors in one launch, and SGD. The
+// per-element arithmetic is kernels/cpu/optim.cpp's, operation for operation, in f32.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+#include "runtime/memory.h"
+
+namespace octet::cuda {
+namespace {
+
+// Elements per block of the multi-tensor kernel: 32 per thread.
+constexpr int64_t kChunk = int64_t{kThreads} * 32;
+
+// One tensor of the AdamW list, as the kernel reads it from the device table.
+struct AdamWEntry {
+  float* w;       // (n,) f32 master weights
+  const void* g;  // (n,) f32 or bf16
+  float* m;       // (n,) f32
+  float* v;       // (n,) f32
+  int64_t n;
+  int64_t first_chunk;  // blocks before this tensor's first: a prefix sum over the list
+  DType g_dtype;
+};
+
+// Host-computed constants, the same values the CPU computes.
+struct AdamWConstants {
+  float lr, beta1, beta2, eps;
+  float one_minus_beta1, one_minus_beta2;  // 1.f - beta, as the CPU loop computes it
+  float decay;                             // 1.f - lr * weight_decay
+  float c1, c2;                            // bias corrections 1 - beta^step, from f64
+};
+
+// Block b updates chunk (b - first_chunk) of the tensor whose chunk range holds b. Every
+// operation is rounded separately (_rn intrinsics: no FMA contraction), in the CPU's order:
+//   w' = w * decay;  m = b1 m + (1 - b1) g;  v = b2 v + ((1 - b2) g) g;
+//   w = w' - (lr * (m / c1)) / (sqrt(v / c2) + eps)
+__global__ void adamw_kernel(const AdamWEntry* table, int count, AdamWConstants k) {
+  const int64_t b = blockIdx.x;
+  // The last entry whose first chunk is <= b (entries are in chunk order, none empty).
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (table[mid].first_chunk <= b) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const AdamWEntry e = table[lo];
+  const int64_t begin = (b - e.first_chunk) * kChunk;
+  const int64_t end = begin + kChunk < e.n ? begin + kChunk : e.n;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const float g = load_f32(e.g, e.g_dtype, i);
+    const float wi = __fmul_rn(e.w[i], k.decay);
+    const float mi = __fadd_rn(__fmul_rn(k.beta1, e.m[i]), __fmul_rn(k.one_minus_beta1, g));
+    const float vi =
+        __fadd_rn(__fmul_rn(k.beta2, e.v[i]), __fmul_rn(__fmul_rn(k.one_minus_beta2, g), g));
+    e.m[i] = mi;
+    e.v[i] = vi;
+    const float step = __fdiv_rn(__fmul_rn(k.lr, __fdiv_rn(mi, k.c1)),
+                                 __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, k.c2)), k.eps));
+    e.w[i] = __fsub_rn(wi, step);
+  }
+}
+
+// SGD with momentum, the CPU's order: g' = g + wd w; buf = g' (first step or no buffer) or
+// momentum buf + g'; w = w - lr buf.
+__global__ void sgd_kernel(float* w, const void* g, DType g_dtype, float* buf, int64_t n, float lr,
+                           float momentum, float wd, bool first) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float gi = __fadd_rn(load_f32(g, g_dtype, i), __fmul_rn(wd, w[i]));
+    const float bi = (buf == nullptr || first) ? gi : __fadd_rn(__fmul_rn(momentum, buf[i]), gi);
+    if (buf != nullptr) buf[i] = bi;
+    w[i] = __fsub_rn(w[i], __fmul_rn(lr, bi));
+  }
+}
+
+}  // namespace
+
+void adamw_step(const std::vector<AdamWTensors>& tensors, const ops::AdamWHyper& h) {
+  std::vector<AdamWEntry> table;
+  table.reserve(tensors.size());
+  int64_t chunks = 0;
+  Device device = Device::cpu();
+  for (const AdamWTensors& t : tensors) {
+    const int64_t n = t.master->numel();
+    if (n == 0) continue;  // no chunk: the kernel's search relies on every entry having one
+    if (table.empty()) device = t.master->device();
+    OCTET_CHECK(t.master->device() == device, "adamw_step: tensors on different devices (", device,
+                " and ", t.master->device(), ")");
+    table.push_back({t.master->data_as<float>(), t.grad->data(), t.m->data_as<float>(),
+                     t.v->data_as<float>(), n, chunks, t.grad->dtype()});
+    chunks += (n + kChunk - 1) / kChunk;
+  }
+  if (table.empty()) return;
+  OCTET_CHECK(chunks <= int64_t{0x7FFFFFFF}, "adamw_step: ", chunks, " chunks is too many");
+  OCTET_CHECK(table.size() <= size_t{0x7FFFFFFF}, "adamw_step: too many tensors");
+
+  // The CPU's constants (kernels/cpu/optim.cpp), computed the same way on the host.
+  AdamWConstants k;
+  k.lr = h.lr;
+  k.beta1 = h.beta1;
+  k.beta2 = h.beta2;
+  k.eps = h.eps;
+  k.one_minus_beta1 = 1.f - h.beta1;
+  k.one_minus_beta2 = 1.f - h.beta2;
+  k.decay = 1.f - h.lr * h.weight_decay;
+  k.c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta1), h.step));
+  k.c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta2), h.step));
+
+  const cudaStream_t stream = stream_of(*tensors.front().master);
+  const size_t bytes = table.size() * sizeof(AdamWEntry);
+  Tensor device_table;
+  {
+    MemTagScope tag(MemTag::kWorkspace);
+    device_table = Tensor::empty({static_cast<int64_t>(bytes)}, DType::kU8, device);
+  }
+  OCTET_CUDA_CHECK(
+      cudaMemcpyAsync(device_table.data(), table.data(), bytes, cudaMemcpyHostToDevice, stream));
+  // `table` is pageable host memory that dies with this call: wait until the copy has read it.
+  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream));
+  adamw_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(
+      static_cast<const AdamWEntry*>(device_table.data()), static_cast<int>(table.size()), k);
+  OCTET_CUDA_LAUNCH_CHECK("adamw_kernel");
+  // device_table goes back to the allocator's cache here; the stream orders its next user after
+  // this kernel (runtime/cuda.cpp).
+}
+
+void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
+              float weight_decay, int64_t step) {
+  const int64_t n = master.numel();
+  if (n == 0) return;
+  float* pb = momentum != 0.f ? buf.data_as<float>() : nullptr;  // momentum 0: no buffer
+  sgd_kernel<<<blocks_for(n), kThreads, 0, stream_of(master)>>>(
+      master.data_as<float>(), grad.data(), grad.dtype(), pb, n, lr, momentum, weight_decay,
+      step <= 1);
+  OCTET_CUDA_LAUNCH_CHECK("sgd_kernel");
+}
+
+}  // namespace octet::cuda
