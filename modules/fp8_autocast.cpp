@@ -7,6 +7,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
+#include "kernels/ops.h"
 
 namespace octet::modules {
 namespace {
@@ -28,6 +29,14 @@ struct BackwardUpdates {
 };
 thread_local std::weak_ptr<BackwardUpdates> t_backward_updates;
 
+// Every meta's slots of one direction in one batched update (one launch for all CUDA slots).
+void update(const std::vector<std::shared_ptr<FP8Meta>>& metas, FP8Direction direction) {
+  std::vector<FP8Meta*> raw;
+  raw.reserve(metas.size());
+  for (const auto& m : metas) raw.push_back(m.get());
+  ops::update_fp8_metas(raw, direction);
+}
+
 }  // namespace
 
 FP8Autocast::FP8Autocast(const Recipe& recipe, FP8Enabled enabled)
@@ -46,9 +55,11 @@ FP8Autocast::~FP8Autocast() {
   std::vector<std::weak_ptr<FP8Meta>> metas = std::move(t_scope.forward_metas);
   t_scope.forward_metas.clear();
   if (!autograd::grad_enabled() || std::uncaught_exceptions() > uncaught_at_entry_) return;
+  std::vector<std::shared_ptr<FP8Meta>> live;
   for (const auto& weak : metas) {
-    if (auto meta = weak.lock()) meta->update(FP8Direction::kForward);
+    if (auto meta = weak.lock()) live.push_back(std::move(meta));
   }
+  update(live, FP8Direction::kForward);
 }
 
 bool fp8_enabled() { return t_scope.enabled; }
@@ -85,7 +96,7 @@ void schedule_fp8_backward_update(const std::shared_ptr<FP8Meta>& meta) {
     t_backward_updates = pending;
     autograd::call_at_backward_end([pending] {
       t_backward_updates.reset();
-      for (const auto& m : pending->metas) m->update(FP8Direction::kBackward);
+      update(pending->metas, FP8Direction::kBackward);
       pending->metas.clear();
     });
   }

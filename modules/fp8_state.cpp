@@ -52,7 +52,7 @@ std::shared_ptr<const Quantizer> FP8State::frozen(SlotId slot) {
     return (slot.direction == FP8Direction::kForward ? forward_q_ : backward_q_)
         .at(static_cast<size_t>(slot.index));
   const FP8Slot& s = meta_->slot(slot);
-  Tensor scratch_history = Tensor::zeros({1}, DType::kF32);
+  Tensor scratch_history = Tensor::zeros({1}, DType::kF32, s.scale.device());
   return std::make_shared<DelayedScalingQuantizer>(s.scale.clone(), scratch_history, q->dtype());
 }
 
@@ -78,9 +78,11 @@ Operand norm_operand(const Tensor& x, const NormSpec& norm, const Quantizer* qua
   const auto* delayed = dynamic_cast<const DelayedScalingQuantizer*>(quantizer);
   if (delayed != nullptr) {
     Tensor row, col;
-    if (has_usage(usage, Usage::kRowwise)) row = Tensor::empty(x.shape(), delayed->dtype());
+    if (has_usage(usage, Usage::kRowwise)) {
+      row = Tensor::empty(x.shape(), delayed->dtype(), x.device());
+    }
     if (has_usage(usage, Usage::kColumnwise)) {
-      col = Tensor::empty({x.cols(), x.rows()}, delayed->dtype());
+      col = Tensor::empty({x.cols(), x.rows()}, delayed->dtype(), x.device());
     }
     Tensor newest = delayed->amax_history().slice(0, 1);
     stats = ops::norm_fp8(norm.kind, x, norm.gamma, norm.beta.defined() ? &norm.beta : nullptr,

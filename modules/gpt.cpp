@@ -121,7 +121,11 @@ Tensor GPT::hidden(const Tensor& ids, FirstMicrobatch first) {
   OCTET_CHECK(batch > 0 && seq > 0 && seq <= config_.max_seq_len, "GPT: ids ", ids,
               " must have 1 <= T <= max_seq_len ", config_.max_seq_len, " and B >= 1");
   check_fp8_rows(batch, seq);
-  Tensor x = autograd::add(wte_->forward(ids), wpe_->forward(positions(batch, seq)));  // (B, T, C)
+  // Token ids may come from the host (a data loader); they go where the model lives.
+  const Tensor on_device = ids.device() == device() ? ids : ids.to(device());
+  Tensor pos = positions(batch, seq);
+  if (!device().is_cpu()) pos = pos.to(device());
+  Tensor x = autograd::add(wte_->forward(on_device), wpe_->forward(pos));  // (B, T, C)
   for (const auto& layer : layers_) x = layer->forward(x, first);
   return ln_f_->forward(x);
 }
@@ -140,8 +144,10 @@ Tensor GPT::loss(const Tensor& ids, const Tensor& targets, FirstMicrobatch first
               " must have the shape of ids ", ids);
   const Tensor logits = forward(ids, first);  // (B, T, V)
   const int64_t rows = ids.numel();
+  const Tensor on_device =
+      targets.device() == logits.device() ? targets : targets.to(logits.device());
   return autograd::cross_entropy(autograd::reshape(logits, {rows, config_.vocab_size}),
-                                 targets.reshape({rows}), -100);
+                                 on_device.reshape({rows}), -100);
 }
 
 Tensor GPT::generate(const Tensor& prompts, int64_t new_tokens, float temperature, Generator* gen) {
@@ -183,14 +189,14 @@ Tensor GPT::generate(const Tensor& prompts, int64_t new_tokens, float temperatur
     }
     const Tensor h = hidden(ids, FirstMicrobatch::kUnset);  // (N_pad, T_pad, C)
     // Only each real sequence's last position goes through the LM head: (N, C).
-    Tensor last = Tensor::empty({n, c}, h.dtype());
-    const auto* hp = static_cast<const char*>(h.data());
-    const size_t row_bytes = static_cast<size_t>(c) * h.element_size();
+    Tensor last = Tensor::empty({n, c}, h.dtype(), h.device());
+    const Tensor rows = h.reshape({batch_pad * seq_pad, c});
     for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(static_cast<char*>(last.data()) + static_cast<size_t>(i) * row_bytes,
-                  hp + static_cast<size_t>(i * seq_pad + window - 1) * row_bytes, row_bytes);
+      const int64_t r = i * seq_pad + window - 1;
+      last.slice(i, i + 1).copy_bytes_from(rows.slice(r, r + 1));
     }
-    const Tensor logits = lm_head(last);  // (N, V) f32
+    Tensor logits = lm_head(last);  // (N, V) f32
+    if (!logits.device().is_cpu()) logits = logits.to(Device::cpu());
     const auto* lp = logits.data_as<float>();
     for (int64_t i = 0; i < n; ++i) {
       const int32_t token = pick_token(lp + i * vocab, vocab, temperature, gen);

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "autograd/variable.h"
 #include "kernels/ops.h"
 #include "runtime/error.h"
 #include "runtime/float8_tensor.h"
@@ -99,11 +100,22 @@ void Module::set_mode(Mode mode) {
 
 void Module::to(Device device) {
   require_device(device);
-  OCTET_CHECK(device.is_cpu(), type_, "::to(", device,
-              "): modules run on the CPU only; moving them to CUDA is not supported yet");
+  // Storages move in place, so every handle on them (quantizers holding a slot's scale and
+  // history, FP8 weights' row-wise data behind a parameter, optimizer masters adopted from
+  // initial_master) follows without rewiring. Accumulated gradients move too.
   for (const Parameter& p : parameters()) {
-    OCTET_ASSERT(p.tensor->device().is_cpu(), "parameter ", p.name, " is on ", p.tensor->device());
+    p.tensor->move_storage_to(device);
+    if (p.is_fp8()) (*p.fp8)->move_to(device);
+    if (p.initial_master != nullptr && p.initial_master->defined()) {
+      p.initial_master->move_storage_to(device);
+    }
+    const Tensor& g = autograd::grad(*p.tensor);
+    if (g.defined()) g.move_storage_to(device);
   }
+  for (auto& [name, t] : buffers()) {
+    if (t->defined()) t->move_storage_to(device);
+  }
+  visit("", [device](const std::string&, Module& m) { m.device_ = device; });
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::state_dict() {
@@ -134,10 +146,8 @@ void Module::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& 
     OCTET_CHECK(src != nullptr, "load_state_dict: missing key \"", name, "\"");
     OCTET_CHECK(src->shape() == dst.shape() && src->dtype() == dst.dtype(), "load_state_dict: \"",
                 name, "\" is ", *src, " but the model expects ", dst);
-    OCTET_CHECK(src->device().is_cpu() && dst.device().is_cpu(), "load_state_dict: \"", name,
-                "\": CPU tensors only");
-    std::memcpy(dst.data(), src->data(), dst.nbytes());
-    dst.bump_version();
+    // Raw bytes between any two devices (FP8 data included, which copy_ does not take).
+    dst.copy_bytes_from(*src);
   }
   // FP8 primary weights: the f32 value the optimizer adopts as its master (and MXFP8 rebuilds
   // column-wise data from) must follow the loaded weight, not stay at its random initial value.

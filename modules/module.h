@@ -56,10 +56,12 @@ class Module {
   void eval() { set_mode(Mode::kEval); }
   bool training() const { return mode_ == Mode::kTrain; }
 
-  // Moves every parameter and buffer to `device`. The modules run on the CPU for now: the CPU is
-  // a no-op, and a CUDA device is an error ("no CUDA device ..." without one, else "not supported
-  // yet"), never a half-moved model.
+  // Moves every parameter (FP8 data included), its gradient and every buffer (FP8 metas
+  // included) to `device`, in place; "no CUDA device ..." when there is none. Optimizers made
+  // before the move follow too (their state moves with Optimizer::to).
   void to(Device device);
+  // Where the module's state lives (the CPU until to() moves it).
+  Device device() const { return device_; }
 
   // Names -> tensors: parameters (FP8 primary weights as their data and scale_inv, see
   // FP8 weight naming in the module issue) and buffers. Tensors are handles to the live state.
@@ -101,6 +103,7 @@ class Module {
 
   std::string type_;
   Mode mode_ = Mode::kTrain;
+  Device device_ = Device::cpu();
   std::vector<Parameter> params_;  // names local to this module
   std::vector<std::pair<std::string, Tensor*>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

@@ -51,21 +51,31 @@ Optimizer::Optimizer(std::vector<Parameter> params, OptimizerOptions options)
 void Optimizer::step(float lr) {
   ++steps_;
   step_tensor_.data_as<int64_t>()[0] = steps_;
+  if (options_.kind == OptimizerKind::kAdamW) {
+    // One multi-tensor update per device (one launch on CUDA).
+    ops::AdamWHyper h;
+    h.lr = lr;
+    h.beta1 = options_.beta1;
+    h.beta2 = options_.beta2;
+    h.eps = options_.eps;
+    h.weight_decay = options_.weight_decay;
+    h.step = steps_;
+    std::vector<ops::AdamWTensors> cpu, cuda;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const Tensor& g = autograd::grad(*params_[i].tensor);
+      if (!g.defined()) continue;
+      State& s = state_[i];
+      (s.master.device().is_cpu() ? cpu : cuda).push_back({&s.master, &g, &s.m, &s.v});
+    }
+    ops::adamw_step(cpu, h);
+    ops::adamw_step(cuda, h);
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     Parameter& p = params_[i];
     State& s = state_[i];
     const Tensor& g = autograd::grad(*p.tensor);
     if (!g.defined()) continue;
-    if (options_.kind == OptimizerKind::kAdamW) {
-      ops::AdamWHyper h;
-      h.lr = lr;
-      h.beta1 = options_.beta1;
-      h.beta2 = options_.beta2;
-      h.eps = options_.eps;
-      h.weight_decay = options_.weight_decay;
-      h.step = steps_;
-      ops::adamw_step(s.master, g, s.m, s.v, h);
-    } else {
+    if (options_.kind != OptimizerKind::kAdamW) {
       ops::sgd_step(s.master, g, s.m, lr, options_.momentum, options_.weight_decay, steps_);
     }
     if (p.is_fp8()) {
@@ -109,10 +119,18 @@ void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>
     OCTET_CHECK(src != nullptr, "optimizer state: missing key \"", name, "\"");
     OCTET_CHECK(src->shape() == dst.shape() && src->dtype() == dst.dtype(), "optimizer state: \"",
                 name, "\" is ", *src, " but expected ", dst);
-    std::memcpy(dst.data(), src->data(), dst.nbytes());
-    dst.bump_version();
+    dst.copy_bytes_from(*src);
   }
   steps_ = step_tensor_.data_as<int64_t>()[0];
+}
+
+void Optimizer::to(Device device) {
+  require_device(device);
+  for (State& s : state_) {
+    for (Tensor* t : {&s.master, &s.m, &s.v}) {
+      if (t->defined()) t->move_storage_to(device);
+    }
+  }
 }
 
 double clip_grad_norm(const std::vector<Parameter>& params, double max_norm) {

@@ -34,6 +34,8 @@ class Optimizer {
   void step(float lr);
   // Drops every parameter's gradient.
   void zero_grad();
+  // Moves the optimizer state (masters, moments) to `device`, after Module::to moved the model.
+  void to(Device device);
   int64_t steps() const { return steps_; }
 
   // "<param>.exp_avg", "<param>.exp_avg_sq", "<param>.momentum", "<param>.master" and

@@ -246,18 +246,16 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
   const std::string metrics_path = (fs::path(c.output.dir) / "metrics.jsonl").string();
   const std::string svg_path = (fs::path(c.output.dir) / "loss.svg").string();
 
-  // A CUDA device the machine lacks is "no CUDA device (reason)"; one it has is not used by
-  // training yet (the CUDA backend is its own issue), which is said rather than ignored.
+  // A CUDA device the machine lacks is "no CUDA device (reason)", never a silent CPU run.
   const Device device = parse_device(c.training.device);
   require_device(device);
-  OCTET_CHECK(device.is_cpu(), "training.device ", device,
-              ": training on CUDA is not supported yet; use \"cpu\"");
   std::unique_ptr<data::Dataset> dataset = data::open_dataset(config::data_options(c));
   const int64_t seq_len = run_seq_len(c, *dataset);
   const std::optional<Recipe> recipe = run_recipe(c);
-  reset_peak_memory();
+  reset_peak_memory(device);
 
   modules::GPT model(gpt_config(c, *dataset));
+  model.to(device);  // before the optimizer, whose state is made where the parameters live
   modules::OptimizerOptions opt_options;
   opt_options.kind =
       c.optimizer.kind == "sgd" ? modules::OptimizerKind::kSGD : modules::OptimizerKind::kAdamW;
@@ -441,7 +439,7 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
   result.skipped_steps = state.skipped_steps;
   result.seconds = seconds_since(t0);
   for (const std::string& m : final_eval.mistakes) progress.note("  e.g. " + m);
-  progress.note(memory_summary(memory_stats()));
+  progress.note(memory_summary(memory_stats(device)));
   result.summary = fmt::format(
       "done: {} steps in {} ({} this run), {} on {} held-out {}{}; "
       "run directory {}",
