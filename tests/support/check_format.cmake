@@ -1,7 +1,7 @@
 # Fails, listing the files, when clang-format would change any C++ source of the project.
 file(GLOB_RECURSE sources RELATIVE "${ROOT}"
      "${ROOT}/runtime/*.h" "${ROOT}/runtime/*.cpp" "${ROOT}/kernels/*.h" "${ROOT}/kernels/*.cpp"
-     "${ROOT}/kernels/*.cu" "${ROOT}/autograd/*.h" "${ROOT}/autograd/*.cpp" "${ROOT}/modules/*.h"
+     "${ROOT}/kernels/*.cu" "${ROOT}/kernels/*.cuh" "${ROOT}/autograd/*.h" "${ROOT}/autograd/*.cpp" "${ROOT}/modules/*.h"
      "${ROOT}/modules/*.cpp" "${ROOT}/tools/*.h" "${ROOT}/tools/*.cpp" "${ROOT}/tests/*.h"
      "${ROOT}/tests/*.cpp" "${ROOT}/bench/*.cpp")
 set(bad "")

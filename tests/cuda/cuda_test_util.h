@@ -1,0 +1,163 @@
+// The harness of the CUDA tests: an operation runs on the CPU (the reference backend) and on
+// cuda:0 with the same inputs, and the results are compared here, bit for bit where both backends
+// apply the same rule (FP8 casts, masks, conversions, single IEEE operations), else within one
+// per-dtype tolerance table. Every test starts with OCTET_REQUIRE_CUDA().
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/device.h"
+#include "runtime/float8_tensor.h"
+#include "runtime/mxfp8_tensor.h"
+#include "runtime/quantized_tensor.h"
+#include "runtime/tensor.h"
+#include "tests/support/test_util.h"
+
+namespace octet::test {
+
+inline Device gpu() { return Device::cuda(0); }
+
+// The same values on the other device (a new storage; undefined stays undefined).
+inline Tensor on_gpu(const Tensor& t) { return t.defined() ? t.to(gpu()) : t; }
+inline Tensor on_cpu(const Tensor& t) { return t.defined() ? t.to(Device::cpu()) : t; }
+
+// A one-element f32 tensor (a scale, a scale_inv, an amax) on `device`.
+inline Tensor scalar(float value, Device device = Device::cpu()) {
+  const Tensor t = Tensor::from_floats({value}, {1});
+  return device.is_cpu() ? t : t.to(device);
+}
+
+// The one tolerance table of the CUDA tests, by the dtype a result was computed or stored in. It
+// bounds |cuda - cpu|, where both backends have their own rounding error against the exact value.
+inline Tolerance parity_tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      // The same f32 formulas, but nvcc contracts a * b + c into one FMA, the GPU evaluates exp,
+      // tanh and rsqrt with its own few-ulp routines, and reductions add in a tree instead of the
+      // CPU's order: a few ulps per operation, more after cancellation in a sum. 1e-4 relative is
+      // about 800 ulps; the absolute floor covers results that cancel to near zero.
+      return {1e-5, 1e-4};
+    case DType::kBF16:
+      // Computed with bf16 operands: cuDNN's attention rounds Q, K, V and the probabilities to
+      // bf16 (2^-9 relative each) through a softmax and two products of length T and D; the
+      // tolerance TransformerEngine's fused-attention tests use for bf16. Also covers a bf16
+      // store of f32 values that differ by a few ulps (one bf16 step, 2^-7 relative).
+      return {2.5e-2, 2.5e-2};
+    case DType::kF16:
+      // An f16 store of f32 values that differ by a few ulps: one f16 step (2^-10 relative).
+      return {1e-3, 1.0 / 512};
+    default:
+      // FP8 data, E8M0 exponents, u8 masks and integers are compared bit for bit (same_bits):
+      // both backends apply the same conversion rule (runtime/fp8.h) to the same inputs.
+      return {0.0, 0.0};
+  }
+}
+
+// A tolerance widened by `factor` for results that pass through longer chains of roundings than
+// one operation or one reduction (an attention backward, a norm backward): the reason is stated
+// where it is used.
+inline Tolerance scaled(Tolerance tol, double factor) {
+  return {tol.abs * factor, tol.rel * factor};
+}
+
+// `got` (a CUDA result, or one brought back) equals the CPU result `want` in shape and dtype and
+// is within `tol` of it everywhere; equal values (infinities included) always match, NaN matches
+// only NaN.
+inline ::testing::AssertionResult close_to(const Tensor& got, const Tensor& want, Tolerance tol) {
+  if (!got.defined() || !want.defined()) {
+    return ::testing::AssertionFailure()
+           << "undefined tensor: got " << got.defined() << ", want " << want.defined();
+  }
+  if (got.shape() != want.shape() || got.dtype() != want.dtype()) {
+    return ::testing::AssertionFailure() << "got " << got << ", want " << want;
+  }
+  std::vector<float> g = on_cpu(got).to_floats();
+  std::vector<float> w = on_cpu(want).to_floats();
+  // all_close measures |got - want|, which is NaN for two equal infinities: equal values are
+  // taken out first.
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (g[i] == w[i]) g[i] = w[i] = 0.f;
+  }
+  return all_close(g, std::vector<double>(w.begin(), w.end()), tol);
+}
+
+// The same shape, dtype and bytes (FP8 data, exponents, masks, conversions).
+inline ::testing::AssertionResult same_bits(const Tensor& got, const Tensor& want) {
+  if (!got.defined() || !want.defined()) {
+    return ::testing::AssertionFailure()
+           << "undefined tensor: got " << got.defined() << ", want " << want.defined();
+  }
+  if (got.shape() != want.shape() || got.dtype() != want.dtype()) {
+    return ::testing::AssertionFailure() << "got " << got << ", want " << want;
+  }
+  const Tensor g = on_cpu(got), w = on_cpu(want);
+  const auto* pg = static_cast<const uint8_t*>(g.data());
+  const auto* pw = static_cast<const uint8_t*>(w.data());
+  const size_t n = g.nbytes(), es = g.element_size();
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (pg[i] != pw[i] && bad++ == 0) first = i;
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  uint64_t got_bits = 0, want_bits = 0;
+  const size_t at = first / es * es;
+  std::memcpy(&got_bits, pg + at, es);
+  std::memcpy(&want_bits, pw + at, es);
+  return ::testing::AssertionFailure()
+         << bad << " of " << n << " bytes differ in " << want << "; first in element " << first / es
+         << ": got 0x" << std::hex << got_bits << ", want 0x" << want_bits << std::dec << " ("
+         << load_as_f32(g.dtype(), g.data(), first / es) << " vs "
+         << load_as_f32(w.dtype(), w.data(), first / es) << ")";
+}
+
+// Every buffer of two quantized tensors (data of each usage, scale_inv or E8M0 exponents) bit for
+// bit, and the same usages, shape and dtype.
+inline ::testing::AssertionResult same_quantized(const QuantizedTensor& got,
+                                                 const QuantizedTensor& want) {
+  if (got.shape() != want.shape() || got.dtype() != want.dtype() || got.usage() != want.usage() ||
+      got.scaling_mode() != want.scaling_mode()) {
+    return ::testing::AssertionFailure()
+           << "got " << got.describe() << ", want " << want.describe();
+  }
+  struct Buffer {
+    const char* name;
+    Tensor got, want;
+  };
+  std::vector<Buffer> buffers;
+  if (want.scaling_mode() == ScalingMode::kPerTensor) {
+    const auto& g = dynamic_cast<const Float8Tensor&>(got);
+    const auto& w = dynamic_cast<const Float8Tensor&>(want);
+    buffers.push_back({"scale_inv", g.scale_inv(), w.scale_inv()});
+    if (want.has(Usage::kRowwise)) {
+      buffers.push_back({"row-wise data", g.rowwise_data(), w.rowwise_data()});
+    }
+    if (want.has(Usage::kColumnwise)) {
+      buffers.push_back({"column-wise data", g.columnwise_data(), w.columnwise_data()});
+    }
+  } else {
+    const auto& g = dynamic_cast<const MXFP8Tensor&>(got);
+    const auto& w = dynamic_cast<const MXFP8Tensor&>(want);
+    if (want.has(Usage::kRowwise)) {
+      buffers.push_back({"row-wise exponents", g.rowwise_scales(), w.rowwise_scales()});
+      buffers.push_back({"row-wise data", g.rowwise_data(), w.rowwise_data()});
+    }
+    if (want.has(Usage::kColumnwise)) {
+      buffers.push_back({"column-wise exponents", g.columnwise_scales(), w.columnwise_scales()});
+      buffers.push_back({"column-wise data", g.columnwise_data(), w.columnwise_data()});
+    }
+  }
+  for (const Buffer& b : buffers) {
+    ::testing::AssertionResult r = same_bits(b.got, b.want);
+    if (!r) return ::testing::AssertionFailure() << b.name << ": " << r.message();
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace octet::test

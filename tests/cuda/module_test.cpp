@@ -1,0 +1,324 @@
+// The FP8 modules on CUDA against the same modules on the CPU: Linear, LayerNormLinear and
+// LayerNormMLP built twice from one seed, one moved with Module::to, run forward and backward
+// under each recipe on the same input, and compared (output, input gradient, every parameter's
+// gradient); the memory contract on the device (nothing saved after backward, inference-mode FP8
+// weights without column-wise data); and a short GPT training run on the GPU that learns and
+// tracks the CPU's.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "autograd/ops/arithmetic.h"
+#include "autograd/variable.h"
+#include "kernels/ops.h"
+#include "modules/fp8_autocast.h"
+#include "modules/gpt.h"
+#include "modules/layernorm_mlp.h"
+#include "modules/linear.h"
+#include "modules/optimizer.h"
+#include "runtime/memory.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/modules/module_test_util.h"
+#include "tests/support/test_util.h"
+
+namespace octet::modules {
+namespace {
+
+using test::on_cpu;
+using test::on_gpu;
+
+// Both backends cast the same values with the same rule. Where an input of a cast differs in its
+// last f32 bits between them (a norm output, a GEMM summed in another order, a delayed scale
+// computed from such an amax), an element can land on the neighbouring FP8 value: one e5m2 step
+// (2^-2 relative) at most, which moves each result it feeds by a fraction of one term of its sum.
+// A floor of 2^-5 of the tensor's largest magnitude and 2^-3 relative bound that with room, and
+// still fail a wrong layout, scale or usage, which move results by their own size.
+::testing::AssertionResult fp8_close(const Tensor& got, const Tensor& want) {
+  if (!got.defined() || !want.defined()) {
+    return ::testing::AssertionFailure()
+           << "undefined: got " << got.defined() << ", want " << want.defined();
+  }
+  if (!got.device().is_cuda()) return ::testing::AssertionFailure() << "got " << got;
+  double largest = 0;
+  for (float v : on_cpu(want).to_floats()) largest = std::max(largest, std::fabs(double{v}));
+  return test::close_to(got, want, {std::ldexp(largest, -5), 0.125});
+}
+
+// One forward + backward: the output, the input's gradient and each parameter's gradient (by
+// name), left on the module's device; gradients are dropped afterwards.
+struct Result {
+  Tensor y, dx;
+  std::vector<std::pair<std::string, Tensor>> grads;
+};
+
+template <typename M>
+Result run(M& m, const Tensor& x_in, const Tensor& g, const Recipe& recipe) {
+  Tensor x = x_in.clone();
+  autograd::set_requires_grad(x);
+  Tensor y = test::with_fp8(&recipe, [&] { return m.forward(x); });
+  autograd::backward(y, g);
+  Result r{y, autograd::grad(x), {}};
+  for (const Parameter& p : m.parameters()) {
+    r.grads.emplace_back(p.name, autograd::grad(*p.tensor));
+    autograd::zero_grad(*p.tensor);
+  }
+  return r;
+}
+
+void expect_match(const Result& gpu, const Result& cpu, const std::string& what) {
+  EXPECT_TRUE(fp8_close(gpu.y, cpu.y)) << what << ": y";
+  EXPECT_TRUE(fp8_close(gpu.dx, cpu.dx)) << what << ": dx";
+  ASSERT_EQ(gpu.grads.size(), cpu.grads.size()) << what;
+  for (size_t i = 0; i < cpu.grads.size(); ++i) {
+    EXPECT_EQ(gpu.grads[i].first, cpu.grads[i].first) << what;
+    EXPECT_TRUE(fp8_close(gpu.grads[i].second, cpu.grads[i].second))
+        << what << ": gradient of " << cpu.grads[i].first;
+  }
+}
+
+const Recipe kRecipes[] = {Recipe::delayed(), Recipe::current(), Recipe::mxfp8()};
+
+// Builds the module twice from the same seed, moves one to the GPU and compares two steps (the
+// second runs on delayed scaling's updated scales).
+template <typename M, typename Make>
+void compare_module(Make make, const Shape& in_shape, const Shape& out_shape) {
+  for (const Recipe& recipe : kRecipes) {
+    SCOPED_TRACE(describe(recipe));
+    std::unique_ptr<M> cpu = make(), gpu = make();
+    gpu->to(test::gpu());
+    EXPECT_EQ(gpu->device(), test::gpu());
+    for (const Parameter& p : gpu->parameters()) {
+      EXPECT_TRUE(p.tensor->device().is_cuda()) << p.name;
+    }
+    for (int step = 0; step < 2; ++step) {
+      const Tensor x = test::random_tensor(in_shape, DType::kF32, 10 + static_cast<uint64_t>(step));
+      const Tensor g =
+          test::random_tensor(out_shape, DType::kF32, 20 + static_cast<uint64_t>(step));
+      const Result want = run(*cpu, x, g, recipe);
+      const Result got = run(*gpu, on_gpu(x), on_gpu(g), recipe);
+      expect_match(got, want, "step " + std::to_string(step));
+    }
+  }
+}
+
+TEST(CudaModules, LinearMatchesTheCpuUnderEveryRecipe) {
+  OCTET_REQUIRE_CUDA();
+  LinearOptions o;
+  o.init_std = 0.1f;
+  compare_module<Linear>([&] { return std::make_unique<Linear>(64, 96, o); }, {2, 32, 64},
+                         {2, 32, 96});
+}
+
+TEST(CudaModules, LayerNormLinearMatchesTheCpuUnderEveryRecipe) {
+  OCTET_REQUIRE_CUDA();
+  for (NormKind kind : {NormKind::kLayerNorm, NormKind::kRMSNorm}) {
+    LayerNormLinearOptions o;
+    o.norm.kind = kind;
+    o.linear.init_std = 0.1f;
+    compare_module<LayerNormLinear>([&] { return std::make_unique<LayerNormLinear>(64, 96, o); },
+                                    {2, 32, 64}, {2, 32, 96});
+  }
+}
+
+TEST(CudaModules, LayerNormMLPMatchesTheCpuUnderEveryRecipe) {
+  OCTET_REQUIRE_CUDA();
+  for (MLPActivation act : {MLPActivation::kGelu, MLPActivation::kSwiglu}) {
+    for (Recompute recompute : {Recompute::kNo, Recompute::kYes}) {
+      SCOPED_TRACE(std::string(act == MLPActivation::kGelu ? "gelu" : "swiglu") +
+                   (recompute == Recompute::kYes ? ", recompute" : ""));
+      LayerNormMLPOptions o;
+      o.activation = act;
+      o.recompute = recompute;
+      o.linear.init_std = 0.1f;
+      compare_module<LayerNormMLP>([&] { return std::make_unique<LayerNormMLP>(64, 128, o); },
+                                   {2, 32, 64}, {2, 32, 64});
+    }
+  }
+}
+
+TEST(CudaModules, Fp8PrimaryWeightsMatchTheCpu) {
+  OCTET_REQUIRE_CUDA();
+  for (const Recipe& recipe : kRecipes) {
+    SCOPED_TRACE(describe(recipe));
+    LayerNormMLPOptions o;
+    o.linear.recipe = recipe;
+    o.linear.fp8_primary_weights = FP8PrimaryWeights::kYes;
+    o.linear.init_std = 0.1f;
+    LayerNormMLP cpu(64, 128, o), gpu(64, 128, o);
+    gpu.to(test::gpu());
+    EXPECT_EQ(gpu.fc1_weight().fp8->device(), test::gpu());
+    EXPECT_TRUE(test::same_quantized(*gpu.fc1_weight().fp8, *cpu.fc1_weight().fp8));
+    const Tensor x = test::random_tensor({64, 64}, DType::kF32, 30);
+    const Tensor g = test::random_tensor({64, 64}, DType::kF32, 31);
+    expect_match(run(gpu, on_gpu(x), on_gpu(g), recipe), run(cpu, x, g, recipe), "primary");
+  }
+}
+
+// ---- the memory contract on the device ----
+
+int64_t saved_on(Device device) { return memory_stats(device).current_of(MemTag::kSaved); }
+
+TEST(CudaModuleMemory, NothingIsSavedAfterBackward) {
+  OCTET_REQUIRE_CUDA();
+  for (const Recipe& recipe : kRecipes) {
+    SCOPED_TRACE(describe(recipe));
+    LayerNormLinear qkv(64, 64, {});
+    Linear proj(64, 64, {});
+    LayerNormMLP mlp(64, 256, {});
+    qkv.to(test::gpu());
+    proj.to(test::gpu());
+    mlp.to(test::gpu());
+    const int64_t base = saved_on(test::gpu()), host_base = saved_on(Device::cpu());
+    Tensor x = on_gpu(test::random_tensor({64, 64}, DType::kF32, 40));
+    autograd::set_requires_grad(x);
+    Tensor y;
+    {
+      FP8Autocast scope(recipe);
+      y = mlp.forward(proj.forward(qkv.forward(x)));
+    }
+    EXPECT_GT(saved_on(test::gpu()), base) << "the forward saved nothing on the device";
+    EXPECT_EQ(saved_on(Device::cpu()), host_base) << "a GPU forward saved host tensors";
+    autograd::backward(autograd::sum(y));
+    EXPECT_EQ(saved_on(test::gpu()), base);
+    EXPECT_EQ(saved_on(Device::cpu()), host_base);
+    EXPECT_TRUE(autograd::grad(x).device().is_cuda());
+  }
+}
+
+LayerNormMLPOptions fp8_primary() {
+  LayerNormMLPOptions o;
+  o.linear.recipe = Recipe::delayed();
+  o.linear.fp8_primary_weights = FP8PrimaryWeights::kYes;
+  return o;
+}
+
+TEST(CudaModuleMemory, InferenceModelHoldsNoColumnwiseWeightsOnTheDevice) {
+  OCTET_REQUIRE_CUDA();
+  auto fp8_bytes = [](LayerNormMLP& m) {
+    return static_cast<int64_t>(m.fc1_weight().fp8->nbytes() + m.fc2_weight().fp8->nbytes());
+  };
+  LayerNormMLP train(64, 128, fp8_primary());
+  train.to(test::gpu());
+  std::unique_ptr<LayerNormMLP> infer, infer_cpu;
+  {
+    autograd::InferenceModeGuard guard;
+    infer = std::make_unique<LayerNormMLP>(64, 128, fp8_primary());
+    infer_cpu = std::make_unique<LayerNormMLP>(64, 128, fp8_primary());
+  }
+  infer->to(test::gpu());  // moving adds no usage
+  EXPECT_FALSE(infer->fc1_weight().fp8->has(Usage::kColumnwise));
+  EXPECT_FALSE(infer->fc2_weight().fp8->has(Usage::kColumnwise));
+  EXPECT_EQ(infer->fc1_weight().fp8->device(), test::gpu());
+  // Per-tensor FP8: the data is half of a training model's (no column-wise copy), plus one
+  // 4-byte scale_inv per weight.
+  EXPECT_EQ(fp8_bytes(*infer) - 2 * 4, (fp8_bytes(train) - 2 * 4) / 2);
+
+  const Tensor x = test::random_tensor({32, 64}, DType::kF32, 41);
+  const int64_t saved = saved_on(test::gpu());
+  Tensor y, y_cpu;
+  {
+    autograd::InferenceModeGuard guard;
+    FP8Autocast scope(Recipe::delayed());
+    y = infer->forward(on_gpu(x));
+    EXPECT_EQ(saved_on(test::gpu()), saved);
+    EXPECT_FALSE(infer->fc1_weight().fp8->has(Usage::kColumnwise));
+    y_cpu = infer_cpu->forward(x);
+  }
+  EXPECT_TRUE(fp8_close(y, y_cpu));
+}
+
+// ---- a short training run ----
+
+constexpr int64_t kBatch = 16, kDigits = 8, kSeq = 2 * kDigits;  // 256 token rows
+constexpr int64_t kSteps = 40, kAveraged = 8;
+
+struct Batch {
+  Tensor ids, targets;  // (kBatch, kSeq) i32, on the CPU
+};
+
+// The sorting task of tests/modules/gpt_training_test.cpp: 8 random digits, the separator, the
+// sorted digits; loss on the sorted half only (-100 elsewhere).
+Batch sort_batch(int64_t step) {
+  Batch b{Tensor::empty({kBatch, kSeq}, DType::kI32), Tensor::empty({kBatch, kSeq}, DType::kI32)};
+  Generator gen(1000 + static_cast<uint64_t>(step));
+  auto* ids = b.ids.data_as<int32_t>();
+  auto* targets = b.targets.data_as<int32_t>();
+  for (int64_t r = 0; r < kBatch; ++r) {
+    int32_t digits[kDigits];
+    for (int32_t& d : digits) d = static_cast<int32_t>(gen.next_u32() % 10);
+    int32_t* row = ids + r * kSeq;
+    int32_t* target = targets + r * kSeq;
+    std::copy(digits, digits + kDigits, row);
+    std::sort(digits, digits + kDigits);
+    row[kDigits] = 10;
+    std::copy(digits, digits + kDigits - 1, row + kDigits + 1);
+    std::fill(target, target + kDigits, -100);
+    std::copy(digits, digits + kDigits, target + kDigits);
+  }
+  return b;
+}
+
+// Per-step losses of one run on `device`: AdamW, a short warm-up, an FP8 scope per forward.
+std::vector<float> train(const Recipe* recipe, Device device) {
+  GPTConfig c;
+  c.vocab_size = 16;
+  c.max_seq_len = kSeq;
+  c.n_layer = 2;
+  c.d_model = 64;
+  c.n_head = 4;
+  c.seed = 6;
+  GPT gpt(c);
+  gpt.to(device);
+  OptimizerOptions o;
+  o.weight_decay = 0.01f;
+  Optimizer opt(gpt.parameters(), o);
+  const LrSchedule lr{3e-3f, 5, kSteps, 0.1f};
+  std::vector<float> losses;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    const Batch b = sort_batch(step);
+    const Tensor ids = device.is_cpu() ? b.ids : b.ids.to(device);
+    const Tensor targets = device.is_cpu() ? b.targets : b.targets.to(device);
+    Tensor loss = test::with_fp8(recipe, [&] { return gpt.loss(ids, targets); });
+    EXPECT_EQ(loss.device(), device);
+    losses.push_back(loss.item());
+    autograd::backward(loss);
+    clip_grad_norm(opt.parameters(), 1.0);
+    opt.step(lr.at(step));
+    opt.zero_grad();
+  }
+  return losses;
+}
+
+float mean_of(const std::vector<float>& v, bool last) {
+  const auto begin = last ? v.end() - kAveraged : v.begin();
+  return std::accumulate(begin, begin + kAveraged, 0.f) / static_cast<float>(kAveraged);
+}
+
+TEST(CudaTraining, GptLossFallsOnTheGpuAndTracksTheCpu) {
+  OCTET_REQUIRE_CUDA();
+  const Recipe delayed = Recipe::delayed(), current = Recipe::current(), mx = Recipe::mxfp8();
+  for (const Recipe* recipe : {static_cast<const Recipe*>(nullptr), &delayed, &current, &mx}) {
+    SCOPED_TRACE(recipe != nullptr ? describe(*recipe) : std::string("f32"));
+    const std::vector<float> gpu = train(recipe, test::gpu());
+    const std::vector<float> cpu = train(recipe, Device::cpu());
+    ASSERT_EQ(gpu.size(), cpu.size());
+    for (float l : gpu) ASSERT_TRUE(std::isfinite(l));
+    // The first step: the same weights and batch, only the backends' rounding apart.
+    EXPECT_NEAR(gpu[0], cpu[0], 1e-2 * cpu[0]);
+    const float start = mean_of(gpu, false), end = mean_of(gpu, true);
+    EXPECT_LT(end, 0.8f * start) << "loss " << start << " -> " << end;
+    // Training is chaotic in its last bits; the averaged loss still follows the CPU's.
+    EXPECT_NEAR(end, mean_of(cpu, true), 0.1f * mean_of(cpu, true));
+  }
+}
+
+}  // namespace
+}  // namespace octet::modules

@@ -1,0 +1,455 @@
+// The nn operations (kernels/nn.h) on CUDA against the CPU backend: activations and their gated
+// forms, softmax, LayerNorm / RMSNorm and the norm fused with its FP8 cast, embedding, dropout,
+// cross-entropy and causal attention (cuDNN where it runs, and octet's own fallback kernels),
+// forward and backward. Gathers, masks and FP8 bytes compare bit for bit, the rest within the
+// parity tolerance of the dtype the GPU computed in.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "runtime/rng.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/support/test_util.h"
+
+#if OCTET_WITH_CUDA
+#include "kernels/cuda/cuda_ops.h"  // the attention fallback, and which path ran
+#endif
+
+namespace octet {
+namespace {
+
+using ops::Activation;
+using ops::NormKind;
+using ops::ZeroCenteredGamma;
+using test::on_cpu;
+using test::on_gpu;
+using test::parity_tolerance;
+
+const test::Tolerance kF32 = parity_tolerance(DType::kF32);
+
+constexpr Activation kActivations[] = {Activation::kGelu, Activation::kRelu,
+                                       Activation::kSquaredRelu, Activation::kSilu};
+
+// ---- activations ----
+
+TEST(CudaActivation, ForwardAndBackwardMatchTheCpu) {
+  OCTET_REQUIRE_CUDA();
+  for (const Shape& shape : {Shape{7, 13, 37}, Shape{257, 1031}}) {
+    const Tensor x = test::random_tensor(shape, DType::kF32, 101, 3.f);
+    const Tensor dy = test::random_tensor(shape, DType::kF32, 102);
+    for (Activation act : kActivations) {
+      SCOPED_TRACE(std::string(ops::activation_name(act)) + " " + shape_str(shape));
+      EXPECT_TRUE(test::close_to(ops::activation(act, on_gpu(x)), ops::activation(act, x), kF32));
+      EXPECT_TRUE(test::close_to(ops::activation_backward(act, on_gpu(dy), on_gpu(x)),
+                                 ops::activation_backward(act, dy, x), kF32));
+    }
+  }
+  // Extreme inputs: a saturated tanh or exp must stay finite on the GPU too.
+  const Tensor x = Tensor::from_floats(
+      {-1e4f, -100.f, -30.f, -9.f, -0.75f, -1e-8f, 0.f, 1e-8f, 0.5f, 9.f, 30.f, 100.f}, {12});
+  const Tensor ones = Tensor::full({12}, 1.f, DType::kF32);
+  for (Activation act : kActivations) {
+    EXPECT_TRUE(test::close_to(ops::activation(act, on_gpu(x)), ops::activation(act, x), kF32))
+        << ops::activation_name(act);
+    EXPECT_TRUE(test::close_to(ops::activation_backward(act, on_gpu(ones), on_gpu(x)),
+                               ops::activation_backward(act, ones, x), kF32))
+        << ops::activation_name(act);
+  }
+  // A bf16 input is read as its f32 values.
+  const Tensor xb = test::random_tensor({5, 33}, DType::kBF16, 103);
+  EXPECT_TRUE(test::close_to(ops::activation(Activation::kGelu, on_gpu(xb)),
+                             ops::activation(Activation::kGelu, xb), kF32));
+}
+
+TEST(CudaActivation, GatedForwardAndBackwardMatchTheCpu) {
+  OCTET_REQUIRE_CUDA();
+  // (3, 5, 38): halves of 19; (64, 3072): halves of a TE-sized FFN row.
+  for (const Shape& shape : {Shape{3, 5, 38}, Shape{64, 3072}}) {
+    const Tensor x = test::random_tensor(shape, DType::kF32, 104, 2.f);
+    Shape half = shape;
+    half.back() /= 2;
+    const Tensor dy = test::random_tensor(half, DType::kF32, 105);
+    for (Activation act : kActivations) {
+      SCOPED_TRACE(std::string(ops::activation_name(act)) + " " + shape_str(shape));
+      EXPECT_TRUE(test::close_to(ops::gated_activation(act, on_gpu(x)),
+                                 ops::gated_activation(act, x), kF32));
+      EXPECT_TRUE(test::close_to(ops::gated_activation_backward(act, on_gpu(dy), on_gpu(x)),
+                                 ops::gated_activation_backward(act, dy, x), kF32));
+    }
+  }
+}
+
+// ---- softmax ----
+
+TEST(CudaSoftmax, ForwardBackwardMatchTheCpu) {
+  OCTET_REQUIRE_CUDA();
+  // Short rows, rows longer than a block of threads, and a vocabulary-sized row.
+  for (const Shape& shape : {Shape{3, 11, 77}, Shape{64, 1500}, Shape{4, 50257}}) {
+    const Tensor x = test::random_tensor(shape, DType::kF32, 411, 4.f);
+    const Tensor dy = test::random_tensor(shape, DType::kF32, 412);
+    const Tensor y = ops::softmax(x), y_g = ops::softmax(on_gpu(x));
+    EXPECT_TRUE(test::close_to(y_g, y, kF32)) << shape_str(shape);
+    // Backward from each backend's own y (as autograd saves it).
+    EXPECT_TRUE(
+        test::close_to(ops::softmax_backward(on_gpu(dy), y_g), ops::softmax_backward(dy, y), kF32))
+        << shape_str(shape);
+  }
+  // Huge logits: shifted by the row max, nothing overflows.
+  const Tensor big = Tensor::from_floats({1000.f, 1001.f, 999.f, -1e30f, 3e38f, 3e38f}, {2, 3});
+  EXPECT_TRUE(test::close_to(ops::softmax(on_gpu(big)), ops::softmax(big), kF32));
+}
+
+// ---- norms ----
+
+struct NormCase {
+  int64_t rows, C;
+  float mean, std;
+  bool with_beta;
+  ZeroCenteredGamma zc;
+};
+
+// y, mean, rsigma and the backward's dx, dgamma, dbeta of LayerNorm (or RMSNorm) on both sides.
+void check_norm(NormKind kind, const NormCase& c, test::Tolerance tol) {
+  const bool layer = kind == NormKind::kLayerNorm;
+  SCOPED_TRACE(std::string(layer ? "layernorm" : "rmsnorm") + " (" + std::to_string(c.rows) + ", " +
+               std::to_string(c.C) + ") mean " + std::to_string(c.mean) +
+               (c.with_beta ? " beta" : "") + (c.zc == ZeroCenteredGamma::kYes ? " zc" : ""));
+  const Tensor x = ops::add(test::random_tensor({c.rows, c.C}, DType::kF32, 201, c.std),
+                            Tensor::full({c.C}, c.mean, DType::kF32));
+  const Tensor gamma = test::random_tensor({c.C}, DType::kF32, 202, 0.5f);
+  const Tensor beta = test::random_tensor({c.C}, DType::kF32, 203);
+  const Tensor dy = test::random_tensor({c.rows, c.C}, DType::kF32, 204);
+  const Tensor xg = on_gpu(x), gg = on_gpu(gamma), bg = on_gpu(beta), dyg = on_gpu(dy);
+  const bool beta_used = layer && c.with_beta;
+  const ops::NormForward f =
+      layer ? ops::layernorm(x, gamma, beta_used ? &beta : nullptr, 1e-5f, c.zc)
+            : ops::rmsnorm(x, gamma, 1e-5f, c.zc);
+  const ops::NormForward fg = layer ? ops::layernorm(xg, gg, beta_used ? &bg : nullptr, 1e-5f, c.zc)
+                                    : ops::rmsnorm(xg, gg, 1e-5f, c.zc);
+  EXPECT_TRUE(test::close_to(fg.y, f.y, tol)) << "y";
+  EXPECT_TRUE(test::close_to(fg.rsigma, f.rsigma, tol)) << "rsigma";
+  if (layer) {
+    EXPECT_TRUE(test::close_to(fg.mean, f.mean, tol)) << "mean";
+  } else {
+    EXPECT_FALSE(fg.mean.defined());
+  }
+  // Each backend's backward from its own statistics.
+  const ops::NormBackward b = layer ? ops::layernorm_backward(dy, x, f.mean, f.rsigma, gamma, c.zc)
+                                    : ops::rmsnorm_backward(dy, x, f.rsigma, gamma, c.zc);
+  const ops::NormBackward bg_ = layer
+                                    ? ops::layernorm_backward(dyg, xg, fg.mean, fg.rsigma, gg, c.zc)
+                                    : ops::rmsnorm_backward(dyg, xg, fg.rsigma, gg, c.zc);
+  // dx subtracts row means of dy * gamma and of dy * gamma * xhat (cancellation), and dgamma,
+  // dbeta sum over every row: an order of magnitude above one f32 reduction.
+  const test::Tolerance btol = test::scaled(tol, 10);
+  EXPECT_TRUE(test::close_to(bg_.dx, b.dx, btol)) << "dx";
+  EXPECT_TRUE(test::close_to(bg_.dgamma, b.dgamma, btol)) << "dgamma";
+  if (layer) {
+    EXPECT_TRUE(test::close_to(bg_.dbeta, b.dbeta, btol)) << "dbeta";
+  } else {
+    EXPECT_FALSE(bg_.dbeta.defined());
+  }
+}
+
+TEST(CudaNorm, LayerNormAndRmsNormForwardBackwardMatchTheCpu) {
+  OCTET_REQUIRE_CUDA();
+  const NormCase cases[] = {
+      {37, 129, 0.f, 1.f, true, ZeroCenteredGamma::kNo},
+      {37, 129, 0.f, 1.f, false, ZeroCenteredGamma::kNo},
+      {5, 7, 0.3f, 2.f, true, ZeroCenteredGamma::kYes},
+      {100, 768, 0.f, 1.f, true, ZeroCenteredGamma::kNo},
+      {301, 96, 0.f, 1.f, false, ZeroCenteredGamma::kYes},
+      {8, 8192, 0.f, 1.f, true, ZeroCenteredGamma::kNo},  // a row longer than a block's threads
+  };
+  for (NormKind kind : {NormKind::kLayerNorm, NormKind::kRMSNorm}) {
+    for (const NormCase& c : cases) check_norm(kind, c, kF32);
+  }
+}
+
+TEST(CudaNorm, LayerNormWithALargeMean) {
+  OCTET_REQUIRE_CUDA();
+  // x = 1000 + N(0, 1): each backend rounds its f32 mean near 1000 (steps of 2^-14 = 6e-5), and
+  // every xhat moves with that last bit: ten times the f32 tolerance.
+  check_norm(NormKind::kLayerNorm, {16, 768, 1000.f, 1.f, true, ZeroCenteredGamma::kNo},
+             test::scaled(kF32, 10));
+}
+
+TEST(CudaNorm, NormFp8EqualsTheCastOfTheGpusOwnNormAndIsCloseToTheCpu) {
+  OCTET_REQUIRE_CUDA();
+  for (NormKind kind : {NormKind::kLayerNorm, NormKind::kRMSNorm}) {
+    for (DType fp8 : {DType::kE4M3, DType::kE5M2}) {
+      for (ZeroCenteredGamma zc : {ZeroCenteredGamma::kNo, ZeroCenteredGamma::kYes}) {
+        const bool layer = kind == NormKind::kLayerNorm;
+        SCOPED_TRACE(std::string(layer ? "layernorm " : "rmsnorm ") + std::string(dtype_name(fp8)) +
+                     (zc == ZeroCenteredGamma::kYes ? " zc" : ""));
+        const int64_t rows = 130, C = 768;  // 130: ragged column-wise tiles
+        const Tensor x = on_gpu(test::random_tensor({rows, C}, DType::kF32, 3, 2.f));
+        const Tensor gamma = on_gpu(test::random_tensor({C}, DType::kF32, 4));
+        const Tensor beta = on_gpu(test::random_tensor({C}, DType::kF32, 5));
+        const Tensor* b = layer ? &beta : nullptr;
+        const Tensor scale = test::scalar(fp8 == DType::kE4M3 ? 3.f : 200.f, test::gpu());
+
+        // The GPU's unfused norm, cast by the GPU: the fused kernel must give the same bytes.
+        const ops::NormForward ref =
+            layer ? ops::layernorm(x, gamma, b, 1e-5f, zc) : ops::rmsnorm(x, gamma, 1e-5f, zc);
+        Tensor want_row = Tensor::empty({rows, C}, fp8, test::gpu());
+        Tensor want_col = Tensor::empty({C, rows}, fp8, test::gpu());
+        Tensor want_amax = test::scalar(0.5f, test::gpu());
+        ops::quantize_fp8(ref.y, scale, &want_row, &want_col, &want_amax);
+
+        Tensor row = Tensor::empty({rows, C}, fp8, test::gpu());
+        Tensor col = Tensor::empty({C, rows}, fp8, test::gpu());
+        Tensor amax = test::scalar(0.5f, test::gpu());
+        const ops::NormForward got =
+            ops::norm_fp8(kind, x, gamma, b, 1e-5f, zc, scale, &row, &col, &amax);
+        EXPECT_FALSE(got.y.defined());
+        EXPECT_TRUE(test::same_bits(row, want_row)) << "row-wise";
+        EXPECT_TRUE(test::same_bits(col, want_col)) << "column-wise";
+        EXPECT_TRUE(test::same_bits(amax, want_amax)) << "amax";
+        EXPECT_TRUE(test::same_bits(got.rsigma, ref.rsigma)) << "rsigma";
+        if (layer) {
+          EXPECT_TRUE(test::same_bits(got.mean, ref.mean)) << "mean";
+        }
+
+        // Against the CPU's fused norm: the f32 norm outputs differ in the last bits, which can
+        // move a value across an FP8 rounding boundary, so compare the dequantized values within
+        // one FP8 step (2^-3 relative for e4m3, 2^-2 for e5m2) and the smallest subnormal step.
+        Tensor row_c = Tensor::empty({rows, C}, fp8), col_c = Tensor::empty({C, rows}, fp8);
+        Tensor amax_c = test::scalar(0.5f);
+        const Tensor beta_c = on_cpu(beta);
+        ops::norm_fp8(kind, on_cpu(x), on_cpu(gamma), layer ? &beta_c : nullptr, 1e-5f, zc,
+                      on_cpu(scale), &row_c, &col_c, &amax_c);
+        const Tensor scale_inv = test::scalar(1.f / on_cpu(scale).item());
+        const double step = fp8 == DType::kE4M3 ? 0.125 : 0.25;
+        const double smallest = fp8 == DType::kE4M3 ? 0x1p-9 : 0x1p-16;
+        const test::Tolerance one_step{smallest * scale_inv.item(), step};
+        EXPECT_TRUE(test::close_to(ops::dequantize_fp8(on_cpu(row), scale_inv, DType::kF32),
+                                   ops::dequantize_fp8(row_c, scale_inv, DType::kF32), one_step))
+            << "row-wise vs CPU";
+        EXPECT_TRUE(test::close_to(amax, amax_c, kF32)) << "amax vs CPU";
+      }
+    }
+  }
+}
+
+// ---- embedding ----
+
+TEST(CudaEmbedding, ForwardGathersBitForBitAndBackwardSumsPerId) {
+  OCTET_REQUIRE_CUDA();
+  const int64_t V = 1000, C = 96;
+  for (DType table_dtype : {DType::kF32, DType::kBF16}) {
+    for (DType id_dtype : {DType::kI32, DType::kI64}) {
+      SCOPED_TRACE(std::string(dtype_name(table_dtype)) + " table, " +
+                   std::string(dtype_name(id_dtype)) + " ids");
+      const Tensor table = test::random_tensor({V, C}, table_dtype, 431);
+      // (8, 256) ids: a quarter of them id 0 (a row summed 512 times), the rest spread, the
+      // last row of the table used too.
+      Tensor ids = Tensor::empty({8, 256}, id_dtype);
+      for (int64_t i = 0; i < ids.numel(); ++i) {
+        const int64_t id = i % 4 == 0 ? 0 : (i * 379 + 7) % V;
+        store_from_f32(id_dtype, ids.data(), static_cast<size_t>(i), static_cast<float>(id));
+      }
+      store_from_f32(id_dtype, ids.data(), 5, static_cast<float>(V - 1));
+      const Tensor out = ops::embedding(on_gpu(table), on_gpu(ids));
+      EXPECT_EQ(out.shape(), Shape({8, 256, C}));
+      EXPECT_TRUE(test::same_bits(out, ops::embedding(table, ids))) << "forward";
+
+      const Tensor dy = test::random_tensor({8, 256, C}, DType::kF32, 432);
+      const Tensor dtable = ops::embedding_backward(on_gpu(dy), on_gpu(ids), V);
+      EXPECT_EQ(dtable.shape(), Shape({V, C}));
+      // Row 0 sums 512 gradients: the error of a long f32 sum, in whatever order the GPU adds.
+      EXPECT_TRUE(
+          test::close_to(dtable, ops::embedding_backward(dy, ids, V), test::scaled(kF32, 10)))
+          << "backward";
+    }
+  }
+  // An out-of-range id on the GPU is the same clear error (the ids are checked on the host).
+  Tensor bad = Tensor::empty({3}, DType::kI64);
+  bad.data_as<int64_t>()[0] = 2;
+  bad.data_as<int64_t>()[1] = 9;
+  bad.data_as<int64_t>()[2] = 12;
+  const std::string what = test::error_of([&] {
+    ops::embedding(on_gpu(Tensor::zeros({10, 4}, DType::kF32)), on_gpu(bad));
+  });
+  EXPECT_NE(what.find("id 12 at position 2"), std::string::npos) << what;
+}
+
+// ---- dropout ----
+
+TEST(CudaDropout, MaskIsTheCpusPhiloxStreamBitForBit) {
+  OCTET_REQUIRE_CUDA();
+  for (const Shape& shape : {Shape{37, 101}, Shape{1 << 20}}) {
+    for (float p : {0.1f, 0.3f, 0.5f}) {
+      SCOPED_TRACE(shape_str(shape) + " p " + std::to_string(p));
+      const Tensor x = test::random_tensor(shape, DType::kF32, 441);
+      // An offset that is not a multiple of the 4-word Philox block.
+      Generator cpu_gen(1234), gpu_gen(1234);
+      cpu_gen.set_state({1234, 6});
+      gpu_gen.set_state({1234, 6});
+      const ops::DropoutForward want = ops::dropout(x, p, cpu_gen);
+      const ops::DropoutForward got = ops::dropout(on_gpu(x), p, gpu_gen);
+      EXPECT_EQ(gpu_gen.state().offset, cpu_gen.state().offset);
+      EXPECT_TRUE(test::same_bits(got.mask, want.mask)) << "mask";
+      EXPECT_TRUE(test::close_to(got.y, want.y, kF32)) << "y";
+      // The generator moved on: a second call draws new numbers, the same on both sides.
+      const ops::DropoutForward want2 = ops::dropout(x, p, cpu_gen);
+      const ops::DropoutForward got2 = ops::dropout(on_gpu(x), p, gpu_gen);
+      EXPECT_TRUE(test::same_bits(got2.mask, want2.mask)) << "second mask";
+
+      const Tensor dy = test::random_tensor(shape, DType::kF32, 442);
+      EXPECT_TRUE(test::close_to(ops::dropout_backward(on_gpu(dy), got.mask, p),
+                                 ops::dropout_backward(dy, want.mask, p), kF32))
+          << "backward";
+    }
+  }
+  // p = 0 keeps everything unchanged, p = 1 drops everything (zeros of either sign match).
+  const Tensor x = test::random_tensor({1000}, DType::kF32, 443);
+  Generator gen(5);
+  const ops::DropoutForward keep_all = ops::dropout(on_gpu(x), 0.f, gen);
+  EXPECT_TRUE(test::same_bits(keep_all.y, x));
+  EXPECT_TRUE(test::same_bits(keep_all.mask, Tensor::full({1000}, 1.f, DType::kU8)));
+  const ops::DropoutForward drop_all = ops::dropout(on_gpu(x), 1.f, gen);
+  EXPECT_TRUE(test::close_to(drop_all.y, Tensor::zeros({1000}, DType::kF32), {0.0, 0.0}));
+  EXPECT_TRUE(test::same_bits(drop_all.mask, Tensor::zeros({1000}, DType::kU8)));
+}
+
+// ---- cross-entropy ----
+
+TEST(CudaCrossEntropy, ForwardBackwardWithIgnoredRowsMatchTheCpu) {
+  OCTET_REQUIRE_CUDA();
+  const int64_t ignore = -100;
+  for (const auto& [n, v] : {std::pair<int64_t, int64_t>{23, 1001}, {64, 50257}, {512, 16}}) {
+    for (DType target_dtype : {DType::kI32, DType::kI64}) {
+      SCOPED_TRACE("N=" + std::to_string(n) + " V=" + std::to_string(v) + " " +
+                   std::string(dtype_name(target_dtype)));
+      const Tensor logits = test::random_tensor({n, v}, DType::kF32, 421, 3.f);
+      Tensor targets = Tensor::empty({n}, target_dtype);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t t = i % 4 == 1 ? ignore : (i * 379) % v;
+        store_from_f32(target_dtype, targets.data(), static_cast<size_t>(i), static_cast<float>(t));
+      }
+      const ops::CrossEntropyForward f = ops::cross_entropy(logits, targets, ignore);
+      const ops::CrossEntropyForward fg =
+          ops::cross_entropy(on_gpu(logits), on_gpu(targets), ignore);
+      EXPECT_EQ(fg.count, f.count);
+      EXPECT_TRUE(fg.loss.device().is_cuda());
+      EXPECT_TRUE(test::close_to(fg.loss, f.loss, kF32)) << "loss";
+      EXPECT_TRUE(test::close_to(fg.lse, f.lse, kF32)) << "lse";
+      const Tensor d = ops::cross_entropy_backward(0.7f, logits, targets, f.lse, ignore, f.count);
+      const Tensor dg = ops::cross_entropy_backward(0.7f, on_gpu(logits), on_gpu(targets), fg.lse,
+                                                    ignore, fg.count);
+      // Gradients are tiny (1/count of a probability): the absolute floor scales with them.
+      EXPECT_TRUE(test::close_to(dg, d, {1e-9, kF32.rel})) << "dlogits";
+      // Ignored rows are exactly zero.
+      const std::vector<float> dv = on_cpu(dg).to_floats();
+      for (int64_t j = 0; j < v; ++j) ASSERT_EQ(dv[static_cast<size_t>(v + j)], 0.f) << j;
+    }
+  }
+  // Every row ignored: loss 0, gradient 0.
+  const Tensor logits = test::random_tensor({4, 9}, DType::kF32, 422);
+  const Tensor targets = on_gpu(Tensor::full({4}, -1.f, DType::kI32));
+  const ops::CrossEntropyForward f = ops::cross_entropy(on_gpu(logits), targets, -1);
+  EXPECT_EQ(f.count, 0);
+  EXPECT_EQ(f.loss.item(), 0.f);
+  EXPECT_TRUE(
+      test::same_bits(ops::cross_entropy_backward(1.f, on_gpu(logits), targets, f.lse, -1, 0),
+                      Tensor::zeros({4, 9}, DType::kF32)));
+}
+
+// ---- causal attention ----
+
+struct Dims {
+  int64_t B, T, H, D;
+  int64_t C() const { return H * D; }
+  std::string str() const {
+    return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
+           " D=" + std::to_string(D);
+  }
+};
+
+// Head dims 64 and 128 (cuDNN's), T not a multiple of 64, one token, and an odd head dim that
+// only the fallback takes.
+const Dims kAttentionShapes[] = {{2, 70, 3, 64},  {1, 131, 2, 128}, {2, 64, 4, 64}, {1, 1, 2, 64},
+                                 {2, 256, 4, 64}, {1, 200, 2, 128}, {3, 5, 1, 8},   {2, 70, 3, 24}};
+
+TEST(CudaAttention, ForwardBackwardMatchTheCpuOnWhicheverPathRuns) {
+  OCTET_REQUIRE_CUDA();
+#if OCTET_WITH_CUDA
+  for (const Dims& s : kAttentionShapes) {
+    SCOPED_TRACE(s.str());
+    const Tensor qkv = test::random_tensor({s.B, s.T, 3 * s.C()}, DType::kF32, 301);
+    const Tensor dout = test::random_tensor({s.B, s.T, s.C()}, DType::kF32, 302);
+    const float scale = 1.f / std::sqrt(static_cast<float>(s.D));
+    const ops::AttentionForward f = ops::causal_attention(qkv, s.H, scale);
+    const ops::AttentionForward fg = ops::causal_attention(on_gpu(qkv), s.H, scale);
+    const bool cudnn = cuda::last_attention_used_cudnn();
+    // cuDNN computes in bf16: bf16's tolerance. The fallback computes in f32; its backward sums
+    // T terms each made of two length-D dot products, so it gets five times the f32 tolerance.
+    const test::Tolerance fwd = cudnn ? parity_tolerance(DType::kBF16) : kF32;
+    const test::Tolerance bwd = cudnn ? parity_tolerance(DType::kBF16) : test::scaled(kF32, 5);
+    SCOPED_TRACE(cudnn ? "cuDNN" : "fallback");
+    EXPECT_TRUE(test::close_to(fg.out, f.out, fwd)) << "out";
+    EXPECT_TRUE(test::close_to(fg.lse, f.lse, fwd)) << "lse";
+    const Tensor dqkv = ops::causal_attention_backward(dout, qkv, f.out, f.lse, s.H, scale);
+    const Tensor dqkv_g =
+        ops::causal_attention_backward(on_gpu(dout), on_gpu(qkv), fg.out, fg.lse, s.H, scale);
+    EXPECT_TRUE(test::close_to(dqkv_g, dqkv, bwd)) << "dqkv";
+  }
+#endif
+}
+
+TEST(CudaAttention, FallbackKernelsMatchTheCpuInF32) {
+  OCTET_REQUIRE_CUDA();
+#if OCTET_WITH_CUDA
+  for (const Dims& s : kAttentionShapes) {
+    SCOPED_TRACE(s.str());
+    const Tensor qkv = test::random_tensor({s.B, s.T, 3 * s.C()}, DType::kF32, 311);
+    const Tensor dout = test::random_tensor({s.B, s.T, s.C()}, DType::kF32, 312);
+    const float scale = 1.f / std::sqrt(static_cast<float>(s.D));
+    const ops::AttentionForward f = ops::causal_attention(qkv, s.H, scale);
+    const Tensor dqkv = ops::causal_attention_backward(dout, qkv, f.out, f.lse, s.H, scale);
+
+    const Tensor qkv_g = on_gpu(qkv), dout_g = on_gpu(dout);
+    Tensor out = Tensor::full({s.B, s.T, s.C()}, std::nanf(""), DType::kF32, test::gpu());
+    Tensor lse = Tensor::full({s.B, s.H, s.T}, std::nanf(""), DType::kF32, test::gpu());
+    cuda::causal_attention_fallback(qkv_g, s.H, scale, out, lse);
+    EXPECT_TRUE(test::close_to(out, f.out, kF32)) << "out";
+    EXPECT_TRUE(test::close_to(lse, f.lse, kF32)) << "lse";
+    Tensor dqkv_g = Tensor::full(qkv.shape(), std::nanf(""), DType::kF32, test::gpu());
+    cuda::causal_attention_backward_fallback(dout_g, qkv_g, out, lse, s.H, scale, dqkv_g);
+    // See ForwardBackwardMatchTheCpuOnWhicheverPathRuns: five times the f32 tolerance.
+    EXPECT_TRUE(test::close_to(dqkv_g, dqkv, test::scaled(kF32, 5))) << "dqkv";
+  }
+#endif
+}
+
+TEST(CudaAttention, FutureTokensDoNotChangeEarlierOutputs) {
+  OCTET_REQUIRE_CUDA();
+  const Dims s{2, 150, 2, 64};
+  const int64_t t = 97;  // in the second block of 64 queries
+  Tensor qkv = test::random_tensor({s.B, s.T, 3 * s.C()}, DType::kF32, 321);
+  const ops::AttentionForward before = ops::causal_attention(on_gpu(qkv), s.H, 0.125f);
+  float* p = qkv.data_as<float>();
+  for (int64_t b = 0; b < s.B; ++b) {
+    for (int64_t i = s.C(); i < 3 * s.C(); ++i) p[(b * s.T + t) * 3 * s.C() + i] += 5.f;
+  }
+  const ops::AttentionForward after = ops::causal_attention(on_gpu(qkv), s.H, 0.125f);
+  const std::vector<float> o0 = on_cpu(before.out).to_floats(), o1 = on_cpu(after.out).to_floats();
+  int64_t changed_early = 0, changed_at_t = 0;
+  for (int64_t b = 0; b < s.B; ++b) {
+    for (int64_t i = 0; i <= t; ++i) {
+      for (int64_t c = 0; c < s.C(); ++c) {
+        const size_t at = static_cast<size_t>((b * s.T + i) * s.C() + c);
+        (i < t ? changed_early : changed_at_t) += o0[at] != o1[at];
+      }
+    }
+  }
+  EXPECT_EQ(changed_early, 0) << "a token saw a later token's key or value";
+  EXPECT_GT(changed_at_t, 0);
+}
+
+}  // namespace
+}  // namespace octet
