@@ -1,5 +1,6 @@
-// `octet bench`: CPU timings of f32 against each FP8 recipe at four sizes of work: single GEMMs,
-// a LayerNormMLP forward+backward, a GPT-2-sized TransformerLayer training step and a small GPT.
+// `octet bench`: timings of high precision against each FP8 recipe at four sizes of work: single
+// GEMMs, a LayerNormMLP forward+backward, a TransformerLayer training step and a small GPT. On
+// the CPU (f32) all four; on CUDA (bf16) the GEMMs and the layer step.
 #include "tools/bench.h"
 
 #include <algorithm>
@@ -22,6 +23,8 @@
 #include "modules/gpt.h"
 #include "modules/layernorm_mlp.h"
 #include "modules/optimizer.h"
+#include "runtime/cuda.h"
+#include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/fp8_meta.h"
 #include "runtime/memory.h"
@@ -29,12 +32,17 @@
 #include "runtime/recipe.h"
 #include "runtime/rng.h"
 
+#if OCTET_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 namespace octet::bench {
 namespace {
 
 constexpr const char* kUsage =
     "usage: octet bench [gemm|layer|block|model ...] [--json] [--reps N] [--warmup N] [--quick]\n"
-    "                   [--threads N]\n"
+    "                   [--threads N] [--device cpu|cuda|cuda:N] [--precision NAME[,NAME...]]\n"
+    "                   [--d-model N] [--heads N] [--seq N] [--batch N]\n"
     "  gemm    FP8 GEMMs (fprop, dgrad, wgrad) on quantized operands and the f32 GEMM\n"
     "  block   LayerNormMLP forward + backward (d 768, ffn 3072, 1024 tokens)\n"
     "  layer   TransformerLayer training step: forward, backward, AdamW (d 768, 12 heads,\n"
@@ -42,10 +50,18 @@ constexpr const char* kUsage =
     "  model   GPT training step (2 layers, d 128, 4 heads, vocab 256, seq 128, batch 8)\n"
     "  no group: all four. Each runs in f32 and under the delayed, current and mxfp8 recipes.\n"
     "  --json     one JSON array on stdout instead of the table\n"
-    "  --reps N   timed runs per result (median reported; default 9, --quick 1)\n"
-    "  --warmup N untimed runs first (default 2, --quick 1)\n"
+    "  --reps N   timed runs per result (median reported; default 9, cuda 20, --quick 1)\n"
+    "  --warmup N untimed runs first (default 2, cuda 5, --quick 1)\n"
     "  --quick    small shapes, for smoke tests: numbers are not comparable with full runs\n"
-    "  --threads N  worker threads (default: the runtime's)\n";
+    "  --threads N  worker threads (default: the runtime's)\n"
+    "  --device D   where to run (default cpu). On cuda, groups gemm and layer (the default):\n"
+    "               gemm: e4m3 x e4m3 (fast and split accumulation) against bf16, TN, bf16 out,\n"
+    "               at 8192x8192x8192 and GPT-2 layer shapes over 8192 tokens, CUDA-event timed;\n"
+    "               layer: d 4096, 32 heads, seq 2048, batch 2, bf16 parameters and activations,\n"
+    "               in bf16 and under each recipe; peak is device memory\n"
+    "  --precision  run only these of f32 (bf16 on cuda), delayed, current, mxfp8\n"
+    "               (not for cuda gemm, which always runs bf16 and fp8)\n"
+    "  --d-model N, --heads N, --seq N, --batch N  the layer bench's shape\n";
 
 enum class Group : uint8_t { kGemm, kBlock, kLayer, kModel };
 constexpr Group kAllGroups[] = {Group::kGemm, Group::kBlock, Group::kLayer, Group::kModel};
@@ -64,12 +80,20 @@ const char* group_name(Group g) {
   OCTET_FAIL("unknown bench group ", static_cast<int>(g));
 }
 
+// The layer bench's shape; 0 takes the default for the device (and --quick).
+struct LayerShape {
+  int64_t d_model = 0, heads = 0, seq = 0, batch = 0;
+};
+
 struct Options {
   std::vector<Group> groups;
   bool json = false;
   bool quick = false;
   int reps = 9;
   int warmup = 2;
+  Device device = Device::cpu();
+  std::vector<std::string> precisions;  // --precision; empty: every precision
+  LayerShape layer;
 };
 
 int parse_count(const std::vector<std::string>& args, size_t& i, int min) {
@@ -86,6 +110,19 @@ int parse_count(const std::vector<std::string>& args, size_t& i, int min) {
               " expects an integer >= ", min, ", got '", text, "'");
   return value;
 }
+
+std::vector<std::string> split_names(const std::string& text) {
+  std::vector<std::string> names;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    if (end > begin) names.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return names;
+}
+
+std::vector<std::string> precision_names(Device device);
 
 // Returns nullopt when --help was asked for.
 std::optional<Options> parse_options(const std::vector<std::string>& args) {
@@ -113,12 +150,49 @@ std::optional<Options> parse_options(const std::vector<std::string>& args) {
       warmup_set = true;
     } else if (a == "--threads") {
       set_num_threads(parse_count(args, i, 1));
+    } else if (a == "--device") {
+      OCTET_CHECK(i + 1 < args.size(), "bench: --device needs a device (cpu, cuda or cuda:N)");
+      o.device = parse_device(args[++i]);
+    } else if (a == "--precision") {
+      OCTET_CHECK(i + 1 < args.size(), "bench: --precision needs a name");
+      o.precisions = split_names(args[++i]);
+      OCTET_CHECK(!o.precisions.empty(), "bench: --precision needs a name");
+    } else if (a == "--d-model") {
+      o.layer.d_model = parse_count(args, i, 1);
+    } else if (a == "--heads") {
+      o.layer.heads = parse_count(args, i, 1);
+    } else if (a == "--seq") {
+      o.layer.seq = parse_count(args, i, 1);
+    } else if (a == "--batch") {
+      o.layer.batch = parse_count(args, i, 1);
     } else if (a == "--help" || a == "-h") {
       return std::nullopt;
     } else {
       OCTET_FAIL("bench: unknown argument '", a,
                  "' (expected gemm, block, layer, model, --json, --reps N, --warmup N, --quick, "
-                 "--threads N)");
+                 "--threads N, --device D, --precision NAMES, --d-model N, --heads N, --seq N, "
+                 "--batch N)");
+    }
+  }
+  // Before anything else is judged: without a usable device nothing else matters.
+  require_device(o.device);
+  if (o.device.is_cuda()) {
+    // The CUDA benches are the GEMMs and the layer step; block and model add nothing there.
+    for (Group g : o.groups) {
+      OCTET_CHECK(g == Group::kGemm || g == Group::kLayer, "bench: ", group_name(g),
+                  " runs on the CPU only (on ", o.device, ": gemm and layer)");
+    }
+    if (o.groups.empty()) o.groups = {Group::kGemm, Group::kLayer};
+    // GEMMs of a millisecond or less: more runs for a steady median, and clocks that settle.
+    if (!reps_set) o.reps = 20;
+    if (!warmup_set) o.warmup = 5;
+  }
+  const std::vector<std::string> known = precision_names(o.device);
+  for (const std::string& name : o.precisions) {
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string list;
+      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+      OCTET_FAIL("bench: unknown precision '", name, "' (on ", o.device, ": ", list, ")");
     }
   }
   if (o.groups.empty()) o.groups.assign(std::begin(kAllGroups), std::end(kAllGroups));
@@ -127,16 +201,33 @@ std::optional<Options> parse_options(const std::vector<std::string>& args) {
   return o;
 }
 
-// f32, then one entry per FP8 recipe; hybrid (e5m2 gradients) is TE's default for per-tensor.
+// High precision (f32 on the CPU, bf16 on CUDA), then one entry per FP8 recipe; hybrid (e5m2
+// gradients) is TE's default for per-tensor scaling.
 struct Precision {
-  const char* name;
+  std::string name;
   std::optional<Recipe> recipe;
 };
-std::vector<Precision> precisions() {
-  return {{"f32", std::nullopt},
+std::vector<Precision> all_precisions(Device device) {
+  return {{device.is_cuda() ? "bf16" : "f32", std::nullopt},
           {"delayed", Recipe::delayed(FP8Format::kHybrid)},
           {"current", Recipe::current(FP8Format::kHybrid)},
           {"mxfp8", Recipe::mxfp8()}};
+}
+std::vector<std::string> precision_names(Device device) {
+  std::vector<std::string> names;
+  for (const Precision& p : all_precisions(device)) names.push_back(p.name);
+  return names;
+}
+// The precisions to run, in the table's order: all, or those --precision names.
+std::vector<Precision> precisions(const Options& o) {
+  std::vector<Precision> chosen;
+  for (Precision& p : all_precisions(o.device)) {
+    if (o.precisions.empty() ||
+        std::find(o.precisions.begin(), o.precisions.end(), p.name) != o.precisions.end()) {
+      chosen.push_back(std::move(p));
+    }
+  }
+  return chosen;
 }
 
 struct Result {
@@ -147,6 +238,7 @@ struct Result {
   double flops = 0;
   int64_t tokens = 0;  // 0: not a token-processing bench (a bare GEMM)
   int64_t peak_bytes = 0;
+  std::optional<double> speedup_vs_bf16;  // CUDA FP8 GEMMs: bf16 time / this time
   double gflops() const { return flops / (median_ms * 1e6); }
   double tokens_per_s() const { return tokens / (median_ms * 1e-3); }
 };
@@ -157,21 +249,30 @@ double median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// Waits for the work queued on a CUDA device, so that a host clock read after it covers that
+// work; nothing to wait for on the CPU.
+void wait_for(Device device) {
+  if (device.is_cuda()) cuda::synchronize(device);
+}
+
 // Warm-up runs (first-touch allocations, GEMM workspaces, delayed scales settling), then the
-// timed runs. The peak is the highest total of live CPU bytes during the timed runs, so it
-// includes what the bench holds throughout (weights, optimizer state, operands).
+// timed runs, each a wall-clock time that ends once the device has finished the run. The peak is
+// the highest total of live bytes on the bench's device during the timed runs, so it includes
+// what the bench holds throughout (weights, optimizer state, operands).
 void measure(Result& r, const Options& o, const std::function<void()>& run) {
   for (int i = 0; i < o.warmup; ++i) run();
-  reset_peak_memory();
+  wait_for(o.device);
+  reset_peak_memory(o.device);
   std::vector<double> times;
   for (int i = 0; i < o.reps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     run();
+    wait_for(o.device);
     const auto t1 = std::chrono::steady_clock::now();
     times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
   r.median_ms = median(times);
-  r.peak_bytes = memory_stats().total_peak;
+  r.peak_bytes = memory_stats(o.device).total_peak;
 }
 
 Tensor random_tensor(const Shape& shape, Generator& gen, float std = 1.f) {
@@ -184,7 +285,7 @@ using Emit = std::function<void(const Result&)>;
 
 // ---- gemm: Y (M, N) = X (M, K) · W (N, K)ᵀ and its two backward GEMMs ----
 
-void bench_gemm(const Options& o, const Emit& emit) {
+void bench_gemm_cpu(const Options& o, const Emit& emit) {
   struct Mnk {
     int64_t m, n, k;
   };
@@ -208,8 +309,8 @@ void bench_gemm(const Options& o, const Emit& emit) {
                               : layout == GemmLayout::kDgrad ? Shape{s.m, s.k}
                                                              : Shape{s.n, s.k};
       Tensor out = Tensor::empty(out_shape, DType::kF32);
-      for (const Precision& p : precisions()) {
-        Result r{name, Group::kGemm, p.name, 0, flops, 0, 0};
+      for (const Precision& p : precisions(o)) {
+        Result r{name, Group::kGemm, p.name, 0, flops, 0, 0, {}};
         if (!p.recipe) {
           const Tensor& a = layout == GemmLayout::kFprop ? x : dy;
           const Tensor& b = layout == GemmLayout::kWgrad ? x : w;
@@ -250,6 +351,140 @@ void bench_gemm(const Options& o, const Emit& emit) {
   ops::release_workspace();
 }
 
+// ---- gemm on CUDA: bf16 against e4m3 x e4m3, as a Linear's forward runs them ----
+
+#if OCTET_WITH_CUDA
+
+void check_cuda(cudaError_t status, const char* call) {
+  OCTET_CHECK(status == cudaSuccess, "bench: ", call, " failed: ", cudaGetErrorString(status));
+}
+
+struct EventDeleter {
+  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
+};
+using Event = std::unique_ptr<CUevent_st, EventDeleter>;
+
+// Like measure(), but each run is timed on the device by the events around it on the octet
+// stream: the GPU time of the run, launch gaps included, without the host's clock or a
+// synchronize per run.
+void measure_events(Result& r, const Options& o, const std::function<void()>& run) {
+  cuda::DeviceGuard guard(o.device);  // events belong to the current device
+  auto* stream = static_cast<cudaStream_t>(cuda::stream(o.device));
+  // At least --warmup runs and, unless warm-up is off or shapes are quick, 0.2 s of them: an idle
+  // GPU takes a while to reach its clocks, and a handful of millisecond GEMMs would time the
+  // first precision (bf16) at lower clocks than the next.
+  const double min_warmup_ms = o.warmup > 0 && !o.quick ? 200 : 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0;; ++i) {
+    const double elapsed =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (i >= o.warmup && elapsed >= min_warmup_ms) break;
+    run();
+    cuda::synchronize(o.device);
+  }
+  reset_peak_memory(o.device);
+  std::vector<Event> events;
+  for (int i = 0; i <= o.reps; ++i) {
+    cudaEvent_t e = nullptr;
+    check_cuda(cudaEventCreate(&e), "cudaEventCreate");
+    events.emplace_back(e);
+  }
+  for (int i = 0; i < o.reps; ++i) {
+    check_cuda(cudaEventRecord(events[i].get(), stream), "cudaEventRecord");
+    run();
+  }
+  check_cuda(cudaEventRecord(events[o.reps].get(), stream), "cudaEventRecord");
+  cuda::synchronize(o.device);  // also raises a failed kernel's error here, named
+  std::vector<double> times;
+  for (int i = 0; i < o.reps; ++i) {
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, events[i].get(), events[i + 1].get()),
+               "cudaEventElapsedTime");
+    times.push_back(ms);
+  }
+  r.median_ms = median(times);
+  r.peak_bytes = memory_stats(o.device).total_peak;
+}
+
+Tensor to_e4m3(const Tensor& x) {
+  Tensor q = Tensor::empty(x.shape(), DType::kE4M3);
+  // Scale 1 (scale_inv 1 in the GEMM): N(0, 1) values are well inside e4m3's range.
+  ops::quantize_fp8(x, Tensor::from_floats({1.f}, {1}), &q, nullptr, nullptr);
+  return q;
+}
+
+void bench_gemm_cuda(const Options& o, const Emit& emit) {
+  struct Case {
+    std::string label;  // what the GEMM is in a GPT-2 layer, or empty
+    int64_t m, n, k;
+  };
+  // The square one is the headline FP8/bf16 ratio; then the forward GEMMs of a GPT-2 layer
+  // (d 768, ffn 3072) over 8192 tokens: QKV, attention projection, fc1, fc2.
+  const std::vector<Case> cases = o.quick ? std::vector<Case>{{"", 256, 256, 256}}
+                                          : std::vector<Case>{{"", 8192, 8192, 8192},
+                                                              {"qkv", 8192, 2304, 768},
+                                                              {"proj", 8192, 768, 768},
+                                                              {"fc1", 8192, 3072, 768},
+                                                              {"fc2", 8192, 768, 3072}};
+  using ops::Transpose;
+  const Device device = o.device;
+  Generator gen(15);
+  const Tensor one = Tensor::from_floats({1.f}, {1}).to(device);  // scale_inv of both operands
+  for (const Case& c : cases) {
+    const std::string name = "gemm." + (c.label.empty() ? "" : c.label + ".") +
+                             std::to_string(c.m) + "x" + std::to_string(c.n) + "x" +
+                             std::to_string(c.k);
+    const double flops = 2.0 * c.m * c.n * c.k;
+    // Operands made on the CPU and copied over: one source for both precisions.
+    Tensor a_bf16, b_bf16, a_fp8, b_fp8;
+    {
+      const Tensor a = random_tensor({c.m, c.k}, gen);  // (M, K)
+      const Tensor b = random_tensor({c.n, c.k}, gen);  // (N, K)
+      a_bf16 = ops::cast(a, DType::kBF16).to(device);
+      b_bf16 = ops::cast(b, DType::kBF16).to(device);
+      a_fp8 = to_e4m3(a).to(device);
+      b_fp8 = to_e4m3(b).to(device);
+    }
+    // TN, as a Linear's forward: out (M, N) = a (M, K) · b (N, K)ᵀ, bf16 out.
+    Tensor out = Tensor::empty({c.m, c.n}, DType::kBF16, device);
+    Result bf16{name, Group::kGemm, "bf16", 0, flops, 0, 0, {}};
+    measure_events(bf16, o,
+                   [&] { ops::gemm(a_bf16, Transpose::kNo, b_bf16, Transpose::kYes, out); });
+    emit(bf16);
+    // Fast accumulation is what the forward GEMM uses (TE's default); split accumulation is what
+    // dgrad and wgrad use, at the same shapes here for comparison.
+    for (ops::FP8Accumulation acc : {ops::FP8Accumulation::kFast, ops::FP8Accumulation::kSplit}) {
+      ops::GemmOptions options;
+      options.a_scale_inv = &one;
+      options.b_scale_inv = &one;
+      options.fp8_accumulation = acc;
+      const char* precision = acc == ops::FP8Accumulation::kFast ? "fp8" : "fp8.split";
+      Result r{name, Group::kGemm, precision, 0, flops, 0, 0, {}};
+      measure_events(
+          r, o, [&] { ops::gemm(a_fp8, Transpose::kNo, b_fp8, Transpose::kYes, out, options); });
+      r.speedup_vs_bf16 = bf16.median_ms / r.median_ms;
+      emit(r);
+    }
+  }
+  ops::release_workspace();
+}
+
+#else
+
+void bench_gemm_cuda(const Options& o, const Emit&) {
+  OCTET_FAIL("bench: ", o.device, " requested but octet was built without CUDA");
+}
+
+#endif
+
+void bench_gemm(const Options& o, const Emit& emit) {
+  if (o.device.is_cuda()) {
+    bench_gemm_cuda(o, emit);
+  } else {
+    bench_gemm_cpu(o, emit);
+  }
+}
+
 // ---- block: LayerNormMLP forward + backward ----
 
 void bench_block(const Options& o, const Emit& emit) {
@@ -261,7 +496,7 @@ void bench_block(const Options& o, const Emit& emit) {
   Generator gen(12);
   const Tensor x_data = random_tensor({batch, seq, hidden}, gen);  // (B, T, C)
   const Tensor grad = random_tensor({batch, seq, hidden}, gen);    // (B, T, C)
-  for (const Precision& p : precisions()) {
+  for (const Precision& p : precisions(o)) {
     modules::LayerNormMLPOptions options;
     options.linear.recipe = p.recipe;
     options.linear.seed = 1;
@@ -269,7 +504,7 @@ void bench_block(const Options& o, const Emit& emit) {
     // The input takes a gradient as inside a network, so dgrad runs too.
     Tensor x = x_data.clone();
     autograd::set_requires_grad(x);
-    Result r{"block.layernorm_mlp", Group::kBlock, p.name, 0, flops, tokens, 0};
+    Result r{"block.layernorm_mlp", Group::kBlock, p.name, 0, flops, tokens, 0, {}};
     measure(r, o, [&] {
       Tensor y;
       {
@@ -297,25 +532,55 @@ double layer_forward_flops(int64_t batch, int64_t seq, int64_t d, int64_t ffn) {
   return gemms + attention;
 }
 
-void bench_layer(const Options& o, const Emit& emit) {
+// The layer bench's model shape: flags first, then the defaults of the device (GPT-2 small's
+// width on the CPU, a 7B-class layer on CUDA) or of --quick.
+struct LayerSetup {
   modules::GPTConfig config;
-  config.d_model = o.quick ? 128 : 768;
-  config.n_head = o.quick ? 4 : 12;
+  int64_t batch = 0, seq = 0;
+};
+LayerSetup layer_setup(const Options& o) {
+  const bool cuda = o.device.is_cuda();
+  auto pick = [&](int64_t flag, int64_t quick, int64_t cpu, int64_t gpu) {
+    return flag > 0 ? flag : o.quick ? quick : cuda ? gpu : cpu;
+  };
+  LayerSetup s;
+  modules::GPTConfig& config = s.config;
+  config.d_model = pick(o.layer.d_model, 128, 768, 4096);
+  config.n_head = pick(o.layer.heads, 4, 12, 32);
+  OCTET_CHECK(config.d_model % config.n_head == 0, "bench: --d-model ", config.d_model,
+              " must be a multiple of --heads ", config.n_head);
   config.ffn = 4 * config.d_model;
-  config.max_seq_len = o.quick ? 32 : 256;
+  config.max_seq_len = pick(o.layer.seq, 32, 256, 2048);
+  // On CUDA parameters and activations are bf16 for every precision, as TE trains: the FP8
+  // recipes then replace bf16 GEMMs, which is the comparison that matters there.
+  config.dtype = cuda ? DType::kBF16 : DType::kF32;
   config.seed = 3;
-  const int64_t batch = o.quick ? 2 : 4, seq = config.max_seq_len;
+  s.batch = pick(o.layer.batch, 2, 4, 2);
+  s.seq = config.max_seq_len;
+  return s;
+}
+
+void bench_layer(const Options& o, const Emit& emit) {
+  LayerSetup setup = layer_setup(o);
+  modules::GPTConfig& config = setup.config;
+  const int64_t batch = setup.batch, seq = setup.seq;
   const double flops = 3 * layer_forward_flops(batch, seq, config.d_model, config.ffn);
   Generator gen(13);
-  const Tensor x_data = random_tensor({batch, seq, config.d_model}, gen);  // (B, T, C)
-  const Tensor grad = random_tensor({batch, seq, config.d_model}, gen);    // (B, T, C)
-  for (const Precision& p : precisions()) {
+  Tensor x_data = random_tensor({batch, seq, config.d_model}, gen);  // (B, T, C)
+  Tensor grad = random_tensor({batch, seq, config.d_model}, gen);    // (B, T, C)
+  if (o.device.is_cuda()) {
+    x_data = ops::cast(x_data, config.dtype).to(o.device);
+    grad = ops::cast(grad, config.dtype).to(o.device);
+  }
+  for (const Precision& p : precisions(o)) {
     config.recipe = p.recipe;
     modules::TransformerLayer layer(config, config.seed);
+    layer.to(o.device);  // built on the CPU as there, then moved (a no-op on the CPU)
+    // After the move: the optimizer's masters and moments live beside the parameters.
     modules::Optimizer optimizer(layer.parameters(), modules::OptimizerOptions{});
     Tensor x = x_data.clone();
     autograd::set_requires_grad(x);
-    Result r{"layer.transformer_train_step", Group::kLayer, p.name, 0, flops, batch * seq, 0};
+    Result r{"layer.transformer_train_step", Group::kLayer, p.name, 0, flops, batch * seq, 0, {}};
     measure(r, o, [&] {
       Tensor y;
       {
@@ -357,11 +622,11 @@ void bench_model(const Options& o, const Emit& emit) {
       v[i] = static_cast<int32_t>(gen.next_u32() % config.vocab_size);
     }
   }
-  for (const Precision& p : precisions()) {
+  for (const Precision& p : precisions(o)) {
     config.recipe = p.recipe;
     modules::GPT model(config);
     modules::Optimizer optimizer(model.parameters(), modules::OptimizerOptions{});
-    Result r{"model.gpt_train_step", Group::kModel, p.name, 0, flops, batch * seq, 0};
+    Result r{"model.gpt_train_step", Group::kModel, p.name, 0, flops, batch * seq, 0, {}};
     measure(r, o, [&] {
       Tensor loss;
       {
@@ -386,13 +651,41 @@ std::string mib(int64_t bytes) {
   return buf;
 }
 
-void print_row(std::ostream& out, const Result& r) {
+// GFLOP/s on the CPU, TFLOP/s on CUDA: the column header says which.
+double rate(const Result& r, const Options& o) {
+  return o.device.is_cuda() ? r.gflops() / 1e3 : r.gflops();
+}
+
+// One row per result; an FP8 GEMM on CUDA adds a row with its speed-up over bf16
+// ("<bench> fp8/bf16 1.73x"), which tools/gpu-check reads.
+void print_row(std::ostream& out, const Result& r, const Options& o) {
   char line[256];
   char tokens[32] = "-";
   if (r.tokens > 0) std::snprintf(tokens, sizeof tokens, "%.0f", r.tokens_per_s());
   std::snprintf(line, sizeof line, "%-30s %-9s %11.3f %10.1f %12s %12s\n", r.bench.c_str(),
-                r.precision.c_str(), r.median_ms, r.gflops(), tokens, mib(r.peak_bytes).c_str());
-  out << line << std::flush;
+                r.precision.c_str(), r.median_ms, rate(r, o), tokens, mib(r.peak_bytes).c_str());
+  out << line;
+  if (r.speedup_vs_bf16) {
+    const std::string label = r.precision + "/bf16";
+    std::snprintf(line, sizeof line, "%-30s %-9s %10.2fx\n", r.bench.c_str(), label.c_str(),
+                  *r.speedup_vs_bf16);
+    out << line;
+  }
+  out << std::flush;
+}
+
+// "octet bench on the CPU: 16 threads, ..." or "octet bench on cuda:0 (NVIDIA H200, sm_90), ...".
+std::string where(const Options& o) {
+  if (!o.device.is_cuda()) return "on the CPU: " + std::to_string(num_threads()) + " threads";
+  std::string text = "on " + o.device.str();
+#if OCTET_WITH_CUDA
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, o.device.index) == cudaSuccess) {
+    text += std::string(" (") + prop.name + ", sm_" + std::to_string(prop.major) +
+            std::to_string(prop.minor) + ")";
+  }
+#endif
+  return text;
 }
 
 nlohmann::json to_json(const Result& r, const Options& o) {
@@ -400,11 +693,22 @@ nlohmann::json to_json(const Result& r, const Options& o) {
   j["bench"] = r.bench;
   j["group"] = group_name(r.group);
   j["precision"] = r.precision;
+  j["device"] = o.device.str();
   j["median_ms"] = r.median_ms;
   j["gflops"] = r.gflops();
   j["flops"] = r.flops;
   j["tokens_per_s"] = r.tokens > 0 ? nlohmann::json(r.tokens_per_s()) : nlohmann::json();
   j["peak_bytes"] = r.peak_bytes;
+  if (r.speedup_vs_bf16) j["speedup_vs_bf16"] = *r.speedup_vs_bf16;
+  if (r.group == Group::kLayer) {
+    const LayerSetup s = layer_setup(o);
+    j["shape"] = {{"d_model", s.config.d_model},
+                  {"heads", s.config.n_head},
+                  {"ffn", s.config.ffn},
+                  {"seq", s.seq},
+                  {"batch", s.batch},
+                  {"dtype", std::string(dtype_name(s.config.dtype))}};
+  }
   j["reps"] = o.reps;
   j["warmup"] = o.warmup;
   j["threads"] = num_threads();
@@ -426,15 +730,22 @@ int run_bench(const std::vector<std::string>& args, std::ostream& out) {
     if (o.json) {
       results.push_back(to_json(r, o));
     } else {
-      print_row(out, r);
+      print_row(out, r, o);
     }
   };
   if (!o.json) {
-    out << "octet bench on the CPU: " << num_threads() << " threads, median of " << o.reps
-        << " runs after " << o.warmup << " warm-up" << (o.quick ? ", quick shapes" : "") << "\n";
+    out << "octet bench " << where(o) << ", median of " << o.reps << " runs after " << o.warmup
+        << " warm-up" << (o.quick ? ", quick shapes" : "") << "\n";
+    const bool cuda = o.device.is_cuda();
+    if (cuda && std::find(o.groups.begin(), o.groups.end(), Group::kLayer) != o.groups.end()) {
+      const LayerSetup s = layer_setup(o);
+      out << "layer: d " << s.config.d_model << ", " << s.config.n_head << " heads, ffn "
+          << s.config.ffn << ", seq " << s.seq << ", batch " << s.batch << ", "
+          << dtype_name(s.config.dtype) << " parameters and activations\n";
+    }
     char header[256];
     std::snprintf(header, sizeof header, "%-30s %-9s %11s %10s %12s %12s\n", "bench", "precision",
-                  "median ms", "GFLOP/s", "tokens/s", "peak");
+                  "median ms", cuda ? "TFLOP/s" : "GFLOP/s", "tokens/s", "peak");
     out << header;
   }
   for (Group g : o.groups) {
