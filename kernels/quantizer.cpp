@@ -7,6 +7,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/ops.h"
+#include "runtime/fp8_scaling.h"
 
 namespace octet {
 namespace {
@@ -164,18 +165,8 @@ CurrentScalingQuantizer::CurrentScalingQuantizer(DType dtype, Power2Scale power_
 }
 
 float CurrentScalingQuantizer::scale_for(float amax) const {
-  if (amax == 0.f || !std::isfinite(amax)) return 1.f;
-  float scale = fp8_max(dtype_) / std::max(amax, amax_epsilon_);
-  if (std::isinf(scale)) scale = FLT_MAX;
-  if (power_2_scale_ == Power2Scale::kOn) {
-    // The scale is positive and normal here (at least 448 / FLT_MAX), so clearing the mantissa
-    // bits rounds it down to a power of two.
-    uint32_t bits = 0;
-    std::memcpy(&bits, &scale, sizeof bits);
-    bits &= 0x7F800000u;
-    std::memcpy(&scale, &bits, sizeof bits);
-  }
-  return scale;
+  // The rule shared with the CUDA kernel (runtime/fp8_scaling.h), so both give the same scale.
+  return current_scale(amax, fp8_max(dtype_), amax_epsilon_, power_2_scale_ == Power2Scale::kOn);
 }
 
 std::pair<Tensor, Tensor> CurrentScalingQuantizer::scales_for(const Tensor& x) const {

@@ -4,6 +4,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 
 #include "runtime/error.h"
+#include "runtime/log_plain.h"
 
 namespace octet {
 
@@ -27,5 +28,8 @@ void set_log_level(std::string_view level) {
   OCTET_FAIL("unknown log level \"", level,
              "\": expected trace, debug, info, warn, error, critical or off");
 }
+
+void log_info_message(std::string_view message) { logger().info("{}", message); }
+void log_warning_message(std::string_view message) { logger().warn("{}", message); }
 
 }  // namespace octet

@@ -31,6 +31,7 @@
 #include "runtime/parallel.h"
 #include "runtime/recipe.h"
 #include "runtime/rng.h"
+#include "tools/bench_common.h"
 
 #if OCTET_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -38,6 +39,8 @@
 
 namespace octet::bench {
 namespace {
+
+using namespace detail;  // NOLINT: the bench's shared types (tools/bench_common.h)
 
 constexpr const char* kUsage =
     "usage: octet bench [gemm|layer|block|model ...] [--json] [--reps N] [--warmup N] [--quick]\n"
@@ -63,7 +66,6 @@ constexpr const char* kUsage =
     "               (not for cuda gemm, which always runs bf16 and fp8)\n"
     "  --d-model N, --heads N, --seq N, --batch N  the layer bench's shape\n";
 
-enum class Group : uint8_t { kGemm, kBlock, kLayer, kModel };
 constexpr Group kAllGroups[] = {Group::kGemm, Group::kBlock, Group::kLayer, Group::kModel};
 
 const char* group_name(Group g) {
@@ -79,22 +81,6 @@ const char* group_name(Group g) {
   }
   OCTET_FAIL("unknown bench group ", static_cast<int>(g));
 }
-
-// The layer bench's shape; 0 takes the default for the device (and --quick).
-struct LayerShape {
-  int64_t d_model = 0, heads = 0, seq = 0, batch = 0;
-};
-
-struct Options {
-  std::vector<Group> groups;
-  bool json = false;
-  bool quick = false;
-  int reps = 9;
-  int warmup = 2;
-  Device device = Device::cpu();
-  std::vector<std::string> precisions;  // --precision; empty: every precision
-  LayerShape layer;
-};
 
 int parse_count(const std::vector<std::string>& args, size_t& i, int min) {
   OCTET_CHECK(i + 1 < args.size(), "bench: ", args[i], " needs a number");
@@ -230,25 +216,6 @@ std::vector<Precision> precisions(const Options& o) {
   return chosen;
 }
 
-struct Result {
-  std::string bench;
-  Group group;
-  std::string precision;
-  double median_ms = 0;
-  double flops = 0;
-  int64_t tokens = 0;  // 0: not a token-processing bench (a bare GEMM)
-  int64_t peak_bytes = 0;
-  std::optional<double> speedup_vs_bf16;  // CUDA FP8 GEMMs: bf16 time / this time
-  double gflops() const { return flops / (median_ms * 1e6); }
-  double tokens_per_s() const { return tokens / (median_ms * 1e-3); }
-};
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Waits for the work queued on a CUDA device, so that a host clock read after it covers that
 // work; nothing to wait for on the CPU.
 void wait_for(Device device) {
@@ -274,14 +241,6 @@ void measure(Result& r, const Options& o, const std::function<void()>& run) {
   r.median_ms = median(times);
   r.peak_bytes = memory_stats(o.device).total_peak;
 }
-
-Tensor random_tensor(const Shape& shape, Generator& gen, float std = 1.f) {
-  Tensor t = Tensor::empty(shape, DType::kF32);
-  gen.fill_normal(t, 0.f, std);
-  return t;
-}
-
-using Emit = std::function<void(const Result&)>;
 
 // ---- gemm: Y (M, N) = X (M, K) · W (N, K)ᵀ and its two backward GEMMs ----
 
@@ -350,132 +309,6 @@ void bench_gemm_cpu(const Options& o, const Emit& emit) {
   }
   ops::release_workspace();
 }
-
-// ---- gemm on CUDA: bf16 against e4m3 x e4m3, as a Linear's forward runs them ----
-
-#if OCTET_WITH_CUDA
-
-void check_cuda(cudaError_t status, const char* call) {
-  OCTET_CHECK(status == cudaSuccess, "bench: ", call, " failed: ", cudaGetErrorString(status));
-}
-
-struct EventDeleter {
-  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
-};
-using Event = std::unique_ptr<CUevent_st, EventDeleter>;
-
-// Like measure(), but each run is timed on the device by the events around it on the octet
-// stream: the GPU time of the run, launch gaps included, without the host's clock or a
-// synchronize per run.
-void measure_events(Result& r, const Options& o, const std::function<void()>& run) {
-  cuda::DeviceGuard guard(o.device);  // events belong to the current device
-  auto* stream = static_cast<cudaStream_t>(cuda::stream(o.device));
-  // At least --warmup runs and, unless warm-up is off or shapes are quick, 0.2 s of them: an idle
-  // GPU takes a while to reach its clocks, and a handful of millisecond GEMMs would time the
-  // first precision (bf16) at lower clocks than the next.
-  const double min_warmup_ms = o.warmup > 0 && !o.quick ? 200 : 0;
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0;; ++i) {
-    const double elapsed =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (i >= o.warmup && elapsed >= min_warmup_ms) break;
-    run();
-    cuda::synchronize(o.device);
-  }
-  reset_peak_memory(o.device);
-  std::vector<Event> events;
-  for (int i = 0; i <= o.reps; ++i) {
-    cudaEvent_t e = nullptr;
-    check_cuda(cudaEventCreate(&e), "cudaEventCreate");
-    events.emplace_back(e);
-  }
-  for (int i = 0; i < o.reps; ++i) {
-    check_cuda(cudaEventRecord(events[i].get(), stream), "cudaEventRecord");
-    run();
-  }
-  check_cuda(cudaEventRecord(events[o.reps].get(), stream), "cudaEventRecord");
-  cuda::synchronize(o.device);  // also raises a failed kernel's error here, named
-  std::vector<double> times;
-  for (int i = 0; i < o.reps; ++i) {
-    float ms = 0;
-    check_cuda(cudaEventElapsedTime(&ms, events[i].get(), events[i + 1].get()),
-               "cudaEventElapsedTime");
-    times.push_back(ms);
-  }
-  r.median_ms = median(times);
-  r.peak_bytes = memory_stats(o.device).total_peak;
-}
-
-Tensor to_e4m3(const Tensor& x) {
-  Tensor q = Tensor::empty(x.shape(), DType::kE4M3);
-  // Scale 1 (scale_inv 1 in the GEMM): N(0, 1) values are well inside e4m3's range.
-  ops::quantize_fp8(x, Tensor::from_floats({1.f}, {1}), &q, nullptr, nullptr);
-  return q;
-}
-
-void bench_gemm_cuda(const Options& o, const Emit& emit) {
-  struct Case {
-    std::string label;  // what the GEMM is in a GPT-2 layer, or empty
-    int64_t m, n, k;
-  };
-  // The square one is the headline FP8/bf16 ratio; then the forward GEMMs of a GPT-2 layer
-  // (d 768, ffn 3072) over 8192 tokens: QKV, attention projection, fc1, fc2.
-  const std::vector<Case> cases = o.quick ? std::vector<Case>{{"", 256, 256, 256}}
-                                          : std::vector<Case>{{"", 8192, 8192, 8192},
-                                                              {"qkv", 8192, 2304, 768},
-                                                              {"proj", 8192, 768, 768},
-                                                              {"fc1", 8192, 3072, 768},
-                                                              {"fc2", 8192, 768, 3072}};
-  using ops::Transpose;
-  const Device device = o.device;
-  Generator gen(15);
-  const Tensor one = Tensor::from_floats({1.f}, {1}).to(device);  // scale_inv of both operands
-  for (const Case& c : cases) {
-    const std::string name = "gemm." + (c.label.empty() ? "" : c.label + ".") +
-                             std::to_string(c.m) + "x" + std::to_string(c.n) + "x" +
-                             std::to_string(c.k);
-    const double flops = 2.0 * c.m * c.n * c.k;
-    // Operands made on the CPU and copied over: one source for both precisions.
-    Tensor a_bf16, b_bf16, a_fp8, b_fp8;
-    {
-      const Tensor a = random_tensor({c.m, c.k}, gen);  // (M, K)
-      const Tensor b = random_tensor({c.n, c.k}, gen);  // (N, K)
-      a_bf16 = ops::cast(a, DType::kBF16).to(device);
-      b_bf16 = ops::cast(b, DType::kBF16).to(device);
-      a_fp8 = to_e4m3(a).to(device);
-      b_fp8 = to_e4m3(b).to(device);
-    }
-    // TN, as a Linear's forward: out (M, N) = a (M, K) · b (N, K)ᵀ, bf16 out.
-    Tensor out = Tensor::empty({c.m, c.n}, DType::kBF16, device);
-    Result bf16{name, Group::kGemm, "bf16", 0, flops, 0, 0, {}};
-    measure_events(bf16, o,
-                   [&] { ops::gemm(a_bf16, Transpose::kNo, b_bf16, Transpose::kYes, out); });
-    emit(bf16);
-    // Fast accumulation is what the forward GEMM uses (TE's default); split accumulation is what
-    // dgrad and wgrad use, at the same shapes here for comparison.
-    for (ops::FP8Accumulation acc : {ops::FP8Accumulation::kFast, ops::FP8Accumulation::kSplit}) {
-      ops::GemmOptions options;
-      options.a_scale_inv = &one;
-      options.b_scale_inv = &one;
-      options.fp8_accumulation = acc;
-      const char* precision = acc == ops::FP8Accumulation::kFast ? "fp8" : "fp8.split";
-      Result r{name, Group::kGemm, precision, 0, flops, 0, 0, {}};
-      measure_events(
-          r, o, [&] { ops::gemm(a_fp8, Transpose::kNo, b_fp8, Transpose::kYes, out, options); });
-      r.speedup_vs_bf16 = bf16.median_ms / r.median_ms;
-      emit(r);
-    }
-  }
-  ops::release_workspace();
-}
-
-#else
-
-void bench_gemm_cuda(const Options& o, const Emit&) {
-  OCTET_FAIL("bench: ", o.device, " requested but octet was built without CUDA");
-}
-
-#endif
 
 void bench_gemm(const Options& o, const Emit& emit) {
   if (o.device.is_cuda()) {

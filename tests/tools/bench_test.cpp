@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "runtime/device.h"
 #include "tests/support/test_util.h"
 
 namespace octet::bench {
@@ -78,6 +79,35 @@ TEST(Bench, BadArgumentsAreClearErrors) {
   EXPECT_THAT(test::error_of([&] { run_bench({"--reps"}, out); }),
               HasSubstr("--reps needs a number"));
   EXPECT_TRUE(out.str().empty());  // nothing ran
+}
+
+TEST(Bench, CudaDeviceWithoutAGpuIsTheNoDeviceError) {
+  if (cuda_device_count() > 0)
+    GTEST_SKIP() << "skipped: a GPU is present (" << cuda_status() << ")";
+  std::ostringstream out;
+  EXPECT_THAT(test::error_of([&] {
+                run_bench({"layer", "--device", "cuda", "--quick"}, out);
+              }),
+              HasSubstr("no CUDA device"));
+  EXPECT_THAT(test::error_of([&] {
+                run_bench({"gemm", "--device", "cuda:1"}, out);
+              }),
+              HasSubstr("no CUDA device"));
+  EXPECT_THAT(test::error_of([&] {
+                run_bench({"--device", "gpu"}, out);
+              }),
+              HasSubstr("unknown device \"gpu\""));
+  EXPECT_TRUE(out.str().empty());
+}
+
+TEST(Bench, QuickLayerBenchAtAChosenShape) {
+  std::ostringstream out;
+  ASSERT_EQ(run_bench({"layer", "--quick", "--reps", "1", "--precision", "f32,delayed", "--d-model",
+                       "64", "--heads", "2", "--seq", "16", "--batch", "2"},
+                      out),
+            0);
+  EXPECT_THAT(out.str(), HasSubstr("delayed"));
+  EXPECT_THAT(out.str(), ::testing::Not(HasSubstr("mxfp8")));
 }
 
 TEST(Bench, HelpPrintsUsage) {

@@ -1,0 +1,67 @@
+// The types `octet bench` shares between its CPU benches (tools/bench.cpp) and its CUDA GEMM
+// bench (tools/bench_cuda.cpp): options, one result row, and the small helpers both use.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/device.h"
+#include "runtime/rng.h"
+#include "runtime/tensor.h"
+
+namespace octet::bench::detail {
+
+enum class Group : uint8_t { kGemm, kBlock, kLayer, kModel };
+
+// The layer bench's shape; 0 takes the default for the device (and --quick).
+struct LayerShape {
+  int64_t d_model = 0, heads = 0, seq = 0, batch = 0;
+};
+
+struct Options {
+  std::vector<Group> groups;
+  bool json = false;
+  bool quick = false;
+  int reps = 9;
+  int warmup = 2;
+  Device device = Device::cpu();
+  std::vector<std::string> precisions;  // --precision; empty: every precision
+  LayerShape layer;
+};
+
+struct Result {
+  std::string bench;
+  Group group;
+  std::string precision;
+  double median_ms = 0;
+  double flops = 0;
+  int64_t tokens = 0;  // 0: not a token-processing bench (a bare GEMM)
+  int64_t peak_bytes = 0;
+  std::optional<double> speedup_vs_bf16;  // CUDA FP8 GEMMs: bf16 time / this time
+  double gflops() const { return flops / (median_ms * 1e6); }
+  double tokens_per_s() const { return tokens / (median_ms * 1e-3); }
+};
+
+using Emit = std::function<void(const Result&)>;
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// N(0, std) f32 values on the CPU.
+inline Tensor random_tensor(const Shape& shape, Generator& gen, float std = 1.f) {
+  Tensor t = Tensor::empty(shape, DType::kF32);
+  gen.fill_normal(t, 0.f, std);
+  return t;
+}
+
+// bf16 against e4m3 x e4m3 GEMMs on CUDA, CUDA-event timed (tools/bench_cuda.cpp).
+void bench_gemm_cuda(const Options& o, const Emit& emit);
+
+}  // namespace octet::bench::detail
