@@ -275,6 +275,34 @@ TEST(Tensor, DataIsAlignedForVectorLoads) {
   }
 }
 
+TEST(Tensor, CopyBytesFromOverwritesInPlaceAndBumpsTheVersion) {
+  Tensor dst = Tensor::from_floats({1, 2, 3, 4}, {2, 2}, DType::kBF16);
+  const Tensor src = Tensor::from_floats({5, 6, 7, 8}, {4}, DType::kBF16);
+  const void* storage_before = dst.data();
+  const uint64_t version = dst.version();
+  dst.copy_bytes_from(src);
+  EXPECT_EQ(dst.to_floats(), (std::vector<float>{5, 6, 7, 8}));
+  EXPECT_EQ(dst.data(), storage_before);
+  EXPECT_GT(dst.version(), version);
+  const std::string e =
+      test::error_of([&] { dst.copy_bytes_from(Tensor::zeros({4}, DType::kF32)); });
+  EXPECT_NE(e.find("dtype and element count"), std::string::npos) << e;
+}
+
+TEST(Tensor, MoveStorageToItsOwnDeviceIsANoOpAndCudaWithoutAGpuIsAnError) {
+  Tensor t = Tensor::from_floats({1, 2}, {2});
+  const Tensor view = t.reshape({1, 2});
+  const void* before = t.data();
+  const MemoryStats stats = memory_stats();
+  t.move_storage_to(Device::cpu());
+  EXPECT_EQ(t.data(), before);
+  EXPECT_EQ(memory_stats().total_current, stats.total_current);
+  if (cuda_device_count() > 0) GTEST_SKIP() << "moves to CUDA are tested in tests/cuda";
+  const std::string e = test::error_of([&] { t.move_storage_to(Device::cuda(0)); });
+  EXPECT_NE(e.find("no CUDA device"), std::string::npos) << e;
+  EXPECT_EQ(view.to_floats(), (std::vector<float>{1, 2})) << "a failed move lost the data";
+}
+
 TEST(Tensor, Printing) {
   EXPECT_EQ(str(Tensor::empty({4, 768}, DType::kF32)), "f32(4, 768)@cpu");
   EXPECT_EQ(str(Tensor::empty({5}, DType::kBF16)), "bf16(5,)@cpu");
