@@ -136,6 +136,8 @@ Operand FP8Weight::get(const Tensor& hp, FP8State* state, int gemm, FirstMicroba
     return {Tensor(), q->quantize(hp, usage, Ownership::kInternal, fp8_amax_recording())};
   }
   MemTagScope tag(MemTag::kWeights);  // a cache is owned state, like the weight itself
+  // A cache made before Module::to moved the weight is on the old device: remake it.
+  if (cache_ && cache_->device() != hp.device()) cache_.reset();
   switch (first) {
     case FirstMicrobatch::kUnset:
       break;

@@ -30,11 +30,10 @@ Tensor transpose_last_two(const Tensor& x) {
   if (batch == 1) return ops::transpose_2d(x.reshape({r, c})).reshape(out_shape);
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
   const Tensor flat = x.reshape({batch, r, c});
-  const size_t bytes = static_cast<size_t>(r * c) * x.element_size();
+  const Tensor out_flat = out.reshape({batch, c, r});
   for (int64_t b = 0; b < batch; ++b) {
-    const Tensor t = ops::transpose_2d(flat.slice(b, b + 1).reshape({r, c}));
-    std::memcpy(static_cast<uint8_t*>(out.data()) + static_cast<size_t>(b) * bytes, t.data(),
-                bytes);
+    out_flat.slice(b, b + 1).copy_bytes_from(
+        ops::transpose_2d(flat.slice(b, b + 1).reshape({r, c})));
   }
   return out;
 }

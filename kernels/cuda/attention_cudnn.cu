@@ -8,7 +8,6 @@
 
 #include <array>
 #include <compare>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -20,6 +19,7 @@
 
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/common.cuh"
+#include "runtime/log_plain.h"
 #include "runtime/memory.h"
 
 namespace octet::cuda::cudnn {
@@ -51,13 +51,11 @@ void set_attribute(cudnnBackendDescriptor_t desc, cudnnBackendAttributeName_t na
 #define OCTET_CUDNN_SET(desc, name, type, count, values) \
   set_attribute(desc, name, type, count, values, #name)
 
-// Why cuDNN was not used, once per distinct message. On stderr: spdlog's headers (runtime/log.h)
-// do not compile under nvcc, so OCTET_LOG_WARN is not available in a .cu file.
+// Why cuDNN was not used, once per distinct message, as a warning on octet's logger.
 void report_once(const std::string& message) {
   static std::set<std::string> reported;  // guarded by attention_mutex()
   if (!reported.insert(message).second) return;
-  std::fprintf(stderr, "[octet] cuDNN attention not used, octet's kernels run instead: %s\n",
-               message.c_str());
+  log_warning_message("cuDNN attention not used, octet's kernels run instead: " + message);
 }
 
 // ---- descriptors ----
@@ -358,14 +356,24 @@ std::unique_ptr<Plan> build_forward(cudnnHandle_t handle, const Shape4& s) {
   return g.finish();
 }
 
-// The backward graph's spellings, tried in order. cudnn-frontend binds an f32 dQ accumulator
-// (zeroed before each run) for cuDNN >= 9 unless asked for determinism, which writes dQ directly;
-// before cuDNN 8.9.5 softmax_sum had to be a bound buffer.
+// The backward graph's spellings, tried in order. cudnn-frontend's current composite SDPA backward
+// (cuDNN 9.x): softmax_sum a bound f32 buffer, an f32 dQ accumulator without reordering (zeroed
+// before each run), the stats subtracted before the causal mask, and no dropout multiply. Its
+// older releases (frontend 1.x for cuDNN 9.0-9.2, still matched by later cuDNN 9): softmax_sum
+// virtual, the accumulator F16x16-reordered, the mask before the stats and dP multiplied by a
+// unit dropout mask. Without the accumulator (the dP-workspace engines) dQ is written directly.
 struct BackwardForm {
   bool dq_accum;
+  bool dq_accum_f16x16;
   bool softmax_sum_in_memory;
+  bool legacy_order;  // mask, then - stats; dP · 1
 };
-constexpr BackwardForm kBackwardForms[] = {{true, false}, {false, false}, {true, true}};
+constexpr BackwardForm kBackwardForms[] = {
+    {true, false, true, false},
+    {true, true, false, true},
+    {false, false, true, false},
+    {false, false, false, true},
+};
 
 // dQ, dK, dV of the forward above, recomputing P from Q, K and the stats.
 std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape4& s, BackwardForm form) {
@@ -380,11 +388,10 @@ std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape4& s, Back
   auto dq = g.tensor(kDQ, bf16, s.qkv_dims(), s.qkv_strides(), false);
   auto dk = g.tensor(kDK, bf16, s.qkv_dims(), s.qkv_strides(), false);
   auto dv = g.tensor(kDV, bf16, s.qkv_dims(), s.qkv_strides(), false);
-  // A bound f32 dQ accumulator (F16x16-reordered, as cudnn-frontend declares it) selects the
-  // backend's dQ-accumulating engines.
-  auto dq_accum =
-      form.dq_accum ? g.tensor(kDQAccum, f32, s.qkv_dims(), s.packed_strides(), false, false, true)
-                    : nullptr;
+  // A bound f32 dQ accumulator selects the backend's dQ-accumulating engines.
+  auto dq_accum = form.dq_accum ? g.tensor(kDQAccum, f32, s.qkv_dims(), s.packed_strides(), false,
+                                           false, form.dq_accum_f16x16)
+                                : nullptr;
   auto scale = g.scalar(kScale);
   auto neg_inf = g.scalar(kNegInf);
   auto one = g.scalar(kOne);
@@ -403,11 +410,18 @@ std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape4& s, Back
   g.matmul(q, kt, scores);
   auto scaled =
       g.pointwise_to(CUDNN_POINTWISE_MUL, scores, scale, f32, s.scores(), s.scores_strides());
-  auto masked = g.causal_mask(scaled, neg_inf, s.scores(), s.scores_strides());
-  auto shifted =
-      g.pointwise_to(CUDNN_POINTWISE_SUB, masked, stats, f32, s.scores(), s.scores_strides());
+  cudnnBackendDescriptor_t logits = nullptr;  // mask(scale·QKᵀ) - stats
+  if (form.legacy_order) {
+    auto masked = g.causal_mask(scaled, neg_inf, s.scores(), s.scores_strides());
+    logits =
+        g.pointwise_to(CUDNN_POINTWISE_SUB, masked, stats, f32, s.scores(), s.scores_strides());
+  } else {
+    auto shifted =
+        g.pointwise_to(CUDNN_POINTWISE_SUB, scaled, stats, f32, s.scores(), s.scores_strides());
+    logits = g.causal_mask(shifted, neg_inf, s.scores(), s.scores_strides());
+  }
   auto probs =
-      g.pointwise_to(CUDNN_POINTWISE_EXP, shifted, nullptr, f32, s.scores(), s.scores_strides());
+      g.pointwise_to(CUDNN_POINTWISE_EXP, logits, nullptr, f32, s.scores(), s.scores_strides());
 
   // dV = Pᵀ dO.
   auto probs_t = g.virtual_tensor(bf16, s.scores(), s.scores_t_strides());
@@ -417,10 +431,11 @@ std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape4& s, Back
   // dS = scale · P ∘ (dO Vᵀ - softmax_sum).
   auto dp = g.virtual_tensor(f32, s.scores(), s.scores_strides());
   g.matmul(d_o, vt, dp);
-  // × 1: the dropout-mask slot of the pattern.
-  auto dp_kept = g.pointwise_to(CUDNN_POINTWISE_MUL, dp, one, f32, s.scores(), s.scores_strides());
-  auto dp_centered = g.pointwise_to(CUDNN_POINTWISE_SUB, dp_kept, softmax_sum, f32, s.scores(),
-                                    s.scores_strides());
+  if (form.legacy_order) {  // × 1: the dropout-mask slot of the older pattern
+    dp = g.pointwise_to(CUDNN_POINTWISE_MUL, dp, one, f32, s.scores(), s.scores_strides());
+  }
+  auto dp_centered =
+      g.pointwise_to(CUDNN_POINTWISE_SUB, dp, softmax_sum, f32, s.scores(), s.scores_strides());
   auto ds_unscaled =
       g.pointwise_to(CUDNN_POINTWISE_MUL, dp_centered, probs, f32, s.scores(), s.scores_strides());
   auto ds =
