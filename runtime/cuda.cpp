@@ -103,6 +103,9 @@ class CachingAllocator final : public Allocator {
       release_cached();
       status = cudaMalloc(&ptr, size);
     }
+    // A failed cudaMalloc also sets the thread's last error, which the next launch check would
+    // report as that kernel's failure once a caller catches this one.
+    if (status != cudaSuccess) (void)cudaGetLastError();
     OCTET_CHECK(status == cudaSuccess, "cudaMalloc of ", size, " bytes (", bytes,
                 " requested) on cuda:", index_, " failed: ", cudaGetErrorString(status),
                 " (the cache holds ", cached_bytes(), " free bytes)");
@@ -164,9 +167,11 @@ class CachingAllocator final : public Allocator {
 
 CachingAllocator& caching_allocator(int index) {
   static std::mutex mutex;
-  static std::map<int, std::unique_ptr<CachingAllocator>> allocators;
+  // Never destroyed: a static Tensor destroyed at exit after this map would free into a dead
+  // allocator. The driver reclaims the device memory.
+  static auto* allocators = new std::map<int, std::unique_ptr<CachingAllocator>>();
   std::lock_guard lock(mutex);
-  auto& slot = allocators[index];
+  auto& slot = (*allocators)[index];
   if (!slot) slot = std::make_unique<CachingAllocator>(index);
   return *slot;
 }

@@ -90,9 +90,10 @@ MemoryTracker& memory_tracker(Device device) {
   static MemoryTracker cpu;
   if (device.is_cpu()) return cpu;
   static std::mutex mutex;
-  static std::map<int, std::unique_ptr<MemoryTracker>> cuda;
+  // Never destroyed: storages freed during static destruction still report here.
+  static auto* cuda = new std::map<int, std::unique_ptr<MemoryTracker>>();
   std::lock_guard lock(mutex);
-  auto& slot = cuda[device.index];
+  auto& slot = (*cuda)[device.index];
   if (!slot) slot = std::make_unique<MemoryTracker>();
   return *slot;
 }

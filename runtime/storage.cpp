@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "runtime/cuda.h"
 #include "runtime/error.h"
 
 #if OCTET_WITH_CUDA
@@ -34,16 +35,32 @@ void Storage::set_tag(MemTag tag) {
 void Storage::move_to(Device device) {
   if (device == device_) return;
   void* moved = allocator_for(device).allocate(nbytes_);
-  if (nbytes_ > 0) {
+  if (nbytes_ > 0 && device.is_cpu() && device_.is_cpu()) {
+    std::memcpy(moved, data_, nbytes_);
+  } else if (nbytes_ > 0) {
 #if OCTET_WITH_CUDA
-    const cudaError_t status = cudaMemcpy(moved, data_, nbytes_, cudaMemcpyDefault);
+    // cudaMemcpy runs on the legacy default stream of the current device, which waits for that
+    // device's octet stream (a blocking stream) and is waited for by it. The GPU end is made
+    // current (the destination of a GPU-to-GPU move), so the copy comes after the kernels that
+    // wrote the source (or last used the cached destination block) and before later ones.
+    const bool gpu_to_gpu = device.is_cuda() && device_.is_cuda();
+    cudaError_t status = cudaSuccess;
+    {
+      cuda::DeviceGuard guard(device.is_cuda() ? device : device_);
+      // Another device's legacy stream does not wait for the source device's octet stream.
+      if (gpu_to_gpu) {
+        status = cudaStreamSynchronize(static_cast<cudaStream_t>(cuda::stream(device_)));
+      }
+      if (status == cudaSuccess) status = cudaMemcpy(moved, data_, nbytes_, cudaMemcpyDefault);
+      // A device-to-device cudaMemcpy may return before the copy ends; the source block goes back
+      // to its device's cache below, whose next owner's kernels would not wait for the copy.
+      if (status == cudaSuccess && gpu_to_gpu) status = cudaDeviceSynchronize();
+    }
     if (status != cudaSuccess) allocator_for(device).deallocate(moved, nbytes_);
     OCTET_CHECK(status == cudaSuccess, "moving ", nbytes_, " bytes from ", device_, " to ", device,
                 " failed: ", cudaGetErrorString(status));
 #else
-    OCTET_CHECK(device.is_cpu() && device_.is_cpu(), "moving storage from ", device_, " to ",
-                device, " needs a CUDA build");
-    std::memcpy(moved, data_, nbytes_);
+    OCTET_FAIL("moving storage from ", device_, " to ", device, " needs a CUDA build");
 #endif
   }
   memory_tracker(device).on_allocate(tag_, nbytes_);

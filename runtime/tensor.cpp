@@ -4,6 +4,8 @@
 #include <cstring>
 #include <ostream>
 
+#include "runtime/cuda.h"
+
 #if OCTET_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -18,6 +20,13 @@ void copy_bytes(Device dst_device, void* dst, Device src_device, const void* src
     return;
   }
 #if OCTET_WITH_CUDA
+  // The legacy default stream of the GPU end's device orders the copy with that device's octet
+  // stream (runtime/cuda.h). GPU-to-GPU copies wait for the source device's stream first.
+  const Device gpu = dst_device.is_cuda() ? dst_device : src_device;
+  cuda::DeviceGuard guard(gpu);
+  if (dst_device.is_cuda() && src_device.is_cuda() && dst_device != src_device) {
+    cuda::synchronize(src_device);
+  }
   const cudaError_t status = cudaMemcpy(dst, src, n, cudaMemcpyDefault);
   OCTET_CHECK(status == cudaSuccess, "cudaMemcpy of ", n, " bytes from ", src_device, " to ",
               dst_device, " failed: ", cudaGetErrorString(status));

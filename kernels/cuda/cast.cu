@@ -164,7 +164,7 @@ __global__ void dequantize_kernel(const uint8_t* q, const float* scale_inv, void
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float v = kE4M3 ? from_e4m3(q[i]) : from_e5m2(q[i]);
-    store_f32(out, dout, i, v * s);
+    store_f32(out, dout, i, mul_keep_nan(v, s));  // NaN codes keep the CPU's NaN bits
   }
 }
 

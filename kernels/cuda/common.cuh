@@ -70,6 +70,15 @@ __device__ __forceinline__ void store_f32(void* p, DType d, int64_t i, float v) 
   }
 }
 
+// v * s with the CPU's NaN result. x86 returns a NaN operand itself (quieted: sign and payload
+// kept), while GPU arithmetic returns the canonical NaN 0x7FFFFFFF; a NaN operand is therefore
+// passed through here, so bit-for-bit comparisons hold for the NaN codes of FP8 data and E8M0.
+__device__ __forceinline__ float mul_keep_nan(float v, float s) {
+  if (isnan(v)) return __uint_as_float(__float_as_uint(v) | 0x00400000u);
+  if (isnan(s)) return __uint_as_float(__float_as_uint(s) | 0x00400000u);
+  return __fmul_rn(v, s);
+}
+
 // |x| is non-negative, so its f32 bits order like unsigned integers: atomicMax on the bits is a
 // float max. `value` must be >= 0 (NaN filtered by the caller).
 __device__ __forceinline__ void atomic_max_nonneg(float* target, float value) {

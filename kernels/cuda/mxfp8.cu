@@ -100,7 +100,7 @@ __global__ void dequantize_mxfp8_kernel(const uint8_t* q, const uint8_t* scales,
     const int64_t r = i / cols, c = i % cols;
     const float s = from_e8m0(scales[r * blocks + c / kBlock]);
     const float v = kE4M3 ? from_e4m3(q[i]) : from_e5m2(q[i]);
-    store_f32(out, dout, i, v * s);
+    store_f32(out, dout, i, mul_keep_nan(v, s));  // NaN codes keep the CPU's NaN bits
   }
 }
 
