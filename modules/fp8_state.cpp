@@ -10,27 +10,33 @@
 namespace octet::modules {
 
 FP8State::FP8State(int num_gemms, const std::optional<Recipe>& recipe) : num_gemms_(num_gemms) {
-  if (recipe) adopt(*recipe);
+  if (recipe) adopt(*recipe, Device::cpu());
 }
 
-void FP8State::adopt(const Recipe& recipe) {
+void FP8State::adopt(const Recipe& recipe, Device device) {
   recipe_ = recipe;
   ++generation_;
   meta_.reset();
   if (recipe.kind == RecipeKind::kDelayed) {
     MemTagScope tag(MemTag::kOther);
     meta_ = std::make_shared<FP8Meta>(recipe, num_gemms_);
+    // A meta first made by a forward lives where that forward runs (the module's device).
+    for (FP8Direction d : {FP8Direction::kForward, FP8Direction::kBackward}) {
+      for (FP8Slot& s : meta_->slots(d)) {
+        for (Tensor* t : {&s.scale, &s.scale_inv, &s.amax_history}) t->move_storage_to(device);
+      }
+    }
   }
   forward_q_.assign(static_cast<size_t>(num_gemms_ * kForwardSlotsPerGemm), nullptr);
   backward_q_.assign(static_cast<size_t>(num_gemms_ * kBackwardSlotsPerGemm), nullptr);
 }
 
-void FP8State::begin_forward(const Recipe& recipe) {
+void FP8State::begin_forward(const Recipe& recipe, Device device) {
   OCTET_CHECK(!locked_ || (recipe_ && *recipe_ == recipe),
               "this module's FP8 primary weights were ", "made for recipe ",
               recipe_ ? describe(*recipe_) : std::string("?"), "; the FP8 scope's recipe is ",
               describe(recipe), " (build the model with the recipe it will run under)");
-  if (!recipe_ || !(*recipe_ == recipe)) adopt(recipe);
+  if (!recipe_ || !(*recipe_ == recipe)) adopt(recipe, device);
   if (meta_ && autograd::grad_enabled()) register_fp8_forward(meta_);
 }
 

@@ -30,8 +30,9 @@ class FP8State {
   FP8State(int num_gemms, const std::optional<Recipe>& recipe);
 
   // Called by forward when FP8 is on: adopts the scope's recipe (a different recipe rebuilds the
-  // meta and the quantizers) and, for delayed scaling, registers the forward-slot update.
-  void begin_forward(const Recipe& recipe);
+  // meta and the quantizers, on `device`, where the forward runs) and, for delayed scaling,
+  // registers the forward-slot update.
+  void begin_forward(const Recipe& recipe, Device device);
   const Recipe& recipe() const;
   // FP8 primary weights are cast with this recipe's quantizers: a scope with another recipe is
   // then an error (the weights would keep the old format and a meta nobody updates).
@@ -56,7 +57,7 @@ class FP8State {
   std::vector<std::pair<std::string, Tensor*>> buffers();
 
  private:
-  void adopt(const Recipe& recipe);
+  void adopt(const Recipe& recipe, Device device);
 
   int num_gemms_;
   std::optional<Recipe> recipe_;

@@ -54,8 +54,9 @@ ScalingMode mode_of(const FP8State& s) {
   return s.recipe().kind == RecipeKind::kMXFP8 ? ScalingMode::kMXFP8 : ScalingMode::kPerTensor;
 }
 
-void begin_fp8(FP8State& state, const char* module, std::initializer_list<Shape> gemm_shapes) {
-  state.begin_forward(fp8_recipe());
+void begin_fp8(FP8State& state, const char* module, Device device,
+               std::initializer_list<Shape> gemm_shapes) {
+  state.begin_forward(fp8_recipe(), device);
   int i = 0;
   for (const Shape& s : gemm_shapes) {
     ops::check_fp8_gemm_shape(mode_of(state), s,
@@ -309,7 +310,7 @@ Tensor LayerNormMLP::forward(const Tensor& x, FirstMicrobatch first) {
   fn.has_b2 = b2_.defined();
   const bool fp8 = fp8_enabled();
   if (fp8) {
-    begin_fp8(*fp8_, "LayerNormMLP",
+    begin_fp8(*fp8_, "LayerNormMLP", x.device(),
               {{rows, hidden_},
                {fc1_out, hidden_},
                {rows, fc1_out},
@@ -353,7 +354,8 @@ std::pair<Tensor, Tensor> LayerNormLinear::forward_with_norm_output(const Tensor
   fn.return_norm = options_.return_norm_output;
   const bool fp8 = fp8_enabled();
   if (fp8) {
-    begin_fp8(*fp8_, "LayerNormLinear", {{x.rows(), in_}, {out_, in_}, {x.rows(), out_}});
+    begin_fp8(*fp8_, "LayerNormLinear", x.device(),
+              {{x.rows(), in_}, {out_, in_}, {x.rows(), out_}});
     fn.fp8 = fp8_;
   } else {
     OCTET_CHECK(!w_.is_fp8(), "LayerNormLinear with FP8 primary weights must run in an FP8 scope");

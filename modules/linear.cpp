@@ -140,7 +140,7 @@ Tensor Linear::forward(const Tensor& x, FirstMicrobatch first) {
   LinearFn fn;
   fn.has_bias = bias_.defined();
   if (fp8) {
-    fp8_->begin_forward(fp8_recipe());
+    fp8_->begin_forward(fp8_recipe(), x.device());
     const ScalingMode mode =
         fp8_->recipe().kind == RecipeKind::kMXFP8 ? ScalingMode::kMXFP8 : ScalingMode::kPerTensor;
     check_fp8_shapes(mode, "Linear", x.rows(), in_, out_);

@@ -1,35 +1,20 @@
 // Pointwise and gated activations, forward and backward, on the CPU. The math is
 // kernels/math/activation.h; each activation gets its own vectorised loop.
-#include "kernels/math/activation.h"
-
 #include "kernels/cpu/nn_cpu.h"
 #include "kernels/cpu/row_ops.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/math/activation_kind.h"
 #include "runtime/parallel.h"
 
 namespace octet::cpu {
 namespace {
 
+using math::act;
+using math::act_grad;
 using ops::Activation;
 
 // An exp per element makes these compute-bound: smaller chunks than plain elementwise ops.
 constexpr int64_t kGrain = 4096;
-
-template <Activation kAct>
-inline float act(float x) {
-  if constexpr (kAct == Activation::kGelu) return math::gelu_tanh(x);
-  if constexpr (kAct == Activation::kRelu) return math::relu(x);
-  if constexpr (kAct == Activation::kSquaredRelu) return math::squared_relu(x);
-  if constexpr (kAct == Activation::kSilu) return math::silu(x);
-}
-
-template <Activation kAct>
-inline float act_grad(float x) {
-  if constexpr (kAct == Activation::kGelu) return math::gelu_tanh_grad(x);
-  if constexpr (kAct == Activation::kRelu) return math::relu_grad(x);
-  if constexpr (kAct == Activation::kSquaredRelu) return math::squared_relu_grad(x);
-  if constexpr (kAct == Activation::kSilu) return math::silu_grad(x);
-}
 
 template <Activation kAct>
 OCTET_VECTOR_CLONES void forward_block(const float* x, float* y, int64_t n) {
@@ -57,28 +42,12 @@ OCTET_VECTOR_CLONES void gated_backward_row(const float* dy, const float* a, con
   }
 }
 
-// Calls f.template operator()<kAct>() for the runtime activation.
-template <typename F>
-void dispatch(Activation a, F&& f) {
-  switch (a) {
-    case Activation::kGelu:
-      return f.template operator()<Activation::kGelu>();
-    case Activation::kRelu:
-      return f.template operator()<Activation::kRelu>();
-    case Activation::kSquaredRelu:
-      return f.template operator()<Activation::kSquaredRelu>();
-    case Activation::kSilu:
-      return f.template operator()<Activation::kSilu>();
-  }
-  OCTET_FAIL("unknown activation ", static_cast<int>(a));
-}
-
 }  // namespace
 
 void activation(Activation a, const Tensor& x, Tensor& y) {
   const float* px = x.data_as<float>();
   float* py = y.data_as<float>();
-  dispatch(a, [&]<Activation kAct>() {
+  math::dispatch_activation(a, [&]<Activation kAct>() {
     parallel_for(0, x.numel(), kGrain,
                  [&](int64_t lo, int64_t hi) { forward_block<kAct>(px + lo, py + lo, hi - lo); });
   });
@@ -88,7 +57,7 @@ void activation_backward(Activation a, const Tensor& dy, const Tensor& x, Tensor
   const float* pdy = dy.data_as<float>();
   const float* px = x.data_as<float>();
   float* pdx = dx.data_as<float>();
-  dispatch(a, [&]<Activation kAct>() {
+  math::dispatch_activation(a, [&]<Activation kAct>() {
     parallel_for(0, x.numel(), kGrain, [&](int64_t lo, int64_t hi) {
       backward_block<kAct>(pdy + lo, px + lo, pdx + lo, hi - lo);
     });
@@ -99,7 +68,7 @@ void gated_activation(Activation a, const Tensor& x, Tensor& y) {
   const int64_t rows = x.rows(), n = x.cols() / 2;
   const float* px = x.data_as<float>();  // (rows, 2n): [a | g]
   float* py = y.data_as<float>();        // (rows, n)
-  dispatch(a, [&]<Activation kAct>() {
+  math::dispatch_activation(a, [&]<Activation kAct>() {
     parallel_for(0, rows, rowops::row_grain(n, kGrain), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const float* row = px + r * 2 * n;
@@ -114,7 +83,7 @@ void gated_activation_backward(Activation a, const Tensor& dy, const Tensor& x, 
   const float* pdy = dy.data_as<float>();  // (rows, n)
   const float* px = x.data_as<float>();    // (rows, 2n)
   float* pdx = dx.data_as<float>();        // (rows, 2n)
-  dispatch(a, [&]<Activation kAct>() {
+  math::dispatch_activation(a, [&]<Activation kAct>() {
     parallel_for(0, rows, rowops::row_grain(n, kGrain), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const float* row = px + r * 2 * n;

@@ -6,28 +6,14 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
-#include "kernels/math/activation.h"
+#include "kernels/math/activation_kind.h"
 
 namespace octet::cuda {
 namespace {
 
+using math::act;
+using math::act_grad;
 using ops::Activation;
-
-template <Activation kAct>
-__device__ __forceinline__ float act(float x) {
-  if constexpr (kAct == Activation::kGelu) return math::gelu_tanh(x);
-  if constexpr (kAct == Activation::kRelu) return math::relu(x);
-  if constexpr (kAct == Activation::kSquaredRelu) return math::squared_relu(x);
-  if constexpr (kAct == Activation::kSilu) return math::silu(x);
-}
-
-template <Activation kAct>
-__device__ __forceinline__ float act_grad(float x) {
-  if constexpr (kAct == Activation::kGelu) return math::gelu_tanh_grad(x);
-  if constexpr (kAct == Activation::kRelu) return math::relu_grad(x);
-  if constexpr (kAct == Activation::kSquaredRelu) return math::squared_relu_grad(x);
-  if constexpr (kAct == Activation::kSilu) return math::silu_grad(x);
-}
 
 template <Activation kAct>
 __global__ void forward_kernel(const float* x, float* y, int64_t n) {
@@ -74,22 +60,6 @@ __global__ void gated_backward_kernel(const float* dy, const float* x, float* dx
   }
 }
 
-// Calls f.template operator()<kAct>() for the runtime activation.
-template <typename F>
-void dispatch(Activation a, F&& f) {
-  switch (a) {
-    case Activation::kGelu:
-      return f.template operator()<Activation::kGelu>();
-    case Activation::kRelu:
-      return f.template operator()<Activation::kRelu>();
-    case Activation::kSquaredRelu:
-      return f.template operator()<Activation::kSquaredRelu>();
-    case Activation::kSilu:
-      return f.template operator()<Activation::kSilu>();
-  }
-  OCTET_FAIL("unknown activation ", static_cast<int>(a));
-}
-
 }  // namespace
 
 void activation(Activation a, const Tensor& x, Tensor& y) {
@@ -98,7 +68,7 @@ void activation(Activation a, const Tensor& x, Tensor& y) {
   const float* px = x.data_as<float>();
   float* py = y.data_as<float>();
   cudaStream_t stream = stream_of(x);
-  dispatch(a, [&]<Activation kAct>() {
+  math::dispatch_activation(a, [&]<Activation kAct>() {
     forward_kernel<kAct><<<blocks_for(n), kThreads, 0, stream>>>(px, py, n);
     OCTET_CUDA_LAUNCH_CHECK("activation");
   });
@@ -111,7 +81,7 @@ void activation_backward(Activation a, const Tensor& dy, const Tensor& x, Tensor
   const float* px = x.data_as<float>();
   float* pdx = dx.data_as<float>();
   cudaStream_t stream = stream_of(x);
-  dispatch(a, [&]<Activation kAct>() {
+  math::dispatch_activation(a, [&]<Activation kAct>() {
     backward_kernel<kAct><<<blocks_for(n), kThreads, 0, stream>>>(pdy, px, pdx, n);
     OCTET_CUDA_LAUNCH_CHECK("activation_backward");
   });
@@ -123,7 +93,7 @@ void gated_activation(Activation a, const Tensor& x, Tensor& y) {
   const float* px = x.data_as<float>();  // (rows, 2h): [a | g]
   float* py = y.data_as<float>();        // (rows, h)
   cudaStream_t stream = stream_of(x);
-  dispatch(a, [&]<Activation kAct>() {
+  math::dispatch_activation(a, [&]<Activation kAct>() {
     gated_forward_kernel<kAct><<<blocks_for(rows * h), kThreads, 0, stream>>>(px, py, rows, h);
     OCTET_CUDA_LAUNCH_CHECK("gated_activation");
   });
@@ -136,7 +106,7 @@ void gated_activation_backward(Activation a, const Tensor& dy, const Tensor& x, 
   const float* px = x.data_as<float>();    // (rows, 2h)
   float* pdx = dx.data_as<float>();        // (rows, 2h)
   cudaStream_t stream = stream_of(x);
-  dispatch(a, [&]<Activation kAct>() {
+  math::dispatch_activation(a, [&]<Activation kAct>() {
     gated_backward_kernel<kAct>
         <<<blocks_for(rows * h), kThreads, 0, stream>>>(pdy, px, pdx, rows, h);
     OCTET_CUDA_LAUNCH_CHECK("gated_activation_backward");

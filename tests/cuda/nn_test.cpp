@@ -370,10 +370,11 @@ struct Dims {
   }
 };
 
-// Head dims 64 and 128 (cuDNN's), T not a multiple of 64, one token, and an odd head dim that
-// only the fallback takes.
+// Head dims 64 and 128 (cuDNN's), T not a multiple of 64, one token, and head dims that only the
+// fallback takes (20: not a multiple of 8; 192: above cuDNN's 128).
 const Dims kAttentionShapes[] = {{2, 70, 3, 64},  {1, 131, 2, 128}, {2, 64, 4, 64}, {1, 1, 2, 64},
-                                 {2, 256, 4, 64}, {1, 200, 2, 128}, {3, 5, 1, 8},   {2, 70, 3, 24}};
+                                 {2, 256, 4, 64}, {1, 200, 2, 128}, {3, 5, 1, 8},   {2, 70, 3, 24},
+                                 {2, 37, 2, 20},  {1, 66, 1, 192}};
 
 TEST(CudaAttention, ForwardBackwardMatchTheCpuOnWhicheverPathRuns) {
   OCTET_REQUIRE_CUDA();
