@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <set>
 #include <string_view>
@@ -373,14 +374,18 @@ bool cudnn_attention_enabled() {
 
 thread_local bool t_last_used_cudnn = false;
 
-// Problems (B, T, 3C, heads) whose forward ran on cuDNN: the backward takes cuDNN only for those,
-// so a pass never mixes the paths' numerics when cuDNN takes one direction but not the other.
-using ShapeKey = std::array<int64_t, 4>;
+// Problems (device, B, T, 3C, heads, scale) whose latest forward ran on cuDNN: the backward takes
+// cuDNN only for those, so a pass never mixes the paths' numerics when cuDNN takes one direction
+// but not the other. A forward that falls back removes its problem (cuDNN's plans are per device
+// and scale, and a plan that failed once is dropped), so the backward follows the path that ran.
+using ShapeKey = std::array<int64_t, 6>;
 std::mutex g_cudnn_shapes_mutex;
 std::set<ShapeKey> g_cudnn_shapes;
 
-ShapeKey key_of(const Tensor& qkv, int64_t heads) {
-  return {qkv.size(0), qkv.size(1), qkv.size(2), heads};
+ShapeKey key_of(const Tensor& qkv, int64_t heads, float scale) {
+  uint32_t scale_bits = 0;
+  std::memcpy(&scale_bits, &scale, sizeof(scale_bits));
+  return {qkv.device().index, qkv.size(0), qkv.size(1), qkv.size(2), heads, scale_bits};
 }
 
 }  // namespace
@@ -442,11 +447,15 @@ void causal_attention_backward_fallback(const Tensor& dout, const Tensor& qkv, c
 void causal_attention(const Tensor& qkv, int64_t heads, float scale, Tensor& out, Tensor& lse) {
   t_last_used_cudnn =
       cudnn_attention_enabled() && cudnn::attention_forward(qkv, heads, scale, out, lse);
-  if (t_last_used_cudnn) {
+  {
     std::lock_guard lock(g_cudnn_shapes_mutex);
-    g_cudnn_shapes.insert(key_of(qkv, heads));
-    return;
+    if (t_last_used_cudnn) {
+      g_cudnn_shapes.insert(key_of(qkv, heads, scale));
+    } else {
+      g_cudnn_shapes.erase(key_of(qkv, heads, scale));
+    }
   }
+  if (t_last_used_cudnn) return;
   causal_attention_fallback(qkv, heads, scale, out, lse);
 }
 
@@ -455,7 +464,7 @@ void causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Tens
   bool forward_on_cudnn = false;
   if (cudnn_attention_enabled()) {
     std::lock_guard lock(g_cudnn_shapes_mutex);
-    forward_on_cudnn = g_cudnn_shapes.count(key_of(qkv, heads)) > 0;
+    forward_on_cudnn = g_cudnn_shapes.count(key_of(qkv, heads, scale)) > 0;
   }
   // Both paths read lse in octet's (B, H, T) layout, so either can follow either forward; cuDNN
   // declining the backward falls back here too.

@@ -6,11 +6,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cuda/check.h"
 #include "runtime/cuda.h"
 #include "runtime/float16.h"
 #include "runtime/fp8.h"
+#include "runtime/memory.h"
 #include "runtime/tensor.h"
 
 namespace octet::cuda {
@@ -25,9 +27,39 @@ inline unsigned blocks_for(int64_t n, int threads = kThreads) {
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMax ? kMax : blocks));
 }
 
+// Threads for one block per row of `cols`: a warp multiple, no more than the row needs.
+inline int row_threads(int64_t cols) {
+  if (cols >= 4096) return 1024;
+  if (cols >= kThreads) return kThreads;
+  return static_cast<int>((cols + kWarp - 1) / kWarp * kWarp);
+}
+
+// Blocks for a loop over rows, one row per block at a time.
+inline unsigned row_blocks(int64_t rows) {
+  constexpr int64_t kMax = int64_t{65535} * 8;
+  return static_cast<unsigned>(rows < kMax ? rows : kMax);
+}
+
 // The octet stream of the tensor's device (runtime/cuda.h).
 inline cudaStream_t stream_of(const Tensor& t) {
   return static_cast<cudaStream_t>(octet::cuda::stream(t.device()));
+}
+
+// A small host table (per-tensor or per-slot pointers and sizes for a multi-tensor kernel) in a
+// new device workspace, copied on `stream`. Waits for the copy: `table` is pageable host memory
+// that the caller frees on return.
+template <typename T>
+Tensor upload_table(const std::vector<T>& table, Device device, cudaStream_t stream) {
+  const size_t bytes = table.size() * sizeof(T);
+  Tensor out;
+  {
+    MemTagScope tag(MemTag::kWorkspace);
+    out = Tensor::empty({static_cast<int64_t>(bytes)}, DType::kU8, device);
+  }
+  OCTET_CUDA_CHECK(
+      cudaMemcpyAsync(out.data(), table.data(), bytes, cudaMemcpyHostToDevice, stream));
+  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return out;
 }
 
 // After every launch: a bad configuration is reported here, naming the kernel.

@@ -99,16 +99,7 @@ void update_fp8_slots(const std::vector<SlotUpdate>& slots) {
                      u.margin, u.algo});
   }
   const cudaStream_t stream = stream_of(slots.front().slot->scale);
-  const size_t bytes = table.size() * sizeof(SlotEntry);
-  Tensor device_table;
-  {
-    MemTagScope tag(MemTag::kWorkspace);
-    device_table = Tensor::empty({static_cast<int64_t>(bytes)}, DType::kU8, device);
-  }
-  OCTET_CUDA_CHECK(
-      cudaMemcpyAsync(device_table.data(), table.data(), bytes, cudaMemcpyHostToDevice, stream));
-  // `table` is pageable host memory that dies with this call: wait until the copy has read it.
-  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const Tensor device_table = upload_table(table, device, stream);
   update_slots_kernel<<<static_cast<unsigned>(table.size()), kWarp, 0, stream>>>(
       static_cast<const SlotEntry*>(device_table.data()));
   OCTET_CUDA_LAUNCH_CHECK("update_slots_kernel");

@@ -18,11 +18,6 @@ namespace {
 constexpr int kRowThreads = 256;
 constexpr int kSumThreads = 1024;
 
-unsigned row_blocks(int64_t rows) {
-  constexpr int64_t kMax = int64_t{65535} * 8;
-  return static_cast<unsigned>(rows < kMax ? rows : kMax);
-}
-
 // online_softmax_push with one exp where it can: when x <= max the merge's rescale factor is
 // exp(0) = 1 exactly, so only exp(x - max) is new. A -inf x adds nothing (and would make
 // -inf - -inf = NaN against an empty state); a NaN x lands in the sum and poisons the row, as on

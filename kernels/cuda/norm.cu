@@ -26,18 +26,6 @@ constexpr int kTileCols = 64;
 // fixed number, so the partials (and dgamma's rounding) do not depend on the device.
 constexpr int64_t kGradBlocks = 256;
 
-// Threads for one block per row of `cols`: a warp multiple, no more than the row needs.
-int row_threads(int64_t cols) {
-  if (cols >= 4096) return 1024;
-  if (cols >= kThreads) return kThreads;
-  return static_cast<int>((cols + kWarp - 1) / kWarp * kWarp);
-}
-
-unsigned row_blocks(int64_t rows) {
-  constexpr int64_t kMax = int64_t{65535} * 8;
-  return static_cast<unsigned>(rows < kMax ? rows : kMax);
-}
-
 // What normalizing row r needs: y = ((x - shift) - dmean) * rsigma * scale + beta, where
 // shift + dmean is the LayerNorm mean (both 0 for RMSNorm).
 struct RowStats {

@@ -115,16 +115,7 @@ void adamw_step(const std::vector<AdamWTensors>& tensors, const ops::AdamWHyper&
   k.c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta2), h.step));
 
   const cudaStream_t stream = stream_of(*tensors.front().master);
-  const size_t bytes = table.size() * sizeof(AdamWEntry);
-  Tensor device_table;
-  {
-    MemTagScope tag(MemTag::kWorkspace);
-    device_table = Tensor::empty({static_cast<int64_t>(bytes)}, DType::kU8, device);
-  }
-  OCTET_CUDA_CHECK(
-      cudaMemcpyAsync(device_table.data(), table.data(), bytes, cudaMemcpyHostToDevice, stream));
-  // `table` is pageable host memory that dies with this call: wait until the copy has read it.
-  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const Tensor device_table = upload_table(table, device, stream);
   adamw_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(
       static_cast<const AdamWEntry*>(device_table.data()), static_cast<int>(table.size()), k);
   OCTET_CUDA_LAUNCH_CHECK("adamw_kernel");

@@ -12,19 +12,6 @@
 namespace octet::cuda {
 namespace {
 
-// Threads for one block per row of `cols`: a warp multiple, no more than the row needs.
-int row_threads(int64_t cols) {
-  if (cols >= 4096) return 1024;
-  if (cols >= kThreads) return kThreads;
-  return static_cast<int>((cols + kWarp - 1) / kWarp * kWarp);
-}
-
-// Blocks for a loop over rows, one row per block at a time.
-unsigned row_blocks(int64_t rows) {
-  constexpr int64_t kMax = int64_t{65535} * 8;
-  return static_cast<unsigned>(rows < kMax ? rows : kMax);
-}
-
 __global__ void softmax_kernel(const float* x, float* y, int64_t rows, int64_t cols) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* xr = x + r * cols;
