@@ -297,8 +297,28 @@ void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, Tensor& 
                   (a.dtype() == DType::kBF16 && b.dtype() == DType::kBF16) || (a_fp8 && b_fp8),
               op, ": operand dtypes ", a.dtype(), " x ", b.dtype(),
               " unsupported (f32 x f32, bf16 x bf16, or FP8 x FP8)");
-  OCTET_CHECK(out.dtype() == DType::kF32 || out.dtype() == DType::kBF16, op,
-              ": output must be f32 or bf16, got ", out);
+  const bool out_fp8 = is_fp8(out.dtype());
+  OCTET_CHECK(out.dtype() == DType::kF32 || out.dtype() == DType::kBF16 || out_fp8, op,
+              ": output must be f32, bf16 or FP8 (e4m3/e5m2), got ", out);
+  const bool keep = options.accumulate == Accumulate::kYes;
+  // An FP8 output is defined by its scale: one without the other is a caller's mix-up.
+  OCTET_CHECK(out_fp8 == (options.out_scale != nullptr), op,
+              ": an FP8 output and out_scale go together, got out ", out,
+              options.out_scale != nullptr ? " with" : " without", " out_scale");
+  OCTET_CHECK(out_fp8 || options.out_amax == nullptr, op,
+              ": out_amax is for an FP8 output, got out ", out);
+  if (out_fp8) {
+    OCTET_CHECK(!keep, op, ": accumulate cannot add into an FP8 output ", out);
+    check_scalar(op, options.out_scale, "out_scale (FP8 output)");
+    check_same_device(op, a, *options.out_scale);
+    if (options.out_amax != nullptr) {
+      check_scalar(op, options.out_amax, "out_amax");
+      check_same_device(op, a, *options.out_amax);
+    }
+  }
+  // The epilogue applies to the whole result; on top of out's old contents it would apply twice.
+  OCTET_CHECK(options.epilogue == Epilogue::kNone || !keep, op,
+              ": the GELU epilogue cannot be combined with accumulate");
   const bool a_trans = ta == Transpose::kYes, b_trans = tb == Transpose::kYes;
   const int64_t m = a_trans ? a.cols() : a.rows();
   const int64_t k = a_trans ? a.rows() : a.cols();
@@ -329,14 +349,19 @@ void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, Tensor& 
                                a_scale_inv, b_scale_inv,
                                options.fp8_accumulation == FP8Accumulation::kFast
                                    ? cuda::GemmRole::kFprop
-                                   : cuda::GemmRole::kGeneric));
+                                   : cuda::GemmRole::kGeneric,
+                               options.epilogue, options.out_scale, options.out_amax));
   } else {
     float alpha = options.alpha;
     if (a_scale_inv != nullptr) alpha *= a_scale_inv->item();
     if (b_scale_inv != nullptr) alpha *= b_scale_inv->item();
-    cpu::gemm(a, ta, b, tb, out, alpha, options.accumulate, options.bias);
+    const float out_scale = out_fp8 ? options.out_scale->item() : 1.f;
+    float* out_amax = options.out_amax != nullptr ? options.out_amax->data_as<float>() : nullptr;
+    cpu::gemm(a, ta, b, tb, out, alpha, options.accumulate, options.bias, options.epilogue,
+              out_scale, out_amax);
   }
   out.bump_version();
+  if (options.out_amax != nullptr) options.out_amax->bump_version();
 }
 
 Tensor gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, DType out_dtype,

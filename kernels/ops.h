@@ -46,18 +46,24 @@ Tensor transpose_2d(const Tensor& x);
 // q * scale_inv into `dtype` (f32 or bf16), same shape as `data`.
 Tensor dequantize_fp8(const Tensor& data, const Tensor& scale_inv, DType dtype);
 
-// ---- GEMM: out (M, N) = alpha * op(a) · op(b) [+ out] [+ bias] ----
+// ---- GEMM: out (M, N) = epilogue(alpha * op(a) · op(b) [+ out] [+ bias]) ----
 // On CUDA, cuBLASLt runs it (FP8 operands with their scale_inv read on the device).
 // Row-major; op(a) is (M, K): `a` is (M, K) or, transposed, (K, M); op(b) is (K, N): `b` is
 // (K, N) or, transposed, (N, K). Leading dimensions of 3-D+ operands fold into rows.
 // Operands: both f32, both bf16, or both FP8 (e4m3/e5m2 in any mix) with their scale_inv.
-// Accumulation in f32; out is f32 or bf16.
+// Accumulation in f32; out is f32 or bf16, or FP8 (e4m3/e5m2) with `out_scale`:
+// out = fp8(v * out_scale[0]) with runtime/fp8.h's saturating rule, v the f32 value after the
+// bias and the epilogue, and max |v| (before the out_scale multiply, NaN ignored) max-accumulated
+// into out_amax[0] when given, as quantize_fp8 does.
 enum class Transpose : uint8_t { kNo, kYes };
 enum class Accumulate : uint8_t { kNo, kYes };
 // FP8 tensor-core accumulation on CUDA (TE's defaults: kFast for the forward GEMM, kSplit, which
 // promotes partial sums to f32 at intervals, for dgrad and wgrad). The CPU accumulates in f32
 // either way.
 enum class FP8Accumulation : uint8_t { kSplit, kFast };
+// A pointwise function of the f32 result (after alpha and the bias, before out's rounding):
+// kGelu is the tanh GELU of kernels/math/activation.h, the one ops::activation uses.
+enum class Epilogue : uint8_t { kNone, kGelu };
 
 struct GemmOptions {
   float alpha = 1.f;
@@ -66,11 +72,15 @@ struct GemmOptions {
   const Tensor* a_scale_inv = nullptr;      // one-element f32, required for FP8 `a`
   const Tensor* b_scale_inv = nullptr;      // one-element f32, required for FP8 `b`
   FP8Accumulation fp8_accumulation = FP8Accumulation::kSplit;
+  Epilogue epilogue = Epilogue::kNone;  // kGelu needs accumulate kNo
+  // FP8 out only (and required for it), with accumulate kNo: one-element f32 tensors.
+  const Tensor* out_scale = nullptr;
+  Tensor* out_amax = nullptr;  // optional
 };
 
 void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, Tensor& out,
           const GemmOptions& options = {});
-// Allocates out (M, N) of `out_dtype` (accumulate must be kNo).
+// Allocates out (M, N) of `out_dtype` (accumulate must be kNo; an FP8 dtype needs out_scale).
 Tensor gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, DType out_dtype,
             const GemmOptions& options = {});
 

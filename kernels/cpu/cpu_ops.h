@@ -24,8 +24,11 @@ void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnw
 void transpose_2d(const Tensor& x, Tensor& out);
 void dequantize_fp8(const Tensor& data, float scale_inv, Tensor& out);
 
+// out = epilogue(alpha * op(a) · op(b) [+ out] [+ bias]); an FP8 out is cast from the f32 value
+// times out_scale, with max |value| max-accumulated into *out_amax when not null.
 void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb, Tensor& out,
-          float alpha, ops::Accumulate accumulate, const Tensor* bias);
+          float alpha, ops::Accumulate accumulate, const Tensor* bias, ops::Epilogue epilogue,
+          float out_scale, float* out_amax);
 void release_workspace();
 
 // Element pointer of any floating dtype converted to f32 in bulk (FP8 exact, bf16/f16 exact).

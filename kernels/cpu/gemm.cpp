@@ -1,6 +1,7 @@
 // GEMM on the CPU: every operand type runs on oneDNN's f32 sgemm (JIT-compiled for the processor
 // it finds, threaded on the shared OpenMP pool). FP8 and bf16 values convert to f32 exactly, so
-// the only roundings are the f32 accumulation and the final alpha (scale_inv product) multiply.
+// the only roundings are the f32 accumulation and the final alpha (scale_inv product) multiply;
+// a GELU epilogue and an FP8 output then run on the f32 result.
 #include <dnnl.h>
 
 #if defined(__x86_64__)
@@ -11,6 +12,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/math/activation.h"
 #include "runtime/parallel.h"
 
 namespace octet::cpu {
@@ -29,6 +31,12 @@ struct Workspace {
       t = Tensor::empty({elements}, DType::kF32);
     }
     return t.data_as<float>();
+  }
+
+  // The first rows * cols floats of `slot` as an f32 (rows, cols) tensor (a view).
+  Tensor matrix(int slot, int64_t rows, int64_t cols) {
+    get(slot, rows * cols);
+    return buffers[slot].slice(0, rows * cols).reshape({rows, cols});
   }
 };
 
@@ -171,10 +179,17 @@ Operand prepare(const Tensor& x, bool trans, int64_t rows, int64_t cols, bool un
   return {ws, trans};
 }
 
+// x = gelu_tanh(x) in place: the loop of the activation kernel (kernels/cpu/activation.cpp), so
+// the epilogue gives the numbers ops::activation would.
+OCTET_VECTOR_CLONES void gelu_block(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = math::gelu_tanh(x[i]);
+}
+
 }  // namespace
 
 void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb, Tensor& out,
-          float alpha, ops::Accumulate accumulate, const Tensor* bias) {
+          float alpha, ops::Accumulate accumulate, const Tensor* bias, ops::Epilogue epilogue,
+          float out_scale, float* out_amax) {
   const bool a_trans = ta == ops::Transpose::kYes, b_trans = tb == ops::Transpose::kYes;
   const int64_t m = a_trans ? a.cols() : a.rows();
   const int64_t k = a_trans ? a.rows() : a.cols();
@@ -186,9 +201,10 @@ void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb
   const int64_t lda = transa == 'T' ? m : k;
   const int64_t ldb = transb == 'T' ? k : n;
 
-  // The result lands in f32 (out itself, or a workspace for bf16 out), pre-loaded with
+  // The result lands in f32 (out itself, or a workspace for a bf16 or FP8 out), pre-loaded with
   // out's old contents and/or the bias so that sgemm's beta = 1 adds the product.
   const bool f32_out = out.dtype() == DType::kF32;
+  const bool fp8_out = is_fp8(out.dtype());
   float* c = f32_out ? out.data_as<float>() : t_workspace.get(2, m * n);
   const bool keep = accumulate == ops::Accumulate::kYes;
   if (!f32_out && keep) to_f32_matrix(out, ops::Transpose::kNo, m, n, c);
@@ -215,7 +231,16 @@ void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb
     check_dnnl(dnnl_sgemm(transa, transb, m, n, k, alpha, pa.data, lda, pb.data, ldb, beta, c, n),
                m, n, k);
   }
-  if (!f32_out) {
+  if (epilogue == ops::Epilogue::kGelu) {
+    constexpr int64_t kGeluGrain = 4096;  // an exp per element: compute-bound
+    parallel_for(0, m * n, kGeluGrain,
+                 [&](int64_t lo, int64_t hi) { gelu_block(c + lo, hi - lo); });
+  }
+  if (fp8_out) {
+    // The FP8 cast of ops::quantize_fp8, amax (before the scale, NaN ignored) included.
+    const Tensor result = t_workspace.matrix(2, m, n);  // (M, N) f32: c
+    quantize_fp8(result, out_scale, &out, nullptr, out_amax, nullptr);
+  } else if (!f32_out) {
     auto* po = static_cast<uint8_t*>(out.data());
     parallel_for(0, m * n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
       from_f32(c + lo, out.dtype(), po + lo * out.element_size(), hi - lo);

@@ -51,11 +51,14 @@ void dequantize_mxfp8(const Tensor& data, const Tensor& scales, Tensor& out);
 // Which GEMM of a layer this is: the forward uses fast FP8 accumulation, dgrad and wgrad split
 // accumulation (TE's defaults). kGeneric is treated like a gradient GEMM.
 enum class GemmRole : uint8_t { kGeneric, kFprop, kDgrad, kWgrad };
-// out (M, N) = alpha * op(a) · op(b) * a_scale_inv[0] * b_scale_inv[0] [+ out] [+ bias].
-// Scale pointers are null for non-FP8 operands.
+// out (M, N) = epilogue(alpha * op(a) · op(b) * a_scale_inv[0] * b_scale_inv[0] [+ out] [+ bias]).
+// Scale pointers are null for non-FP8 operands. An FP8 out (accumulate kNo) gets
+// fp8(value * out_scale[0]), and max |value| max-accumulated into out_amax[0] when not null;
+// out_scale is null for other outputs. kGelu needs accumulate kNo.
 void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb, Tensor& out,
           float alpha, ops::Accumulate accumulate, const Tensor* bias, const Tensor* a_scale_inv,
-          const Tensor* b_scale_inv, GemmRole role);
+          const Tensor* b_scale_inv, GemmRole role, ops::Epilogue epilogue, const Tensor* out_scale,
+          Tensor* out_amax);
 void release_workspace();
 
 // ---- nn (activation.cu, softmax.cu, norm.cu, embedding.cu, dropout.cu, loss.cu) ----

@@ -1,6 +1,8 @@
 // GEMM on the GPU through cuBLASLt. Octet's row-major out (M, N) = op(a) · op(b) is cuBLASLt's
 // column-major outᵀ (N, M) = op(b)ᵀ · op(a)ᵀ, so cuBLASLt's A is octet's b and its B is octet's
 // a. A plan (descriptors plus the heuristic's algorithm) is built once per shape and cached.
+// The bias and an FP8 out (scaled cast, amax) run in cuBLASLt where it computes them as the CPU
+// does, else in own kernels on an f32 result; the GELU epilogue always runs in an own kernel.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -14,6 +16,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublas_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/math/activation.h"
 #include "runtime/memory.h"
 
 namespace octet::cuda {
@@ -73,20 +76,24 @@ __global__ void scalars_kernel(float alpha, const float* a_scale_inv, const floa
   out[1] = beta;
 }
 
-// out (rows, n) f32 += bias (n,) on every row.
-__global__ void add_bias_kernel(float* __restrict__ out, const void* __restrict__ bias,
-                                DType bias_dtype, int64_t n, int64_t total) {
+// out (rows, n) f32 = gelu(out + bias) in place, bias (n,) on every row; bias null adds nothing.
+// The GELU is kernels/math/activation.h's, as in the activation kernel and the CPU's epilogue.
+__global__ void epilogue_kernel(float* __restrict__ out, const void* __restrict__ bias,
+                                DType bias_dtype, bool gelu, int64_t n, int64_t total) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] += load_f32(bias, bias_dtype, i % n);
+    float v = out[i];
+    if (bias != nullptr) v += load_f32(bias, bias_dtype, i % n);
+    out[i] = gelu ? math::gelu_tanh(v) : v;
   }
 }
 
-// out = product + ((keep ? out : 0) + bias), rounded once into out's dtype; the CPU's order (it
-// preloads out + bias, then adds the product). product null means a zero product (K = 0).
+// out = epilogue(product + ((keep ? out : 0) + bias)), rounded once into out's dtype (f32, bf16);
+// the CPU's order (it preloads out + bias, then adds the product). product null means a zero
+// product (K = 0).
 __global__ void finish_kernel(const float* __restrict__ product, void* out, DType out_dtype,
-                              bool keep, const void* __restrict__ bias, DType bias_dtype, int64_t n,
-                              int64_t total) {
+                              bool keep, const void* __restrict__ bias, DType bias_dtype, bool gelu,
+                              int64_t n, int64_t total) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
     float v = product != nullptr ? product[i] : 0.f;
@@ -98,8 +105,15 @@ __global__ void finish_kernel(const float* __restrict__ product, void* out, DTyp
       }
       v = product != nullptr ? v + c : c;
     }
-    store_f32(out, out_dtype, i, v);
+    store_f32(out, out_dtype, i, gelu ? math::gelu_tanh(v) : v);
   }
+}
+
+// *target = max(*target, *value): cuBLASLt sets its amax, octet's contract max-accumulates. A NaN
+// compares false and is ignored, as in quantize_fp8's amax.
+__global__ void max_into_kernel(const float* __restrict__ value, float* __restrict__ target) {
+  const float v = *value;
+  if (v > *target) *target = v;
 }
 
 // ---- plans ----
@@ -123,8 +137,12 @@ struct Config {
   OperandPath b = OperandPath::kAsIs;
   bool fp8 = false;             // cuBLASLt reads FP8: scale pointers and fast-accumulation flag
   bool device_scalars = false;  // alpha/beta in device memory (FP8 scales folded into alpha)
-  bool staged = false;          // D is an f32 workspace; finish_kernel writes out
+  // D is an f32 workspace; finish_kernel writes out, or, for an FP8 out, epilogue_kernel
+  // finishes the f32 values in place and quantize_fp8 casts them.
+  bool staged = false;
+  bool fp8_out = false;  // cuBLASLt writes the FP8 out itself: D scale and amax pointers
   BiasPath bias = BiasPath::kNone;
+  bool operator==(const Config&) const = default;
 };
 
 // Largest power of two up to 256 dividing the address (cuBLASLt's alignment classes).
@@ -140,6 +158,7 @@ struct PlanKey {
   int64_t m, n, k;
   DType a_dtype, b_dtype, out_dtype, bias_dtype;
   bool has_bias;
+  ops::Epilogue epilogue;
   ops::Transpose ta, tb;
   ops::Accumulate accumulate;
   GemmRole role;
@@ -152,7 +171,8 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t layout_a = nullptr;  // cuBLASLt's A: octet's b
   cublasLtMatrixLayout_t layout_b = nullptr;  // cuBLASLt's B: octet's a
-  cublasLtMatrixLayout_t layout_d = nullptr;  // C and D: out (or the staging buffer)
+  cublasLtMatrixLayout_t layout_d = nullptr;  // D (and C): out, or the staging buffer
+  cublasLtMatrixLayout_t layout_c = nullptr;  // only beside an FP8 D: a bf16 C, never read
   cublasLtMatmulPreference_t preference = nullptr;
   cublasLtMatmulHeuristicResult_t heuristic{};
 
@@ -161,6 +181,7 @@ struct Plan {
   Plan& operator=(const Plan&) = delete;
   ~Plan() {  // statuses ignored: nothing useful to do with a failed destroy
     if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+    if (layout_c != nullptr) cublasLtMatrixLayoutDestroy(layout_c);
     if (layout_d != nullptr) cublasLtMatrixLayoutDestroy(layout_d);
     if (layout_b != nullptr) cublasLtMatrixLayoutDestroy(layout_b);
     if (layout_a != nullptr) cublasLtMatrixLayoutDestroy(layout_a);
@@ -228,42 +249,68 @@ struct Call {
   const Tensor* a_scale_inv;
   const Tensor* b_scale_inv;
   GemmRole role;
+  bool gelu;
+  const Tensor* out_scale;  // FP8 out only
+  Tensor* out_amax;         // FP8 out only; may be null
   cudaStream_t stream;
   DeviceState* state;
 };
 
 // The configurations to try, best first: FP8 on its tensor cores (TN, operands transposed when
 // they come in another layout), then FP8 through exact bf16 copies; the bias through the
-// epilogue where cuBLASLt takes its dtype without rounding it, else through an own kernel.
+// epilogue where cuBLASLt takes its dtype without rounding it, else through an own kernel; an FP8
+// out written by cuBLASLt where it can (FP8 operands on the tensor cores), else cast from an f32
+// staging buffer.
+//
+// GELU always runs in own kernels on the f32 result, not in cuBLASLt's GELU epilogue: cuBLASLt
+// documents only "GELU" (the tanh form, by what PyTorch matches it against), not how it evaluates
+// tanh. With the hardware tanh.approx.f32 that CUTLASS's GELU epilogue uses (~2^-11 error), it
+// would differ from kernels/math/activation.h by far more than f32 rounding, and by many bf16
+// steps in the negative tail where GELU is near zero.
 std::vector<Config> candidates(const Call& call) {
   const bool fp8 = is_fp8(call.a.dtype());
-  const bool out_f32 = call.out.dtype() == DType::kF32;
+  const DType out_dtype = call.out.dtype();
+  const bool out_f32 = out_dtype == DType::kF32, out_fp8 = is_fp8(out_dtype);
   std::vector<Config> list;
+  auto push = [&](const Config& config) {  // once each: a configuration that failed fails again
+    for (const Config& seen : list) {
+      if (seen == config) return;
+    }
+    list.push_back(config);
+  };
   auto add = [&](Config base, DType operand_dtype) {
-    // f32 operands only produce f32 (cuBLASLt's f32 x f32 row); a bf16 `out` is then staged.
-    if (operand_dtype == DType::kF32 && !out_f32) base.staged = true;
+    // A non-f32 out is staged when cuBLASLt cannot produce it with the one rounding the CPU
+    // applies: f32 operands only produce f32 (cuBLASLt's f32 x f32 row); GELU comes before the
+    // rounding to bf16 or FP8; an FP8 out cuBLASLt does not write is cast from f32.
+    if (!out_f32 && (operand_dtype == DType::kF32 || call.gelu || (out_fp8 && !base.fp8_out))) {
+      base.staged = true;
+      base.fp8_out = false;
+    }
     if (call.bias == nullptr) {
-      list.push_back(base);
+      push(base);
       return;
     }
     if (!base.staged) {
-      // Bias dtype rule: FP8 inputs take a bf16 bias for bf16 and f32 outputs; otherwise the
+      // Bias dtype rule: FP8 inputs take a bf16 bias for bf16, f32 and FP8 outputs; otherwise the
       // bias has out's dtype.
-      const DType epilogue = is_fp8(operand_dtype) ? DType::kBF16 : call.out.dtype();
+      const DType epilogue = is_fp8(operand_dtype) ? DType::kBF16 : out_dtype;
       Config with = base;
       if (call.bias->dtype() == epilogue) {
         with.bias = BiasPath::kEpilogue;
-        list.push_back(with);
+        push(with);
       } else if (epilogue == DType::kF32 && call.bias->dtype() == DType::kBF16) {
         with.bias = BiasPath::kEpilogueF32Copy;
-        list.push_back(with);
+        push(with);
       }
       // Otherwise rounding the bias to the epilogue's dtype would change the result.
     }
     Config own = base;
     own.bias = BiasPath::kKernel;
-    if (!out_f32) own.staged = true;  // bias added before the one rounding to bf16
-    list.push_back(own);
+    if (!out_f32) {  // bias added before the one rounding to bf16 or FP8
+      own.staged = true;
+      own.fp8_out = false;
+    }
+    push(own);
   };
   if (!fp8) {
     add(Config{}, call.a.dtype());
@@ -276,6 +323,11 @@ std::vector<Config> candidates(const Call& call) {
     // TN in cuBLASLt's terms: octet's b read along K (tb = kYes), octet's a too (ta = kNo).
     native.a = call.ta == ops::Transpose::kYes ? OperandPath::kTransposed : OperandPath::kAsIs;
     native.b = call.tb == ops::Transpose::kNo ? OperandPath::kTransposed : OperandPath::kAsIs;
+    if (out_fp8) {
+      Config direct = native;
+      direct.fp8_out = true;
+      add(direct, call.a.dtype());
+    }
     add(native, call.a.dtype());
   }
   Config bf16;
@@ -296,6 +348,7 @@ PlanKey key_of(const Call& call) {
   key.out_dtype = call.out.dtype();
   key.has_bias = call.bias != nullptr;
   key.bias_dtype = key.has_bias ? call.bias->dtype() : DType::kF32;
+  key.epilogue = call.gelu ? ops::Epilogue::kGelu : ops::Epilogue::kNone;
   key.ta = call.ta;
   key.tb = call.tb;
   key.accumulate = call.keep ? ops::Accumulate::kYes : ops::Accumulate::kNo;
@@ -351,6 +404,11 @@ std::unique_ptr<Plan> build_plan(const Call& call, const Config& config, cublasS
   const DType d_dtype = config.staged ? DType::kF32 : call.out.dtype();
   OCTET_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout_d, cuda_type(d_dtype), n, m,
                                                 static_cast<int64_t>(n)));
+  if (config.fp8_out) {
+    // cuBLASLt's FP8 D rows take a bf16 C (the bias's type); with beta = 0 C is never read.
+    OCTET_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&plan->layout_c, CUDA_R_16BF, n, m, static_cast<int64_t>(n)));
+  }
 
   // f32 GEMMs stay exact f32 (no TF32): the CPU reference is f32.
   OCTET_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -368,6 +426,15 @@ std::unique_ptr<Plan> build_plan(const Call& call, const Config& config, cublasS
     const void* b_scale = call.a_scale_inv->data();
     OCTET_SET_DESC(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale);
     OCTET_SET_DESC(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale);
+  }
+  if (config.fp8_out) {
+    // D = fp8(d_scale * v), amax = max |v| before the D scale (cuBLASLt's FP8 definition), the
+    // quantize_fp8 contract. The amax pointer here only tells the heuristic that one is wanted;
+    // each run sets a fresh one.
+    const void* d_scale = call.out_scale->data();
+    const void* amax = call.state->workspace.data();
+    OCTET_SET_DESC(plan->desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, d_scale);
+    OCTET_SET_DESC(plan->desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, amax);
   }
   if (config.bias == BiasPath::kEpilogue || config.bias == BiasPath::kEpilogueF32Copy) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
@@ -390,12 +457,14 @@ std::unique_ptr<Plan> build_plan(const Call& call, const Config& config, cublasS
   const uint32_t align_d = config.staged ? 256 : alignment_of(call.out.data());
   OCTET_SET_PREF(plan->preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a);
   OCTET_SET_PREF(plan->preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b);
-  OCTET_SET_PREF(plan->preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d);
+  const uint32_t align_c = config.fp8_out ? 256 : align_d;  // C null: never read
+  OCTET_SET_PREF(plan->preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c);
   OCTET_SET_PREF(plan->preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d);
 
   int found = 0;
+  const cublasLtMatrixLayout_t layout_c = config.fp8_out ? plan->layout_c : plan->layout_d;
   *status = cublasLtMatmulAlgoGetHeuristic(call.state->handle, plan->desc, plan->layout_a,
-                                           plan->layout_b, plan->layout_d, plan->layout_d,
+                                           plan->layout_b, layout_c, plan->layout_d,
                                            plan->preference, 1, &plan->heuristic, &found);
   if (*status == CUBLAS_STATUS_SUCCESS &&
       (found < 1 || plan->heuristic.state != CUBLAS_STATUS_SUCCESS)) {
@@ -442,7 +511,7 @@ const void* prepare_operand(const Call& call, const Tensor& t, OperandPath path,
 // status; `out` is untouched unless it is CUBLAS_STATUS_SUCCESS.
 cublasStatus_t run_plan(const Call& call, Plan& plan) {
   const Config& config = plan.config;
-  Tensor a_copy, b_copy, bias_copy, staged, scalars;
+  Tensor a_copy, b_copy, bias_copy, staged, scalars, amax;
   const void* a_ptr = prepare_operand(call, call.a, config.a, a_copy);
   const void* b_ptr = prepare_operand(call, call.b, config.b, b_copy);
   const Device device = call.out.device();
@@ -463,6 +532,16 @@ cublasStatus_t run_plan(const Call& call, Plan& plan) {
     }
     OCTET_SET_DESC(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_ptr);
   }
+  if (config.fp8_out) {
+    // cuBLASLt's amax lands in its own float, zeroed first in case a kernel max-reduces into it;
+    // max_into_kernel merges it into out_amax afterwards.
+    amax = workspace_tensor({1}, DType::kF32, device);
+    OCTET_CUDA_CHECK(cudaMemsetAsync(amax.data(), 0, sizeof(float), call.stream));
+    const void* d_scale = call.out_scale->data();
+    const void* amax_ptr = amax.data();
+    OCTET_SET_DESC(plan.desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, d_scale);
+    OCTET_SET_DESC(plan.desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, amax_ptr);
+  }
   void* d_ptr = call.out.data();
   if (config.staged) {
     staged = workspace_tensor({call.m, call.n}, DType::kF32, device);
@@ -481,24 +560,40 @@ cublasStatus_t run_plan(const Call& call, Plan& plan) {
     alpha_ptr = scalars.data_as<float>();
     beta_ptr = scalars.data_as<float>() + 1;
   }
+  // C is D (read only when beta = 1), or, beside an FP8 D, a null bf16 C (beta = 0).
+  const void* c_ptr = config.fp8_out ? nullptr : d_ptr;
+  const cublasLtMatrixLayout_t layout_c = config.fp8_out ? plan.layout_c : plan.layout_d;
   const cublasStatus_t status = cublasLtMatmul(
       call.state->handle, plan.desc, alpha_ptr, b_ptr, plan.layout_a, a_ptr, plan.layout_b,
-      beta_ptr, d_ptr, plan.layout_d, d_ptr, plan.layout_d, &plan.heuristic.algo,
+      beta_ptr, c_ptr, layout_c, d_ptr, plan.layout_d, &plan.heuristic.algo,
       call.state->workspace.data(), kWorkspaceBytes, call.stream);
   if (status != CUBLAS_STATUS_SUCCESS) return status;
 
   const int64_t total = call.m * call.n;
   const bool own_bias = config.bias == BiasPath::kKernel;
-  if (config.staged) {
+  const void* bias_ptr = own_bias ? call.bias->data() : nullptr;
+  const DType bias_dtype = own_bias ? call.bias->dtype() : DType::kF32;
+  if (config.staged && is_fp8(call.out.dtype())) {
+    if (own_bias || call.gelu) {
+      epilogue_kernel<<<blocks_for(total), kThreads, 0, call.stream>>>(
+          staged.data_as<float>(), bias_ptr, bias_dtype, call.gelu, call.n, total);
+      OCTET_CUDA_LAUNCH_CHECK("epilogue_kernel");
+    }
+    quantize_fp8(staged, *call.out_scale, &call.out, nullptr, call.out_amax);
+  } else if (config.staged) {
     finish_kernel<<<blocks_for(total), kThreads, 0, call.stream>>>(
-        staged.data_as<float>(), call.out.data(), call.out.dtype(), call.keep,
-        own_bias ? call.bias->data() : nullptr, own_bias ? call.bias->dtype() : DType::kF32, call.n,
-        total);
+        staged.data_as<float>(), call.out.data(), call.out.dtype(), call.keep, bias_ptr, bias_dtype,
+        call.gelu, call.n, total);
     OCTET_CUDA_LAUNCH_CHECK("finish_kernel");
-  } else if (own_bias) {
-    add_bias_kernel<<<blocks_for(total), kThreads, 0, call.stream>>>(
-        call.out.data_as<float>(), call.bias->data(), call.bias->dtype(), call.n, total);
-    OCTET_CUDA_LAUNCH_CHECK("add_bias_kernel");
+  } else if (own_bias || call.gelu) {  // f32 out, written by cuBLASLt
+    epilogue_kernel<<<blocks_for(total), kThreads, 0, call.stream>>>(
+        call.out.data_as<float>(), bias_ptr, bias_dtype, call.gelu, call.n, total);
+    OCTET_CUDA_LAUNCH_CHECK("epilogue_kernel");
+  }
+  if (config.fp8_out && call.out_amax != nullptr) {
+    max_into_kernel<<<1, 1, 0, call.stream>>>(amax.data_as<float>(),
+                                              call.out_amax->data_as<float>());
+    OCTET_CUDA_LAUNCH_CHECK("max_into_kernel");
   }
   return status;
 }
@@ -507,20 +602,29 @@ cublasStatus_t run_plan(const Call& call, Plan& plan) {
 
 void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb, Tensor& out,
           float alpha, ops::Accumulate accumulate, const Tensor* bias, const Tensor* a_scale_inv,
-          const Tensor* b_scale_inv, GemmRole role) {
+          const Tensor* b_scale_inv, GemmRole role, ops::Epilogue epilogue, const Tensor* out_scale,
+          Tensor* out_amax) {
   const bool a_trans = ta == ops::Transpose::kYes, b_trans = tb == ops::Transpose::kYes;
   const int64_t m = a_trans ? a.cols() : a.rows();
   const int64_t k = a_trans ? a.rows() : a.cols();
   const int64_t n = b_trans ? b.rows() : b.cols();
   if (m == 0 || n == 0) return;
   const bool keep = accumulate == ops::Accumulate::kYes;
+  const bool gelu = epilogue == ops::Epilogue::kGelu;
+  const bool out_fp8 = is_fp8(out.dtype());
+  OCTET_ASSERT(out_fp8 == (out_scale != nullptr), "an FP8 GEMM output and out_scale come together");
+  OCTET_ASSERT(!(keep && (gelu || out_fp8)), "GEMM accumulating into a GELU or FP8 output");
   DeviceGuard guard(out.device());
   const cudaStream_t stream = stream_of(out);
-  if (k == 0) {  // an empty product: out = (keep ? out : 0) + bias
+  if (k == 0) {     // an empty product: out = epilogue((keep ? out : 0) + bias)
+    Tensor staged;  // (M, N) f32 for an FP8 out, cast below
+    if (out_fp8) staged = workspace_tensor({m, n}, DType::kF32, out.device());
     finish_kernel<<<blocks_for(m * n), kThreads, 0, stream>>>(
-        nullptr, out.data(), out.dtype(), keep, bias != nullptr ? bias->data() : nullptr,
-        bias != nullptr ? bias->dtype() : DType::kF32, n, m * n);
+        nullptr, out_fp8 ? staged.data() : out.data(), out_fp8 ? DType::kF32 : out.dtype(), keep,
+        bias != nullptr ? bias->data() : nullptr, bias != nullptr ? bias->dtype() : DType::kF32,
+        gelu, n, m * n);
     OCTET_CUDA_LAUNCH_CHECK("finish_kernel");
+    if (out_fp8) quantize_fp8(staged, *out_scale, &out, nullptr, out_amax);
     return;
   }
   if (is_fp8(a.dtype())) {
@@ -530,8 +634,9 @@ void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb
 
   std::lock_guard lock(gemm_mutex());
   DeviceState& state = device_state(out.device());
-  const Call call{a,     ta,   b,    tb,          out,         m,    n,      k,
-                  alpha, keep, bias, a_scale_inv, b_scale_inv, role, stream, &state};
+  const Call call{a,    ta,        b,        tb,     out,         m,           n,
+                  k,    alpha,     keep,     bias,   a_scale_inv, b_scale_inv, role,
+                  gelu, out_scale, out_amax, stream, &state};
   const PlanKey key = key_of(call);
   auto& cache = plan_cache();
   if (auto it = cache.find(key); it != cache.end()) {
@@ -556,7 +661,7 @@ void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb
   OCTET_FAIL("gemm: cuBLASLt has no algorithm for M=", m, " N=", n, " K=", k, ", a ", a.dtype(),
              a_trans ? " transposed" : "", ", b ", b.dtype(), b_trans ? " transposed" : "",
              ", out ", out.dtype(), bias != nullptr ? ", with bias" : "",
-             " (last status: ", cublasLtGetStatusString(last), ")");
+             gelu ? ", GELU epilogue" : "", " (last status: ", cublasLtGetStatusString(last), ")");
 }
 
 void release_workspace() {

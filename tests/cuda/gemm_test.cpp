@@ -1,14 +1,18 @@
 // GEMM on CUDA (cuBLASLt) against the CPU backend: f32 in every transpose combination with bias,
-// alpha and accumulation, bf16 operands, raw FP8 operands in e4m3/e5m2 mixes, and the FP8 GEMM
-// layouts (fprop, dgrad, wgrad) on per-tensor and MXFP8 operands with f32 and bf16 outputs. Both
-// sides multiply the same operand values; they differ only in how the products are summed, so the
-// bound is a multiple of sum_k |a_ik b_kj| that grows with K (see accumulation_bound).
+// alpha and accumulation, bf16 operands, raw FP8 operands in e4m3/e5m2 mixes, the GELU epilogue
+// and FP8 outputs with their amax, and the FP8 GEMM layouts (fprop, dgrad, wgrad) on per-tensor
+// and MXFP8 operands with f32 and bf16 outputs. Both sides multiply the same operand values; they
+// differ only in how the products are summed, so the bound is a multiple of sum_k |a_ik b_kj|
+// that grows with K (see accumulation_bound).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -235,6 +239,203 @@ TEST(CudaGemm, RawFp8OperandsInEveryFormatMixAndTranspose) {
         }
       }
     }
+  }
+}
+
+// ---- the GELU epilogue and FP8 outputs ----
+
+// GELU's slope lies in [-0.13, 1.13]: inputs that differ by e give outputs within 1.13 e.
+constexpr double kGeluLipschitz = 1.13;
+
+// One GEMM out = epilogue(a (M, K) · b (N, K)ᵀ [+ bias]) as CPU tensors; each backend runs it on
+// its own copies.
+struct GemmCase {
+  std::string name;
+  Tensor a, b;
+  Tensor a_scale_inv, b_scale_inv;  // FP8 operands only
+  double a_scale = 1, b_scale = 1;  // logical value = code * these
+  Tensor bias;                      // undefined: none
+  ops::Epilogue epilogue = ops::Epilogue::kNone;
+  Tensor out_scale;  // FP8 out only
+  float amax_start = 0.25f;
+
+  bool fp8() const { return is_fp8(a.dtype()); }
+  std::vector<double> mag() const {
+    std::vector<double> m = magnitude(a, Transpose::kNo, b, Transpose::kYes, 1, a_scale, b_scale);
+    if (bias.defined()) add_row_terms(m, bias);
+    return m;
+  }
+  // Bound on |cuda - cpu| per unit of mag: the accumulation's, through the GELU's slope.
+  double per_magnitude() const {
+    const double acc = accumulation_bound(fp8(), a.cols());  // a is (M, K)
+    return epilogue == ops::Epilogue::kGelu ? kGeluLipschitz * acc : acc;
+  }
+};
+
+struct GemmRun {
+  Tensor out;  // on the device it ran on
+  float amax = 0;
+};
+
+GemmRun run_case(const GemmCase& c, DType out_dtype, Device device) {
+  auto here = [&](const Tensor& t) { return device.is_cpu() || !t.defined() ? t : on_gpu(t); };
+  const Tensor a = here(c.a), b = here(c.b), ia = here(c.a_scale_inv), ib = here(c.b_scale_inv);
+  const Tensor bias = here(c.bias), scale = here(c.out_scale);
+  Tensor amax = test::scalar(c.amax_start, device);
+  GemmOptions o;
+  if (c.fp8()) {
+    o.a_scale_inv = &ia;
+    o.b_scale_inv = &ib;
+  }
+  if (bias.defined()) o.bias = &bias;
+  o.epilogue = c.epilogue;
+  if (is_fp8(out_dtype)) {
+    o.out_scale = &scale;
+    o.out_amax = &amax;
+  }
+  GemmRun run;
+  run.out = ops::gemm(a, Transpose::kNo, b, Transpose::kYes, out_dtype, o);
+  run.amax = on_cpu(amax).item();
+  return run;
+}
+
+// Operands of one kind for M x N x K: f32, bf16, or FP8 codes with non-trivial scale_inv
+// (e4m3 x e4m3 and e4m3 x e5m2 reach cuBLASLt's FP8 kernels; e5m2 x e5m2 goes through bf16).
+GemmCase make_case(DType a_dtype, DType b_dtype, int64_t m, int64_t n, int64_t k, uint64_t seed) {
+  GemmCase c;
+  c.name = std::string(dtype_name(a_dtype)) + " x " + std::string(dtype_name(b_dtype));
+  const Tensor a_hp = test::random_tensor({m, k}, DType::kF32, seed, 2.f);
+  const Tensor b_hp = test::random_tensor({n, k}, DType::kF32, seed + 1, 0.5f);
+  if (!is_fp8(a_dtype)) {
+    c.a = a_dtype == DType::kF32 ? a_hp : ops::cast(a_hp, a_dtype);
+    c.b = b_dtype == DType::kF32 ? b_hp : ops::cast(b_hp, b_dtype);
+    return c;
+  }
+  const float sa = 64.f, sb = 256.f;
+  c.a = Tensor::empty({m, k}, a_dtype);
+  c.b = Tensor::empty({n, k}, b_dtype);
+  ops::quantize_fp8(a_hp, test::scalar(sa), &c.a, nullptr, nullptr);
+  ops::quantize_fp8(b_hp, test::scalar(sb), &c.b, nullptr, nullptr);
+  c.a_scale_inv = test::scalar(1.f / sa);
+  c.b_scale_inv = test::scalar(1.f / sb);
+  c.a_scale = 1.0 / sa;
+  c.b_scale = 1.0 / sb;
+  return c;
+}
+
+const std::pair<DType, DType> kOperandKinds[] = {{DType::kF32, DType::kF32},
+                                                 {DType::kBF16, DType::kBF16},
+                                                 {DType::kE4M3, DType::kE4M3},
+                                                 {DType::kE4M3, DType::kE5M2},
+                                                 {DType::kE5M2, DType::kE5M2}};
+// No bias, a bf16 bias (cuBLASLt's epilogue takes it with FP8 operands), an f32 one.
+const std::optional<DType> kBiasKinds[] = {std::nullopt, DType::kBF16, DType::kF32};
+std::string name_of(std::optional<DType> bias) {
+  return bias ? std::string(dtype_name(*bias)) : std::string("none");
+}
+
+TEST(CudaGemm, GeluEpilogueMatchesTheCpu) {
+  OCTET_REQUIRE_CUDA();
+  // 64 x 96 x 128 meets cuBLASLt's FP8 alignment rules; 37 x 53 x 71 does not (FP8 falls back).
+  for (const Problem& p : {Problem{64, 96, 128}, Problem{37, 53, 71}}) {
+    for (const auto& [da, db] : kOperandKinds) {
+      for (std::optional<DType> bias_dtype : kBiasKinds) {
+        for (DType out : {DType::kF32, DType::kBF16}) {
+          GemmCase c = make_case(da, db, p.m, p.n, p.k, 101);
+          if (bias_dtype) c.bias = test::random_tensor({p.n}, *bias_dtype, 103);
+          c.epilogue = ops::Epilogue::kGelu;
+          SCOPED_TRACE(c.name + " M=" + std::to_string(p.m) + " bias " + name_of(bias_dtype) +
+                       " -> " + std::string(dtype_name(out)));
+          const GemmRun want = run_case(c, out, Device::cpu());
+          const GemmRun got = run_case(c, out, test::gpu());
+          EXPECT_TRUE(within_bound(got.out, want.out, c.mag(), c.per_magnitude()));
+        }
+      }
+    }
+  }
+}
+
+// FP8 outputs of the two backends as values (code / out_scale). The f32 values they were cast
+// from differ by the accumulation (through the GELU's slope), so a code may lie one FP8 step from
+// the CPU's, or more where that difference spans steps: |got - want| <= per_magnitude * mag + one
+// step at the larger value (2^-3 relative for e4m3, 2^-2 for e5m2; the subnormal step near 0).
+::testing::AssertionResult fp8_within_bound(const Tensor& got, const Tensor& want, float scale,
+                                            const std::vector<double>& mag, double per_magnitude) {
+  if (got.shape() != want.shape() || got.dtype() != want.dtype()) {
+    return ::testing::AssertionFailure() << "got " << got << ", want " << want;
+  }
+  if (!got.device().is_cuda()) return ::testing::AssertionFailure() << "got " << got;
+  const std::vector<float> g = on_cpu(got).to_floats(), w = want.to_floats();
+  const bool e4m3 = want.dtype() == DType::kE4M3;
+  const double rel_step = std::ldexp(1.0, e4m3 ? -3 : -2);
+  const double min_step = std::ldexp(1.0, e4m3 ? -9 : -16);
+  size_t bad = 0, first = 0, steps = 0;
+  double first_tol = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double gv = g[i] / static_cast<double>(scale), wv = w[i] / static_cast<double>(scale);
+    const double step = (rel_step * std::max(std::fabs(g[i]), std::fabs(w[i])) + min_step) / scale;
+    const double tol = per_magnitude * mag[i] + step;
+    steps += g[i] != w[i];
+    if (!(std::fabs(gv - wv) <= tol) && bad++ == 0) {  // NaN (no saturation) fails here
+      first = i;
+      first_tol = tol;
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess() << steps << " codes differ";
+  return ::testing::AssertionFailure()
+         << bad << " of " << g.size() << " elements differ; first at " << first << ": code value "
+         << g[first] << ", want " << w[first] << " (out_scale " << scale << ", tolerance "
+         << first_tol << " before scaling, sum |terms| " << mag[first] << "); " << steps
+         << " codes differ in all";
+}
+
+TEST(CudaGemm, Fp8OutputAndAmaxMatchTheCpu) {
+  OCTET_REQUIRE_CUDA();
+  for (const Problem& p : {Problem{64, 96, 128}, Problem{37, 53, 71}}) {
+    for (const auto& [da, db] : kOperandKinds) {
+      for (DType out : {DType::kE4M3, DType::kE5M2}) {
+        for (std::optional<DType> bias_dtype : kBiasKinds) {
+          for (ops::Epilogue epilogue : {ops::Epilogue::kNone, ops::Epilogue::kGelu}) {
+            GemmCase c = make_case(da, db, p.m, p.n, p.k, 111);
+            if (bias_dtype) c.bias = test::random_tensor({p.n}, *bias_dtype, 113);
+            c.epilogue = epilogue;
+            // Products reach ~4 sqrt(K): these scales saturate the largest ones (the CPU's rule
+            // saturates; a cast that overflowed to NaN would fail the comparison).
+            const float scale = out == DType::kE4M3 ? 16.f : 2048.f;
+            c.out_scale = test::scalar(scale);
+            SCOPED_TRACE(c.name + " M=" + std::to_string(p.m) + " -> " +
+                         std::string(dtype_name(out)) + " bias " + name_of(bias_dtype) +
+                         (epilogue == ops::Epilogue::kGelu ? " gelu" : ""));
+            const GemmRun want = run_case(c, out, Device::cpu());
+            const GemmRun got = run_case(c, out, test::gpu());
+            const std::vector<double> mag = c.mag();
+            EXPECT_TRUE(fp8_within_bound(got.out, want.out, scale, mag, c.per_magnitude()));
+            // amax: max |value| before the scale, each backend's within the GEMM bound of the
+            // other's (max-accumulated onto 0.25, below the result).
+            const double max_mag = *std::max_element(mag.begin(), mag.end());
+            EXPECT_GT(want.amax, c.amax_start);
+            EXPECT_NEAR(got.amax, want.amax,
+                        c.per_magnitude() * max_mag + 4 * std::ldexp(want.amax, -24));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaGemm, Fp8OutputAmaxKeepsALargerValue) {
+  OCTET_REQUIRE_CUDA();
+  // cuBLASLt sets its amax; octet max-accumulates. Both the FP8 kernels' own D (e4m3 x e4m3 with
+  // a bf16 bias) and the cast of a staged result (e5m2 x e5m2 through bf16) keep 1e6.
+  for (DType operands : {DType::kE4M3, DType::kE5M2}) {
+    GemmCase c = make_case(operands, operands, 64, 96, 128, 121);
+    c.bias = test::random_tensor({96}, DType::kBF16, 123);
+    c.out_scale = test::scalar(16.f);
+    c.amax_start = 1e6f;
+    const GemmRun got = run_case(c, DType::kE4M3, test::gpu());
+    EXPECT_EQ(got.amax, 1e6f) << dtype_name(operands);
+    const GemmRun want = run_case(c, DType::kE4M3, Device::cpu());
+    EXPECT_TRUE(fp8_within_bound(got.out, want.out, 16.f, c.mag(), c.per_magnitude()));
   }
 }
 

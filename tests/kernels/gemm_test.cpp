@@ -1,18 +1,27 @@
 // GEMM against an f64 reference: every transpose combination, f32 / bf16 / FP8 operands,
-// f32 / bf16 output, bias and accumulation, odd and folded 3-D shapes.
+// f32 / bf16 / FP8 output, bias and accumulation, the GELU epilogue, the FP8 output's amax, odd
+// and folded 3-D shapes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <numbers>
+#include <string>
 #include <tuple>
+#include <vector>
 
+#include "kernels/math/activation.h"
 #include "kernels/ops.h"
 #include "runtime/float16.h"
+#include "runtime/fp8.h"
 #include "tests/support/test_util.h"
 
 namespace octet {
 namespace {
 
 using ops::Accumulate;
+using ops::Epilogue;
 using ops::GemmOptions;
 using ops::Transpose;
 
@@ -192,6 +201,300 @@ TEST(Gemm, LongKTransposedBPathMatchesReference) {
   const std::vector<float> got = out.to_floats();
   for (size_t i = 0; i < got.size(); ++i)
     EXPECT_LE(std::fabs(got[i] - want[i]), gamma(p.k) * mag[i]);
+}
+
+// The tanh GELU in f64: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+double gelu_f64(double x) {
+  const double u = std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x);
+  return 0.5 * x * (1.0 + std::tanh(u));
+}
+
+// GELU's slope lies in [-0.13, 1.13]: an error e in its input moves its output by at most 1.13 e.
+constexpr double kGeluLipschitz = 1.13;
+
+// The f64 value before the epilogue, alpha * product + bias, and a bound on how far octet's f32
+// value of it may lie: the accumulation bound plus one rounding of the bias sum.
+struct Expected {
+  std::vector<double> value, bound;
+};
+
+Expected expected_sum(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, double alpha,
+                      const Tensor* bias, double a_scale = 1, double b_scale = 1) {
+  const bool a_t = ta == Transpose::kYes, b_t = tb == Transpose::kYes;
+  const Problem p{a_t ? a.cols() : a.rows(), b_t ? b.rows() : b.cols(), a_t ? a.rows() : a.cols(),
+                  ta, tb};
+  std::vector<double> av = test::to_doubles(a), bv = test::to_doubles(b);
+  for (double& v : av) v *= a_scale;
+  for (double& v : bv) v *= b_scale;
+  std::vector<double> product, mag;
+  reference(av, a.cols(), bv, b.cols(), p, product, mag);
+  const std::vector<double> bias_d = bias ? test::to_doubles(*bias) : std::vector<double>();
+  Expected e;
+  e.value.resize(product.size());
+  e.bound.resize(product.size());
+  for (size_t i = 0; i < product.size(); ++i) {
+    const double b_i = bias ? bias_d[i % bias_d.size()] : 0.0;
+    e.value[i] = alpha * product[i] + b_i;
+    e.bound[i] = gamma(p.k + 2) * (std::fabs(alpha) * mag[i] + std::fabs(b_i)) +
+                 std::ldexp(std::fabs(e.value[i]), -23);
+  }
+  return e;
+}
+
+// The same after the GELU: its f32 evaluation adds a few ulps (1e-5 relative is generous).
+Expected expected_gelu(Expected e) {
+  for (size_t i = 0; i < e.value.size(); ++i) {
+    e.value[i] = gelu_f64(e.value[i]);
+    e.bound[i] = kGeluLipschitz * e.bound[i] + 1e-5 * std::fabs(e.value[i]) + 1e-30;
+  }
+  return e;
+}
+
+TEST(Gemm, GeluEpilogueMatchesF64ProductBiasThenGelu) {
+  for (DType operands : {DType::kF32, DType::kBF16}) {
+    for (bool with_bias : {false, true}) {
+      for (DType out_dtype : {DType::kF32, DType::kBF16}) {
+        SCOPED_TRACE(std::string(dtype_name(operands)) + (with_bias ? " + bias -> " : " -> ") +
+                     std::string(dtype_name(out_dtype)));
+        const int64_t m = 37, n = 53, k = 71;
+        const Tensor a = test::random_tensor({m, k}, operands, 61);
+        const Tensor b = test::random_tensor({n, k}, operands, 62, 0.3f);
+        const Tensor bias = test::random_tensor({n}, DType::kF32, 63);
+        GemmOptions options;
+        options.alpha = 0.75f;
+        options.bias = with_bias ? &bias : nullptr;
+        options.epilogue = Epilogue::kGelu;
+        Tensor out = Tensor::empty({m, n}, out_dtype);
+        test::poison(out);
+        ops::gemm(a, Transpose::kNo, b, Transpose::kYes, out, options);
+        const Expected want =
+            expected_gelu(expected_sum(a, Transpose::kNo, b, Transpose::kYes, 0.75, options.bias));
+        // A bf16 out adds its own rounding: half a step, at most 2^-8 relative.
+        const double out_rounding = out_dtype == DType::kBF16 ? std::ldexp(1.0, -8) : 0.0;
+        const std::vector<float> got = out.to_floats();
+        size_t bad = 0;
+        double negative = 0;  // the GELU must have bent some outputs: a missing one fails here
+        for (size_t i = 0; i < got.size(); ++i) {
+          const double tol = want.bound[i] + out_rounding * std::fabs(want.value[i]);
+          if (!(std::fabs(got[i] - want.value[i]) <= tol) && bad++ == 0) {
+            ADD_FAILURE() << "element " << i << ": got " << got[i] << ", want " << want.value[i]
+                          << " (tolerance " << tol << ")";
+          }
+          negative = std::min(negative, static_cast<double>(got[i]));
+        }
+        EXPECT_EQ(bad, 0u);
+        EXPECT_GT(negative, -0.2) << "GELU's minimum is -0.17";
+      }
+    }
+  }
+}
+
+TEST(Gemm, GeluEpilogueEqualsTheActivationOfThePlainGemmBitForBit) {
+  // The epilogue is the activation kernel's formula on the same f32 values.
+  const Tensor a = test::random_tensor({2, 16, 48}, DType::kF32, 64);
+  const Tensor w = test::random_tensor({40, 48}, DType::kF32, 65, 0.2f);
+  const Tensor bias = test::random_tensor({40}, DType::kBF16, 66);
+  GemmOptions options;
+  options.bias = &bias;
+  const Tensor plain = ops::gemm(a, Transpose::kNo, w, Transpose::kYes, DType::kF32, options);
+  options.epilogue = Epilogue::kGelu;
+  const Tensor fused = ops::gemm(a, Transpose::kNo, w, Transpose::kYes, DType::kF32, options);
+  const Tensor want = ops::activation(ops::Activation::kGelu, plain);
+  const std::vector<float> g = fused.to_floats(), w_f = want.to_floats();
+  ASSERT_EQ(g.size(), w_f.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < g.size(); ++i) bad += test::bits_of(g[i]) != test::bits_of(w_f[i]);
+  EXPECT_EQ(bad, 0u);
+}
+
+// The expected FP8 codes of values v (known to within `bound`) cast as fp8(f32(v) * scale): the
+// code of the f64 value itself. The f32 GEMM may round the other way where v lies within its
+// accumulation error of a rounding boundary between two codes; there the code of either end of
+// [v - bound, v + bound] is accepted too (the cast is monotone, so any code between them can
+// result). Returns the number of elements that took such a neighbouring code; fails the test for
+// any code outside the interval.
+size_t expect_fp8_codes(const Tensor& out, const Expected& want, float scale) {
+  const DType fp8 = out.dtype();
+  const auto value_of = [&](uint8_t code) {
+    return fp8 == DType::kE4M3 ? from_e4m3(code) : from_e5m2(code);
+  };
+  const uint8_t* got = out.data_as<uint8_t>();
+  size_t neighbours = 0, bad = 0;
+  for (size_t i = 0; i < want.value.size(); ++i) {
+    const double v = want.value[i], e = want.bound[i];
+    const uint8_t exact = test::reference_cast(static_cast<float>(v) * scale, fp8);
+    if (got[i] == exact) continue;
+    const float lo = value_of(test::reference_cast(static_cast<float>(v - e) * scale, fp8));
+    const float hi = value_of(test::reference_cast(static_cast<float>(v + e) * scale, fp8));
+    const float g = value_of(got[i]);
+    if (lo <= g && g <= hi) {
+      ++neighbours;
+    } else if (bad++ == 0) {
+      ADD_FAILURE() << "element " << i << ": code 0x" << std::hex << int{got[i]} << std::dec << " ("
+                    << g << "), want 0x" << std::hex << int{exact} << std::dec << " ("
+                    << value_of(exact) << ") for " << v << " * " << scale;
+    }
+  }
+  EXPECT_EQ(bad, 0u);
+  return neighbours;
+}
+
+TEST(Gemm, Fp8OutputEqualsTheCastOfTheF64ResultWithAmax) {
+  const int64_t m = 40, n = 48, k = 96;
+  // f32 and FP8 operands; out e4m3 / e5m2; with and without bias and GELU. Scales put the largest
+  // products past the FP8 maximum, so saturation is exercised too.
+  const Tensor a_hp = test::random_tensor({m, k}, DType::kF32, 81, 2.f);
+  const Tensor b_hp = test::random_tensor({n, k}, DType::kF32, 82, 0.5f);
+  const Tensor bias = test::random_tensor({n}, DType::kBF16, 83, 2.f);
+  Tensor a8 = Tensor::empty({m, k}, DType::kE4M3), b8 = Tensor::empty({n, k}, DType::kE5M2);
+  ops::quantize_fp8(a_hp, Tensor::from_floats({64.f}, {1}), &a8, nullptr, nullptr);
+  ops::quantize_fp8(b_hp, Tensor::from_floats({256.f}, {1}), &b8, nullptr, nullptr);
+  const Tensor ia = Tensor::from_floats({1.f / 64.f}, {1});
+  const Tensor ib = Tensor::from_floats({1.f / 256.f}, {1});
+  for (bool fp8_operands : {false, true}) {
+    for (DType out_dtype : {DType::kE4M3, DType::kE5M2}) {
+      for (bool with_bias : {false, true}) {
+        for (Epilogue epilogue : {Epilogue::kNone, Epilogue::kGelu}) {
+          SCOPED_TRACE(std::string(fp8_operands ? "e4m3 x e5m2" : "f32") + " -> " +
+                       std::string(dtype_name(out_dtype)) + (with_bias ? " bias" : "") +
+                       (epilogue == Epilogue::kGelu ? " gelu" : ""));
+          const float scale = out_dtype == DType::kE4M3 ? 16.f : 2048.f;
+          const Tensor out_scale = Tensor::from_floats({scale}, {1});
+          Tensor amax = Tensor::from_floats({0.5f}, {1});  // smaller than the result's
+          GemmOptions options;
+          options.bias = with_bias ? &bias : nullptr;
+          options.epilogue = epilogue;
+          options.out_scale = &out_scale;
+          options.out_amax = &amax;
+          if (fp8_operands) {
+            options.a_scale_inv = &ia;
+            options.b_scale_inv = &ib;
+          }
+          const Tensor& a = fp8_operands ? a8 : a_hp;
+          const Tensor& b = fp8_operands ? b8 : b_hp;
+          Tensor out = Tensor::empty({m, n}, out_dtype);
+          test::poison(out);
+          const uint64_t amax_version = amax.version();
+          ops::gemm(a, Transpose::kNo, b, Transpose::kYes, out, options);
+          EXPECT_GT(amax.version(), amax_version);
+
+          Expected want =
+              expected_sum(a, Transpose::kNo, b, Transpose::kYes, 1.0, options.bias,
+                           fp8_operands ? 1.0 / 64 : 1.0, fp8_operands ? 1.0 / 256 : 1.0);
+          if (epilogue == Epilogue::kGelu) want = expected_gelu(want);
+          const size_t neighbours = expect_fp8_codes(out, want, scale);
+          EXPECT_LE(neighbours, out.numel() / 100) << "neighbouring codes should be rare";
+
+          // amax: max |value| before the scale, max-accumulated onto 0.5; each f32 value is
+          // within its bound of the f64 one, so their maxima are within the largest bound.
+          double want_amax = 0.5, amax_bound = 0;
+          size_t saturated = 0;
+          const float fp8_max = out_dtype == DType::kE4M3 ? 448.f : 57344.f;
+          for (size_t i = 0; i < want.value.size(); ++i) {
+            want_amax = std::max(want_amax, std::fabs(want.value[i]));
+            amax_bound = std::max(amax_bound, want.bound[i]);
+            saturated += std::fabs(want.value[i]) * scale > fp8_max;
+          }
+          EXPECT_NEAR(amax.item(), want_amax, amax_bound);
+          if (epilogue == Epilogue::kNone) {
+            EXPECT_GT(saturated, 0u) << "no saturation tested";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Gemm, Fp8OutputIsQuantizeFp8OfTheF32OutputAndAmaxOnlyGrows) {
+  // The FP8 out is exactly ops::quantize_fp8 of the f32 result (the same sgemm, then the same
+  // cast): bytes and amax bit for bit. A larger amax already held is kept.
+  const Tensor a = test::random_tensor({2, 24, 64}, DType::kBF16, 91);
+  const Tensor w = test::random_tensor({32, 64}, DType::kBF16, 92, 0.25f);
+  const Tensor bias = test::random_tensor({32}, DType::kF32, 93);
+  GemmOptions options;
+  options.bias = &bias;
+  options.epilogue = Epilogue::kGelu;
+  const Tensor y = ops::gemm(a, Transpose::kNo, w, Transpose::kYes, DType::kF32, options);
+  const Tensor scale = Tensor::from_floats({40.f}, {1});
+  Tensor want = Tensor::empty({48, 32}, DType::kE4M3);
+  Tensor want_amax = Tensor::zeros({1}, DType::kF32);
+  ops::quantize_fp8(y, scale, &want, nullptr, &want_amax);
+
+  for (float start : {0.f, 1e6f}) {
+    Tensor amax = Tensor::from_floats({start}, {1});
+    options.out_scale = &scale;
+    options.out_amax = &amax;
+    const Tensor got = ops::gemm(a, Transpose::kNo, w, Transpose::kYes, DType::kE4M3, options);
+    ASSERT_EQ(got.shape(), want.shape());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), static_cast<size_t>(got.nbytes())), 0);
+    EXPECT_EQ(amax.item(), std::max(start, want_amax.item())) << "start " << start;
+  }
+}
+
+TEST(Gemm, EmptyInnerDimensionGivesEpilogueOfBiasIntoFp8) {
+  // K = 0: out = fp8(gelu(bias) * scale).
+  const Tensor a = Tensor::zeros({3, 0}, DType::kF32), b = Tensor::zeros({0, 8}, DType::kF32);
+  const Tensor bias = test::random_tensor({8}, DType::kF32, 94);
+  const Tensor scale = Tensor::from_floats({8.f}, {1});
+  Tensor amax = Tensor::zeros({1}, DType::kF32);
+  GemmOptions options;
+  options.bias = &bias;
+  options.epilogue = Epilogue::kGelu;
+  options.out_scale = &scale;
+  options.out_amax = &amax;
+  const Tensor out = ops::gemm(a, Transpose::kNo, b, Transpose::kNo, DType::kE4M3, options);
+  const std::vector<float> bias_f = bias.to_floats();
+  float want_amax = 0;
+  for (int64_t i = 0; i < 3 * 8; ++i) {
+    const float v = math::gelu_tanh(bias_f[static_cast<size_t>(i % 8)]);
+    EXPECT_EQ(out.data_as<uint8_t>()[i], test::reference_cast(v * 8.f, DType::kE4M3)) << i;
+    want_amax = std::max(want_amax, std::fabs(v));
+  }
+  EXPECT_EQ(amax.item(), want_amax);
+}
+
+TEST(Gemm, EpilogueAndFp8OutputErrors) {
+  const Tensor a = test::random_tensor({4, 8}, DType::kF32, 95);
+  const Tensor b = test::random_tensor({6, 8}, DType::kF32, 96);
+  const Tensor scale = Tensor::from_floats({1.f}, {1});
+  Tensor amax = Tensor::zeros({1}, DType::kF32);
+  Tensor f32_out = Tensor::zeros({4, 6}, DType::kF32);
+  Tensor fp8_out = Tensor::zeros({4, 6}, DType::kE4M3);
+  auto message = [&](Tensor& out, const GemmOptions& options) {
+    return test::error_of([&] { ops::gemm(a, Transpose::kNo, b, Transpose::kYes, out, options); });
+  };
+  GemmOptions gelu_acc;
+  gelu_acc.epilogue = Epilogue::kGelu;
+  gelu_acc.accumulate = Accumulate::kYes;
+  EXPECT_NE(message(f32_out, gelu_acc).find("GELU epilogue cannot be combined with accumulate"),
+            std::string::npos);
+
+  const std::string no_scale = message(fp8_out, GemmOptions{});
+  EXPECT_NE(no_scale.find("FP8 output and out_scale go together"), std::string::npos) << no_scale;
+  EXPECT_NE(no_scale.find("e4m3"), std::string::npos) << no_scale;
+  EXPECT_NE(no_scale.find("without out_scale"), std::string::npos) << no_scale;
+
+  GemmOptions scaled;
+  scaled.out_scale = &scale;
+  const std::string no_fp8 = message(f32_out, scaled);
+  EXPECT_NE(no_fp8.find("FP8 output and out_scale go together"), std::string::npos) << no_fp8;
+  EXPECT_NE(no_fp8.find("f32"), std::string::npos) << no_fp8;
+  EXPECT_NE(no_fp8.find("with out_scale"), std::string::npos) << no_fp8;
+
+  GemmOptions fp8_acc = scaled;
+  fp8_acc.accumulate = Accumulate::kYes;
+  EXPECT_NE(message(fp8_out, fp8_acc).find("accumulate cannot add into an FP8 output"),
+            std::string::npos);
+
+  GemmOptions amax_only;
+  amax_only.out_amax = &amax;
+  EXPECT_NE(message(f32_out, amax_only).find("out_amax is for an FP8 output"), std::string::npos);
+
+  const Tensor bad_scale = Tensor::from_floats({1.f, 2.f}, {2});
+  GemmOptions two;
+  two.out_scale = &bad_scale;
+  EXPECT_NE(message(fp8_out, two).find("out_scale (FP8 output) must be a one-element f32"),
+            std::string::npos);
 }
 
 TEST(Gemm, ClearErrors) {
