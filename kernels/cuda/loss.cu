@@ -93,7 +93,7 @@ __global__ void mean_loss_kernel(const double* row_loss, int64_t rows, int64_t c
   partial[threadIdx.x] = s;
   __syncthreads();
   for (int half = blockDim.x / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    if (static_cast<int>(threadIdx.x) < half) partial[threadIdx.x] += partial[threadIdx.x + half];
     __syncthreads();
   }
   if (threadIdx.x == 0) {
