@@ -2,10 +2,11 @@
 # CI without a GPU (tests/cuda_emu/README.md). Every kernels/cuda/*.cu and *.cuh is copied to C++
 # by octet_cuda_translate (launches and extern __shared__ rewritten, line numbers kept) and
 # compiled by the C++ compiler against tests/cuda_emu/include, a shim of the CUDA runtime, the
-# device built-ins and cuBLASLt; runtime.cpp, exec.cpp and cublaslt.cpp implement them (fibers
-# for GPU threads). cuDNN is not emulated: its attention reports every shape unsupported. The
-# build defines OCTET_WITH_CUDA=1 and OCTET_CUDA_EMULATION=1 and reports one emulated device, so
-# `ctest -L cuda` runs tests/cuda for real. Mutually exclusive with a real CUDA build.
+# device built-ins and cuBLASLt; runtime.cpp, device_memory.cpp, exec.cpp, fiber.cpp and
+# cublaslt.cpp implement them (fibers for GPU threads). cuDNN is not emulated: its attention
+# reports every shape unsupported. The build defines OCTET_WITH_CUDA=1 and OCTET_CUDA_EMULATION=1
+# and reports one emulated device, so `ctest -L cuda` runs tests/cuda for real. Mutually exclusive
+# with a real CUDA build.
 option(OCTET_CUDA_EMULATION "Build the CUDA backend for the CPU (emulated device, for tests)" OFF)
 
 if(OCTET_CUDA_EMULATION)
@@ -21,11 +22,14 @@ if(OCTET_CUDA_EMULATION)
 endif()
 
 # octet_cuda_emulation_translate(<list var>): replaces the .cu files in the list by their
-# translations (generated in the build tree), drops attention_cudnn.cu for its stand-in, and
-# translates kernels/cuda/*.cuh beside them (found first through -iquote). Called from
-# kernels/CMakeLists.txt.
+# translations (generated in the build tree), drops the cuDNN sources (attention_cudnn.cu for its
+# stand-in, cudnn_graph_builder.cu), and translates kernels/cuda/*.cuh beside them (found first
+# through -iquote). Called from kernels/CMakeLists.txt.
 function(octet_cuda_emulation_translate var)
   set(out "")
+  # cuDNN cannot be emulated: these include its headers and are not built; attention_cudnn_emu.cpp
+  # stands in for attention_cudnn.cu's entry points.
+  set(cudnn_sources attention_cudnn cudnn_graph_builder)
   file(GLOB headers CONFIGURE_DEPENDS "${CMAKE_SOURCE_DIR}/kernels/cuda/*.cuh")
   set(generated_headers "")
   foreach(h IN LISTS headers)
@@ -40,8 +44,10 @@ function(octet_cuda_emulation_translate var)
   endforeach()
   foreach(cu IN LISTS ${var})
     get_filename_component(name "${cu}" NAME_WE)
-    if(name STREQUAL "attention_cudnn")
-      list(APPEND out "${OCTET_CUDA_EMU_DIR}/attention_cudnn_emu.cpp")
+    if(name IN_LIST cudnn_sources)
+      if(name STREQUAL "attention_cudnn")
+        list(APPEND out "${OCTET_CUDA_EMU_DIR}/attention_cudnn_emu.cpp")
+      endif()
       continue()
     endif()
     set(g "${OCTET_CUDA_EMU_GEN}/kernels/cuda/${name}.cu.cpp")
@@ -61,7 +67,9 @@ endfunction()
 # Called from runtime/CMakeLists.txt.
 function(octet_cuda_emulation_runtime target)
   target_sources(${target} PRIVATE "${OCTET_CUDA_EMU_DIR}/runtime.cpp"
+                                   "${OCTET_CUDA_EMU_DIR}/device_memory.cpp"
                                    "${OCTET_CUDA_EMU_DIR}/exec.cpp"
+                                   "${OCTET_CUDA_EMU_DIR}/fiber.cpp"
                                    "${OCTET_CUDA_EMU_DIR}/cublaslt.cpp")
   target_include_directories(${target} BEFORE PUBLIC
                              "$<BUILD_INTERFACE:${OCTET_CUDA_EMU_DIR}/include>")

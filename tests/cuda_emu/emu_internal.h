@@ -1,5 +1,6 @@
-// CUDA emulation build: what the emulator's own files (runtime.cpp, exec.cpp, cublaslt.cpp)
-// share: options, diagnostics, the emulated device memory and the stream checks.
+// CUDA emulation build: what the emulator's own files (runtime.cpp, device_memory.cpp, exec.cpp,
+// fiber.cpp, cublaslt.cpp) share: options, diagnostics, the emulated device memory and the stream
+// checks.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -28,6 +29,8 @@ const Options& options();
 [[noreturn]] void fatal(const std::string& message);
 // Prints "octet CUDA emulator: <message>" as a warning (an API call that returns an error here).
 void warn(const std::string& message);
+// "0x..." for messages.
+std::string hex(uintptr_t v);
 
 // Sets the calling thread's last error (cudaGetLastError) and returns `error`.
 cudaError_t record(cudaError_t error);
@@ -44,6 +47,11 @@ enum class PointerKind : uint8_t {
   kDevice,      // inside (or one past the end of) a live cudaMalloc block
   kFreedDevice  // in the device address range but in no live block
 };
+// cudaMalloc and cudaFree of the emulated device memory (device_memory.cpp), and the bytes its
+// live blocks map (cudaMemGetInfo).
+cudaError_t device_allocate(void** ptr, size_t size, int device);
+cudaError_t device_release(void* ptr);
+size_t device_bytes_used();
 // What `p` is; `block` gets its block when kDevice.
 PointerKind classify(const void* p, DeviceBlock* block = nullptr);
 std::string describe(const void* p);  // for messages: "host pointer 0x..", "device ..."
