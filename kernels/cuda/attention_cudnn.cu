@@ -3,6 +3,7 @@
 // forward  S = scale·QKᵀ, causal select, softmax with stats (max + log Σexp), O = P·V;
 // backward the recompute graph with dQ accumulated in an f32 buffer (cuDNN >= 9's form).
 // Operands are bf16 copies of octet's f32 tensors; any failure to build a plan returns false.
+// The backend-API plumbing (descriptors, attribute setters, GraphBuilder): cudnn_graph_builder.h.
 #include <cuda_runtime.h>
 #include <cudnn_graph.h>
 
@@ -19,37 +20,12 @@
 
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cudnn_graph_builder.h"
 #include "runtime/log_plain.h"
 #include "runtime/memory.h"
 
 namespace octet::cuda::cudnn {
 namespace {
-
-// ---- checks ----
-
-std::string last_cudnn_error() {
-  char message[1024] = {0};
-  cudnnGetLastErrorString(message, sizeof(message));
-  return message[0] != '\0' ? std::string(" (") + message + ")" : std::string();
-}
-
-#define OCTET_CUDNN_CHECK(call)                                                             \
-  do {                                                                                      \
-    const cudnnStatus_t octet_cudnn_status_ = (call);                                       \
-    OCTET_CHECK(octet_cudnn_status_ == CUDNN_STATUS_SUCCESS, #call,                         \
-                " failed: ", cudnnGetErrorString(octet_cudnn_status_), last_cudnn_error()); \
-  } while (0)
-
-// Names the attribute in the message (the call text alone would not).
-void set_attribute(cudnnBackendDescriptor_t desc, cudnnBackendAttributeName_t name,
-                   cudnnBackendAttributeType_t type, int64_t count, const void* values,
-                   const char* what) {
-  const cudnnStatus_t status = cudnnBackendSetAttribute(desc, name, type, count, values);
-  OCTET_CHECK(status == CUDNN_STATUS_SUCCESS, "cudnnBackendSetAttribute(", what,
-              ") failed: ", cudnnGetErrorString(status), last_cudnn_error());
-}
-#define OCTET_CUDNN_SET(desc, name, type, count, values) \
-  set_attribute(desc, name, type, count, values, #name)
 
 // Why cuDNN was not used, once per distinct message, as a warning on octet's logger.
 void report_once(const std::string& message) {
@@ -58,26 +34,7 @@ void report_once(const std::string& message) {
   log_warning_message("cuDNN attention not used, octet's kernels run instead: " + message);
 }
 
-// ---- descriptors ----
-
-// An owned backend descriptor.
-class Desc {
- public:
-  explicit Desc(cudnnBackendDescriptorType_t type) {
-    OCTET_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &desc_));
-  }
-  ~Desc() {
-    if (desc_ != nullptr) cudnnBackendDestroyDescriptor(desc_);
-  }
-  Desc(const Desc&) = delete;
-  Desc& operator=(const Desc&) = delete;
-  cudnnBackendDescriptor_t get() const { return desc_; }
-
- private:
-  cudnnBackendDescriptor_t desc_ = nullptr;
-};
-
-using Dims = std::array<int64_t, 4>;
+// ---- graphs ----
 
 // Unique ids of the tensors bound at execution; virtual tensors count up from kFirstVirtual.
 enum Uid : int64_t {
@@ -95,215 +52,8 @@ enum Uid : int64_t {
   kDV,
   kDQAccum,
   kSoftmaxSum,
-  kFirstVirtual = 100,
 };
-
-// A finalized execution plan and every descriptor it was built from (kept alive with it).
-struct Plan {
-  std::vector<std::unique_ptr<Desc>> keep;
-  cudnnBackendDescriptor_t plan = nullptr;
-  int64_t workspace_bytes = 0;
-  // Backward only: the graph's form (see BackwardForm).
-  bool dq_accum = false;
-  bool softmax_sum_in_memory = false;
-};
-
-// Builds one operation graph, op by op, in the order cudnn-frontend emits them.
-class GraphBuilder {
- public:
-  explicit GraphBuilder(cudnnHandle_t handle) : handle_(handle) {}
-
-  cudnnBackendDescriptor_t tensor(int64_t uid, cudnnDataType_t type, const Dims& dims,
-                                  const Dims& strides, bool is_virtual, bool by_value = false,
-                                  bool reorder_f16x16 = false) {
-    cudnnBackendDescriptor_t t = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-    const int64_t alignment = 16;
-    OCTET_CUDNN_SET(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
-    OCTET_CUDNN_SET(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims.data());
-    OCTET_CUDNN_SET(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.data());
-    OCTET_CUDNN_SET(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
-    OCTET_CUDNN_SET(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
-    OCTET_CUDNN_SET(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
-    if (by_value) {
-      OCTET_CUDNN_SET(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
-    }
-    if (reorder_f16x16) {
-      const cudnnBackendTensorReordering_t mode = CUDNN_TENSOR_REORDERING_F16x16;
-      OCTET_CUDNN_SET(t, CUDNN_ATTR_TENSOR_REORDERING_MODE, CUDNN_TYPE_TENSOR_REORDERING_MODE, 1,
-                      &mode);
-    }
-    OCTET_CUDNN_CHECK(cudnnBackendFinalize(t));
-    return t;
-  }
-  cudnnBackendDescriptor_t virtual_tensor(cudnnDataType_t type, const Dims& dims,
-                                          const Dims& strides) {
-    return tensor(next_virtual_++, type, dims, strides, true);
-  }
-  // A host f32 scalar passed by value in the variant pack.
-  cudnnBackendDescriptor_t scalar(int64_t uid) {
-    return tensor(uid, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
-  }
-
-  // y = mode(x[, b[, t]]); GEN_INDEX takes `axis`.
-  void pointwise(cudnnPointwiseMode_t mode, cudnnDataType_t math, cudnnBackendDescriptor_t x,
-                 cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y,
-                 int64_t axis = -1) {
-    cudnnBackendDescriptor_t pw = make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-    OCTET_CUDNN_SET(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
-    OCTET_CUDNN_SET(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &math);
-    if (axis >= 0) OCTET_CUDNN_SET(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
-    OCTET_CUDNN_CHECK(cudnnBackendFinalize(pw));
-    cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                    1, &pw);
-    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
-    if (b != nullptr) {
-      OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                      &b);
-    }
-    if (t != nullptr) {
-      OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                      &t);
-    }
-    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-    OCTET_CUDNN_CHECK(cudnnBackendFinalize(op));
-    ops_.push_back(op);
-  }
-  // Convenience: an f32-math pointwise op into a new virtual tensor of `type`.
-  cudnnBackendDescriptor_t pointwise_to(cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
-                                        cudnnBackendDescriptor_t b, cudnnDataType_t type,
-                                        const Dims& dims, const Dims& strides) {
-    cudnnBackendDescriptor_t y = virtual_tensor(type, dims, strides);
-    pointwise(mode, CUDNN_DATA_FLOAT, x, b, nullptr, y);
-    return y;
-  }
-
-  // c = a · b over the last two dims, batched over the first two; f32 accumulation.
-  void matmul(cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t c) {
-    cudnnBackendDescriptor_t mm = make(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
-    const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
-    OCTET_CUDNN_SET(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
-    OCTET_CUDNN_CHECK(cudnnBackendFinalize(mm));
-    cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a);
-    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
-    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c);
-    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm);
-    OCTET_CUDNN_CHECK(cudnnBackendFinalize(op));
-    ops_.push_back(op);
-  }
-
-  // y = reduce(x) over the dims where y has extent 1; f32 math.
-  void reduction(cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
-                 cudnnBackendDescriptor_t y) {
-    cudnnBackendDescriptor_t red = make(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
-    const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
-    OCTET_CUDNN_SET(red, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1,
-                    &mode);
-    OCTET_CUDNN_SET(red, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
-    OCTET_CUDNN_CHECK(cudnnBackendFinalize(red));
-    cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                    &red);
-    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
-    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-    OCTET_CUDNN_CHECK(cudnnBackendFinalize(op));
-    ops_.push_back(op);
-  }
-
-  // y is x re-described (the graph's transposes are such views).
-  void reshape(cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
-    cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
-    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
-    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-    OCTET_CUDNN_CHECK(cudnnBackendFinalize(op));
-    ops_.push_back(op);
-  }
-
-  // s (B, H, T, T) with every key after the query replaced by -FLT_MAX (cudnn-frontend's causal
-  // mask: row index >= column index keeps the score).
-  cudnnBackendDescriptor_t causal_mask(cudnnBackendDescriptor_t s, cudnnBackendDescriptor_t fill,
-                                       const Dims& dims, const Dims& strides) {
-    cudnnBackendDescriptor_t row = virtual_tensor(CUDNN_DATA_INT32, dims, strides);
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, s, nullptr, nullptr, row, 2);
-    cudnnBackendDescriptor_t col = virtual_tensor(CUDNN_DATA_INT32, dims, strides);
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, s, nullptr, nullptr, col, 3);
-    cudnnBackendDescriptor_t keep = virtual_tensor(CUDNN_DATA_BOOLEAN, dims, strides);
-    pointwise(CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, nullptr, keep);
-    cudnnBackendDescriptor_t masked = virtual_tensor(CUDNN_DATA_FLOAT, dims, strides);
-    // BINARY_SELECT: y = t ? x : b.
-    pointwise(CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, s, fill, keep, masked);
-    return masked;
-  }
-
-  // Finalizes the graph and the first engine configuration cuDNN's heuristics offer that
-  // finalizes into a plan. Throws when there is none.
-  std::unique_ptr<Plan> finish() {
-    auto plan = std::make_unique<Plan>();
-    cudnnBackendDescriptor_t graph = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    OCTET_CUDNN_SET(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                    static_cast<int64_t>(ops_.size()), ops_.data());
-    OCTET_CUDNN_SET(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_);
-    OCTET_CUDNN_CHECK(cudnnBackendFinalize(graph));
-
-    std::string last = "no engine configuration";
-    for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-      cudnnBackendDescriptor_t heur = make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-      OCTET_CUDNN_SET(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                      &graph);
-      OCTET_CUDNN_SET(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-      cudnnStatus_t status = cudnnBackendFinalize(heur);
-      if (status != CUDNN_STATUS_SUCCESS) {
-        last =
-            std::string("engine heuristics: ") + cudnnGetErrorString(status) + last_cudnn_error();
-        continue;
-      }
-      // The results are written into engine-config descriptors created beforehand.
-      constexpr int kMaxConfigs = 16;
-      std::array<cudnnBackendDescriptor_t, kMaxConfigs> configs{};
-      for (auto& config : configs) config = make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-      int64_t count = 0;
-      status = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                        CUDNN_TYPE_BACKEND_DESCRIPTOR, kMaxConfigs, &count,
-                                        configs.data());
-      if (status != CUDNN_STATUS_SUCCESS || count < 1) {
-        last = std::string("engine heuristics results: ") + cudnnGetErrorString(status) +
-               last_cudnn_error();
-        continue;
-      }
-      for (int64_t i = 0; i < count && i < kMaxConfigs; ++i) {
-        cudnnBackendDescriptor_t exec = make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        OCTET_CUDNN_SET(exec, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_);
-        OCTET_CUDNN_SET(exec, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                        CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &configs[static_cast<size_t>(i)]);
-        status = cudnnBackendFinalize(exec);
-        if (status != CUDNN_STATUS_SUCCESS) {
-          last = std::string("execution plan: ") + cudnnGetErrorString(status) + last_cudnn_error();
-          continue;
-        }
-        int64_t elements = 0;
-        OCTET_CUDNN_CHECK(cudnnBackendGetAttribute(exec, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                                   CUDNN_TYPE_INT64, 1, &elements,
-                                                   &plan->workspace_bytes));
-        plan->plan = exec;
-        plan->keep = std::move(owned_);
-        return plan;
-      }
-    }
-    OCTET_FAIL("no cuDNN engine runs this graph: ", last);
-  }
-
- private:
-  cudnnBackendDescriptor_t make(cudnnBackendDescriptorType_t type) {
-    owned_.push_back(std::make_unique<Desc>(type));
-    return owned_.back()->get();
-  }
-
-  cudnnHandle_t handle_;
-  std::vector<std::unique_ptr<Desc>> owned_;
-  std::vector<cudnnBackendDescriptor_t> ops_;
-  int64_t next_virtual_ = kFirstVirtual;
-};
+static_assert(kSoftmaxSum < kFirstVirtual);
 
 // Shapes of one problem: Q, K, V live in the packed (B, T, 3, H, D) bf16 buffer, O and dO in
 // (B, T, H, D); cuDNN sees them as (B, H, T, D) through strides.

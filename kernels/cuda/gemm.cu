@@ -3,6 +3,7 @@
 // a. A plan (descriptors plus the heuristic's algorithm) is built once per shape and cached.
 // The bias and an FP8 out (scaled cast, amax) run in cuBLASLt where it computes them as the CPU
 // does, else in own kernels on an f32 result; the GELU epilogue always runs in an own kernel.
+// The own kernels and their launchers are in gemm_kernels.cu.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -16,7 +17,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublas_check.h"
 #include "kernels/cuda/cuda_ops.h"
-#include "kernels/math/activation.h"
+#include "kernels/cuda/gemm_kernels.h"
 #include "runtime/memory.h"
 
 namespace octet::cuda {
@@ -24,97 +25,6 @@ namespace {
 
 // NVIDIA's recommendation for Hopper; smaller buffers rule out some split-K algorithms.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
-
-// ---- small kernels around the library call ----
-
-constexpr int kTile = 32;
-
-// out (cols, rows) = x (rows, cols)ᵀ for one-byte elements, 32x32 tiles through shared memory.
-// Block (32, 8); the tile loops depend on blockIdx only, so every thread reaches each barrier.
-__global__ void transpose_bytes_kernel(const uint8_t* __restrict__ x, uint8_t* __restrict__ out,
-                                       int64_t rows, int64_t cols) {
-  __shared__ uint8_t tile[kTile][kTile + 1];
-  const int64_t tiles_r = (rows + kTile - 1) / kTile, tiles_c = (cols + kTile - 1) / kTile;
-  for (int64_t tr = blockIdx.y; tr < tiles_r; tr += gridDim.y) {
-    for (int64_t tc = blockIdx.x; tc < tiles_c; tc += gridDim.x) {
-      for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
-        const int64_t r = tr * kTile + i, c = tc * kTile + threadIdx.x;
-        if (r < rows && c < cols) tile[i][threadIdx.x] = x[r * cols + c];
-      }
-      __syncthreads();
-      for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
-        const int64_t c = tc * kTile + i, r = tr * kTile + threadIdx.x;
-        if (r < rows && c < cols) out[c * rows + r] = tile[threadIdx.x][i];
-      }
-      __syncthreads();
-    }
-  }
-}
-
-// Any floating dtype to bf16 bits (FP8 -> bf16 is exact) or to f32 (bf16 -> f32 is exact).
-__global__ void to_bf16_kernel(const void* __restrict__ x, DType dtype, uint16_t* __restrict__ out,
-                               int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = to_bf16(load_f32(x, dtype, i));
-  }
-}
-
-__global__ void to_f32_kernel(const void* __restrict__ x, DType dtype, float* __restrict__ out,
-                              int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = load_f32(x, dtype, i);
-  }
-}
-
-// alpha and beta for the device pointer mode: the FP8 scales folded into alpha in the CPU's order
-// ((alpha * a_scale_inv) * b_scale_inv).
-__global__ void scalars_kernel(float alpha, const float* a_scale_inv, const float* b_scale_inv,
-                               float beta, float* out) {
-  out[0] = alpha * a_scale_inv[0] * b_scale_inv[0];
-  out[1] = beta;
-}
-
-// out (rows, n) f32 = gelu(out + bias) in place, bias (n,) on every row; bias null adds nothing.
-// The GELU is kernels/math/activation.h's, as in the activation kernel and the CPU's epilogue.
-__global__ void epilogue_kernel(float* __restrict__ out, const void* __restrict__ bias,
-                                DType bias_dtype, bool gelu, int64_t n, int64_t total) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    float v = out[i];
-    if (bias != nullptr) v += load_f32(bias, bias_dtype, i % n);
-    out[i] = gelu ? math::gelu_tanh(v) : v;
-  }
-}
-
-// out = epilogue(product + ((keep ? out : 0) + bias)), rounded once into out's dtype (f32, bf16);
-// the CPU's order (it preloads out + bias, then adds the product). product null means a zero
-// product (K = 0).
-__global__ void finish_kernel(const float* __restrict__ product, void* out, DType out_dtype,
-                              bool keep, const void* __restrict__ bias, DType bias_dtype, bool gelu,
-                              int64_t n, int64_t total) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    float v = product != nullptr ? product[i] : 0.f;
-    if (keep || bias != nullptr) {
-      float c = keep ? load_f32(out, out_dtype, i) : 0.f;
-      if (bias != nullptr) {
-        const float b = load_f32(bias, bias_dtype, i % n);
-        c = keep ? c + b : b;
-      }
-      v = product != nullptr ? v + c : c;
-    }
-    store_f32(out, out_dtype, i, gelu ? math::gelu_tanh(v) : v);
-  }
-}
-
-// *target = max(*target, *value): cuBLASLt sets its amax, octet's contract max-accumulates. A NaN
-// compares false and is ignored, as in quantize_fp8's amax.
-__global__ void max_into_kernel(const float* __restrict__ value, float* __restrict__ target) {
-  const float v = *value;
-  if (v > *target) *target = v;
-}
 
 // ---- plans ----
 
@@ -488,19 +398,14 @@ const void* prepare_operand(const Call& call, const Tensor& t, OperandPath path,
     case OperandPath::kTransposed: {
       const int64_t rows = t.rows(), cols = t.cols();
       holder = workspace_tensor({cols, rows}, t.dtype(), t.device());
-      const int64_t tiles_r = (rows + kTile - 1) / kTile, tiles_c = (cols + kTile - 1) / kTile;
-      const dim3 grid(static_cast<unsigned>(tiles_c < 65535 ? tiles_c : 65535),
-                      static_cast<unsigned>(tiles_r < 65535 ? tiles_r : 65535));
-      transpose_bytes_kernel<<<grid, dim3(kTile, 8), 0, call.stream>>>(
-          static_cast<const uint8_t*>(t.data()), holder.data_as<uint8_t>(), rows, cols);
-      OCTET_CUDA_LAUNCH_CHECK("transpose_bytes_kernel");
+      detail::launch_transpose_bytes(static_cast<const uint8_t*>(t.data()),
+                                     holder.data_as<uint8_t>(), rows, cols, call.stream);
       return holder.data();
     }
     case OperandPath::kToBf16: {
       holder = workspace_tensor(t.shape(), DType::kBF16, t.device());
-      to_bf16_kernel<<<blocks_for(t.numel()), kThreads, 0, call.stream>>>(
-          t.data(), t.dtype(), holder.data_as<uint16_t>(), t.numel());
-      OCTET_CUDA_LAUNCH_CHECK("to_bf16_kernel");
+      detail::launch_to_bf16(t.data(), t.dtype(), holder.data_as<uint16_t>(), t.numel(),
+                             call.stream);
       return holder.data();
     }
   }
@@ -525,9 +430,8 @@ cublasStatus_t run_plan(const Call& call, Plan& plan) {
     const void* bias_ptr = call.bias->data();
     if (config.bias == BiasPath::kEpilogueF32Copy) {
       bias_copy = workspace_tensor({call.n}, DType::kF32, device);
-      to_f32_kernel<<<blocks_for(call.n), kThreads, 0, call.stream>>>(
-          call.bias->data(), call.bias->dtype(), bias_copy.data_as<float>(), call.n);
-      OCTET_CUDA_LAUNCH_CHECK("to_f32_kernel");
+      detail::launch_to_f32(call.bias->data(), call.bias->dtype(), bias_copy.data_as<float>(),
+                            call.n, call.stream);
       bias_ptr = bias_copy.data();
     }
     OCTET_SET_DESC(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_ptr);
@@ -553,10 +457,9 @@ cublasStatus_t run_plan(const Call& call, Plan& plan) {
   const void* beta_ptr = &beta;
   if (config.device_scalars) {
     scalars = workspace_tensor({2}, DType::kF32, device);
-    scalars_kernel<<<1, 1, 0, call.stream>>>(call.alpha, call.a_scale_inv->data_as<float>(),
-                                             call.b_scale_inv->data_as<float>(), beta,
-                                             scalars.data_as<float>());
-    OCTET_CUDA_LAUNCH_CHECK("scalars_kernel");
+    detail::launch_scalars(call.alpha, call.a_scale_inv->data_as<float>(),
+                           call.b_scale_inv->data_as<float>(), beta, scalars.data_as<float>(),
+                           call.stream);
     alpha_ptr = scalars.data_as<float>();
     beta_ptr = scalars.data_as<float>() + 1;
   }
@@ -575,25 +478,19 @@ cublasStatus_t run_plan(const Call& call, Plan& plan) {
   const DType bias_dtype = own_bias ? call.bias->dtype() : DType::kF32;
   if (config.staged && is_fp8(call.out.dtype())) {
     if (own_bias || call.gelu) {
-      epilogue_kernel<<<blocks_for(total), kThreads, 0, call.stream>>>(
-          staged.data_as<float>(), bias_ptr, bias_dtype, call.gelu, call.n, total);
-      OCTET_CUDA_LAUNCH_CHECK("epilogue_kernel");
+      detail::launch_epilogue(staged.data_as<float>(), bias_ptr, bias_dtype, call.gelu, call.n,
+                              total, call.stream);
     }
     quantize_fp8(staged, *call.out_scale, &call.out, nullptr, call.out_amax);
   } else if (config.staged) {
-    finish_kernel<<<blocks_for(total), kThreads, 0, call.stream>>>(
-        staged.data_as<float>(), call.out.data(), call.out.dtype(), call.keep, bias_ptr, bias_dtype,
-        call.gelu, call.n, total);
-    OCTET_CUDA_LAUNCH_CHECK("finish_kernel");
+    detail::launch_finish(staged.data_as<float>(), call.out.data(), call.out.dtype(), call.keep,
+                          bias_ptr, bias_dtype, call.gelu, call.n, total, call.stream);
   } else if (own_bias || call.gelu) {  // f32 out, written by cuBLASLt
-    epilogue_kernel<<<blocks_for(total), kThreads, 0, call.stream>>>(
-        call.out.data_as<float>(), bias_ptr, bias_dtype, call.gelu, call.n, total);
-    OCTET_CUDA_LAUNCH_CHECK("epilogue_kernel");
+    detail::launch_epilogue(call.out.data_as<float>(), bias_ptr, bias_dtype, call.gelu, call.n,
+                            total, call.stream);
   }
   if (config.fp8_out && call.out_amax != nullptr) {
-    max_into_kernel<<<1, 1, 0, call.stream>>>(amax.data_as<float>(),
-                                              call.out_amax->data_as<float>());
-    OCTET_CUDA_LAUNCH_CHECK("max_into_kernel");
+    detail::launch_max_into(amax.data_as<float>(), call.out_amax->data_as<float>(), call.stream);
   }
   return status;
 }
@@ -619,11 +516,10 @@ void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb
   if (k == 0) {     // an empty product: out = epilogue((keep ? out : 0) + bias)
     Tensor staged;  // (M, N) f32 for an FP8 out, cast below
     if (out_fp8) staged = workspace_tensor({m, n}, DType::kF32, out.device());
-    finish_kernel<<<blocks_for(m * n), kThreads, 0, stream>>>(
-        nullptr, out_fp8 ? staged.data() : out.data(), out_fp8 ? DType::kF32 : out.dtype(), keep,
-        bias != nullptr ? bias->data() : nullptr, bias != nullptr ? bias->dtype() : DType::kF32,
-        gelu, n, m * n);
-    OCTET_CUDA_LAUNCH_CHECK("finish_kernel");
+    detail::launch_finish(nullptr, out_fp8 ? staged.data() : out.data(),
+                          out_fp8 ? DType::kF32 : out.dtype(), keep,
+                          bias != nullptr ? bias->data() : nullptr,
+                          bias != nullptr ? bias->dtype() : DType::kF32, gelu, n, m * n, stream);
     if (out_fp8) quantize_fp8(staged, *out_scale, &out, nullptr, out_amax);
     return;
   }
