@@ -11,15 +11,6 @@
 namespace octet::cuda {
 namespace {
 
-template <typename In>
-__device__ __forceinline__ float load_in(const In* x, int64_t i) {
-  if constexpr (sizeof(In) == 4) {
-    return x[i];
-  } else {
-    return from_bf16(x[i]);
-  }
-}
-
 template <bool kE4M3>
 __device__ __forceinline__ uint8_t cast_fp8(float v) {
   return kE4M3 ? to_e4m3(v) : to_e5m2(v);

@@ -86,6 +86,16 @@ __device__ __forceinline__ float load_f32(const void* p, DType d, int64_t i) {
   }
 }
 
+// Element i of an FP8 cast's input: f32 (4-byte In) or bf16 (2-byte In, the bits as uint16_t).
+template <typename In>
+__device__ __forceinline__ float load_in(const In* x, int64_t i) {
+  if constexpr (sizeof(In) == 4) {
+    return x[i];
+  } else {
+    return from_bf16(x[i]);
+  }
+}
+
 __device__ __forceinline__ void store_f32(void* p, DType d, int64_t i, float v) {
   switch (d) {
     case DType::kF32:

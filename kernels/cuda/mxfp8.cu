@@ -16,15 +16,6 @@ namespace {
 static_assert(kMXFP8BlockSize == kWarp, "one warp per MXFP8 block");
 constexpr int kBlock = kWarp;
 
-template <typename In>
-__device__ __forceinline__ float load_in(const In* x, int64_t i) {
-  if constexpr (sizeof(In) == 4) {
-    return x[i];
-  } else {
-    return from_bf16(x[i]);
-  }
-}
-
 // The block's exponent from one value per lane (lanes past the data pass 0), and the lane's
 // byte. Every lane of the warp must call it.
 template <bool kE4M3>
