@@ -44,6 +44,11 @@ void Context::save_object(std::shared_ptr<Saveable> object) {
   if (saved.internal) {
     saved.buffers = object->take_buffers();
     for (const Tensor& t : saved.buffers) hold(t);
+  } else {
+    for (Tensor& t : object->held_tensors()) {
+      const uint64_t v = t.version();
+      saved.held.push_back({std::move(t), v});
+    }
   }
   saved.object = std::move(object);
   objects_.push_back(std::move(saved));
@@ -72,22 +77,12 @@ std::vector<std::shared_ptr<Saveable>> Context::restore_objects() {
   out.reserve(objects_.size());
   for (size_t i = 0; i < objects_.size(); ++i) {
     SavedObject& s = objects_[i];
-    if (!s.internal) {
-      OCTET_CHECK(s.object->version() == s.version, "owned object #", i,
-                  " saved for the backward of ", owner_,
-                  " was modified in place after it was saved (version ", s.version, ", now ",
-                  s.object->version(), "), e.g. by an optimizer step between forward and backward");
-    }
+    if (!s.internal) check_owned(s, i);
     if (s.internal && !s.restored) {
-      if (keep_saved_until_graph_dies()) {
-        s.object->give_buffers(s.buffers);  // the context keeps its references too
-        s.restored = true;
-      } else {
-        for (const Tensor& t : s.buffers) unhold(t);
-        s.object->give_buffers(std::move(s.buffers));
-        s.buffers.clear();
-        s.restored = true;
-      }
+      // The context keeps its references (and the saved tag) until release(), which the engine
+      // calls right after this node's backward unless the graph is retained.
+      s.object->give_buffers(s.buffers);
+      s.restored = true;
     }
     out.push_back(s.object);
   }
@@ -103,6 +98,23 @@ void Context::release() {
   }
   tensors_.clear();
   objects_.clear();
+}
+
+void Context::check_owned(const SavedObject& s, size_t i) const {
+  // Any write counts: the object's own (quantize_into, a usage made or dropped) and one through
+  // another handle on its storages (a parameter's leaf tensor, a loaded checkpoint).
+  bool same = s.object->version() == s.version;
+  const std::vector<Tensor> now = s.object->held_tensors();
+  same = same && now.size() == s.held.size();
+  for (size_t b = 0; same && b < s.held.size(); ++b) {
+    same = now[b].storage() == s.held[b].tensor.storage() &&
+           s.held[b].tensor.version() == s.held[b].version;
+  }
+  OCTET_CHECK(same, "owned object #", i, " saved for the backward of ", owner_,
+              " was modified in place after it was saved (version ", s.version, ", now ",
+              s.object->version(),
+              ", or its data written through another handle), e.g. by an optimizer step or a "
+              "loaded state dict between forward and backward");
 }
 
 void Context::check_live(const char* what) const {

@@ -69,13 +69,17 @@ class Context {
   };
   struct SavedObject {
     std::shared_ptr<Saveable> object;
-    std::vector<Tensor> buffers;  // internal objects: the buffers the context holds
+    // Internal objects: the buffers the context holds (kept, and counted as saved, until release
+    // even once handed back, so a retained graph still accounts for them).
+    std::vector<Tensor> buffers;
     bool internal = false;
-    uint64_t version = 0;   // owned objects: their version when saved
-    bool restored = false;  // internal objects: buffers already handed back to the object
+    uint64_t version = 0;           // owned objects: their version when saved
+    std::vector<SavedTensor> held;  // owned objects: their buffers and those buffers' versions
+    bool restored = false;          // internal objects: buffers already handed back
   };
 
   void check_live(const char* what) const;
+  void check_owned(const SavedObject& s, size_t index) const;
   void check_count(size_t have, size_t want, bool at_least = false) const;
   void check_type(bool ok, size_t index) const;
   static void hold(const Tensor& t);

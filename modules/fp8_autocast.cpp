@@ -7,7 +7,9 @@
 
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
+#include "kernels/fp8_per_tensor.h"
 #include "kernels/ops.h"
+#include "runtime/log.h"
 
 namespace octet::modules {
 namespace {
@@ -29,6 +31,9 @@ struct BackwardUpdates {
 };
 thread_local std::weak_ptr<BackwardUpdates> t_backward_updates;
 
+// An update that failed in a scope's destructor, for the next scope on this thread to throw.
+thread_local std::exception_ptr t_pending_error;
+
 // Every meta's slots of one direction in one batched update (one launch for all CUDA slots).
 void update(const std::vector<std::shared_ptr<FP8Meta>>& metas, FP8Direction direction) {
   std::vector<FP8Meta*> raw;
@@ -43,12 +48,25 @@ FP8Autocast::FP8Autocast(const Recipe& recipe, FP8Enabled enabled)
     : previous_enabled_(t_scope.enabled),
       previous_recipe_(t_scope.recipe),
       uncaught_at_entry_(std::uncaught_exceptions()) {
+  if (t_pending_error) std::rethrow_exception(std::exchange(t_pending_error, nullptr));
   t_scope.enabled = enabled == FP8Enabled::kYes;
   if (t_scope.enabled) t_scope.recipe = std::make_shared<const Recipe>(recipe);
   ++t_scope.depth;
 }
 
 FP8Autocast::~FP8Autocast() {
+  if (closed_) return;
+  try {
+    close();
+  } catch (const std::exception& e) {
+    OCTET_LOG_ERROR("the FP8 scale update at the end of an FP8 scope failed: {}", e.what());
+    if (!t_pending_error) t_pending_error = std::current_exception();
+  }
+}
+
+void FP8Autocast::close() {
+  OCTET_CHECK(!closed_, "FP8Autocast::close: the scope is already closed");
+  closed_ = true;
   t_scope.enabled = previous_enabled_;
   t_scope.recipe = previous_recipe_;
   if (--t_scope.depth > 0) return;

@@ -18,6 +18,11 @@ enum class FP8Enabled : uint8_t { kNo, kYes };
 // gradients enabled, the forward slots of every FP8Meta registered inside it update once; with
 // gradients disabled (validation, inference) nothing updates. A scope left by an exception updates
 // nothing (the amaxes stay in history[0] and join the next step's).
+//
+// The update can fail (a CUDA error, a corrupt slot). close() exits the scope and throws that
+// error where the caller can handle it; a destructor must not throw, so a scope that was not
+// closed logs the error and keeps it: the next FP8 scope opened on this thread throws it, so it
+// is never lost.
 class FP8Autocast {
  public:
   explicit FP8Autocast(const Recipe& recipe, FP8Enabled enabled = FP8Enabled::kYes);
@@ -25,10 +30,14 @@ class FP8Autocast {
   FP8Autocast(const FP8Autocast&) = delete;
   FP8Autocast& operator=(const FP8Autocast&) = delete;
 
+  // Exits the scope now (the destructor then does nothing); throws when the update fails.
+  void close();
+
  private:
   bool previous_enabled_;
   std::shared_ptr<const Recipe> previous_recipe_;
   int uncaught_at_entry_;
+  bool closed_ = false;
 };
 
 bool fp8_enabled();          // inside a scope with FP8 on

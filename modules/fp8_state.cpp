@@ -2,6 +2,7 @@
 #include "modules/fp8_state.h"
 
 #include "autograd/grad_mode.h"
+#include "kernels/nn.h"
 #include "kernels/ops.h"
 #include "kernels/quantizer.h"
 #include "modules/fp8_autocast.h"
@@ -17,7 +18,7 @@ void FP8State::adopt(const Recipe& recipe, Device device) {
   recipe_ = recipe;
   ++generation_;
   meta_.reset();
-  if (recipe.kind == RecipeKind::kDelayed) {
+  if (recipe.uses_fp8_meta()) {
     MemTagScope tag(MemTag::kOther);
     meta_ = std::make_shared<FP8Meta>(recipe, num_gemms_);
     // A meta first made by a forward lives where that forward runs (the module's device).
@@ -45,33 +46,32 @@ const Recipe& FP8State::recipe() const {
   return *recipe_;
 }
 
-const Quantizer* FP8State::quantizer(SlotId slot) {
+const std::shared_ptr<Quantizer>& FP8State::quantizer_handle(SlotId slot) {
   auto& list = slot.direction == FP8Direction::kForward ? forward_q_ : backward_q_;
-  auto& q = list.at(static_cast<size_t>(slot.index));
+  OCTET_CHECK(slot.index >= 0 && static_cast<size_t>(slot.index) < list.size(), "FP8 state of ",
+              num_gemms_, " GEMM(s) has no ",
+              slot.direction == FP8Direction::kForward ? "forward" : "backward", " slot ",
+              slot.index);
+  auto& q = list[static_cast<size_t>(slot.index)];
   if (!q) q = make_quantizer(recipe(), meta_.get(), slot);
-  return q.get();
+  return q;
 }
 
-std::shared_ptr<const Quantizer> FP8State::frozen(SlotId slot) {
-  const Quantizer* q = quantizer(slot);
-  if (!meta_)
-    return (slot.direction == FP8Direction::kForward ? forward_q_ : backward_q_)
-        .at(static_cast<size_t>(slot.index));
-  const FP8Slot& s = meta_->slot(slot);
-  Tensor scratch_history = Tensor::zeros({1}, DType::kF32, s.scale.device());
-  return std::make_shared<DelayedScalingQuantizer>(s.scale.clone(), scratch_history, q->dtype());
+GemmQuantizers FP8State::gemm_quantizers(int gemm) {
+  GemmQuantizers q;
+  q.input = quantizer_handle(forward_slot(gemm, ForwardTensor::kInput));
+  q.weight = quantizer_handle(forward_slot(gemm, ForwardTensor::kWeight));
+  q.grad_output = quantizer_handle(backward_slot(gemm, BackwardTensor::kGradOutput));
+  q.meta = meta_;
+  return q;
 }
 
-Operand cast_input(FP8State* state, int gemm, const Tensor& x, Usage usage) {
-  if (state == nullptr) return {x, nullptr};
-  return make_operand(x, state->quantizer(forward_slot(gemm, ForwardTensor::kInput)), usage,
-                      Ownership::kInternal, fp8_amax_recording());
-}
-
-Operand cast_grad(FP8State* state, int gemm, const Tensor& dy, Usage usage) {
-  if (state == nullptr || usage == Usage::kNone) return {dy, nullptr};
-  return make_operand(dy, state->quantizer(backward_slot(gemm, BackwardTensor::kGradOutput)), usage,
-                      Ownership::kInternal, AmaxRecording::kRecord);
+void check_gemm_shapes(FP8State& state, int gemm, const std::string& what, int64_t rows, int64_t in,
+                       int64_t out) {
+  const GemmQuantizers q = state.gemm_quantizers(gemm);
+  ops::check_fp8_gemm_shape(q.input->format(), {rows, in}, what + " input");
+  ops::check_fp8_gemm_shape(q.weight->format(), {out, in}, what + " weight");
+  ops::check_fp8_gemm_shape(q.grad_output->format(), {rows, out}, what + " output gradient");
 }
 
 Operand cast_with(const Quantizer* frozen, const Tensor& x, Usage usage) {
@@ -105,10 +105,6 @@ Operand norm_operand(const Tensor& x, const NormSpec& norm, const Quantizer* qua
   Tensor y = std::move(stats.y);
   if (quantizer == nullptr) return {y, nullptr};
   return make_operand(y, quantizer, usage, Ownership::kInternal, amax);
-}
-
-void FP8State::schedule_backward_update() const {
-  if (meta_) schedule_fp8_backward_update(meta_);
 }
 
 std::vector<std::pair<std::string, Tensor*>> FP8State::buffers() {
@@ -172,11 +168,8 @@ Operand FP8Weight::primary(const std::shared_ptr<QuantizedTensor>& weight, const
   const Usage usage = needed_usage();
   if (!has_usage(weight->usage(), usage)) {
     MemTagScope tag(MemTag::kWeights);
-    const bool mxfp8 = weight->scaling_mode() == ScalingMode::kMXFP8;
-    OCTET_CHECK(!mxfp8 || master != nullptr,
-                "an MXFP8 primary weight without column-wise data needs its master weight to "
-                "make it (the optimizer holds it)");
-    ops::update_usage(*weight, weight->usage() | usage, mxfp8 ? master : nullptr);
+    // The format decides whether it needs the master (its error says so when it is missing).
+    ops::update_usage(*weight, weight->usage() | usage, master);
   }
   return {Tensor(), weight};
 }

@@ -23,6 +23,16 @@ namespace octet::modules {
 // quantizes every forward.
 enum class FirstMicrobatch : uint8_t { kUnset, kYes, kNo };
 
+// The quantizers one GEMM of an FP8 module casts with, taken when its forward runs. Its backward
+// casts with these, so a graph backwards under the recipe that built it, whatever the module ran
+// since (a forward under another recipe rebuilds the module's state, never an existing graph's).
+// All null without FP8.
+struct GemmQuantizers {
+  std::shared_ptr<const Quantizer> input, weight, grad_output;
+  std::shared_ptr<FP8Meta> meta;  // delayed scaling: its backward slots update after backward
+  bool fp8() const { return input != nullptr; }
+};
+
 class FP8State {
  public:
   // `recipe` known up front (from the model config) makes the FP8Meta exist from construction,
@@ -40,17 +50,18 @@ class FP8State {
   bool has_recipe() const { return recipe_.has_value(); }
   uint64_t generation() const { return generation_; }  // bumps on every recipe change
 
-  const Quantizer* quantizer(SlotId slot);
+  const Quantizer* quantizer(SlotId slot) { return quantizer_handle(slot).get(); }
+  const std::shared_ptr<Quantizer>& quantizer_handle(SlotId slot);
+  // The quantizers of GEMM `gemm` under the current recipe, for a forward to keep.
+  GemmQuantizers gemm_quantizers(int gemm);
   // Delayed scaling: the meta (null otherwise).
   const std::shared_ptr<FP8Meta>& meta() const { return meta_; }
-  // From a node's backward: the backward slots update when the pass ends (delayed only).
-  void schedule_backward_update() const;
+  int num_gemms() const { return num_gemms_; }
 
-  // A quantizer for a forward slot that keeps the scale it has now (delayed scaling: a copy of
-  // the slot's scale, recording nothing), so that a recompute in backward reproduces the
-  // forward's FP8 values after the scope exit has updated the slot. Stateless recipes: the slot's
-  // own quantizer.
-  std::shared_ptr<const Quantizer> frozen(SlotId slot);
+  // A quantizer for a forward slot that keeps the scale it has now (Quantizer::frozen), so that
+  // a recompute in backward reproduces the forward's FP8 values after the scope exit has updated
+  // the slot.
+  std::shared_ptr<const Quantizer> frozen(SlotId slot) { return quantizer(slot)->frozen(); }
 
   // The meta's tensors, named "fp8_meta.forward.<i>.scale" / ".scale_inv" / ".amax_history"
   // (and backward), for the state dict.
@@ -67,11 +78,14 @@ class FP8State {
   bool locked_ = false;
 };
 
-// Casts for the fused modules; a null state means high precision (the tensor itself).
-// Forward inputs record their amax per fp8_amax_recording(); gradients always record.
-Operand cast_input(FP8State* state, int gemm, const Tensor& x, Usage usage);
-Operand cast_grad(FP8State* state, int gemm, const Tensor& dy, Usage usage);
-Operand cast_with(const Quantizer* frozen, const Tensor& x, Usage usage);  // records nothing
+// Checks the operands of GEMM `gemm` against the shape rules of their quantizers' formats before
+// anything runs: `what` + " input" (rows, in), " weight" (out, in), " output gradient"
+// (rows, out). The error names the operand, its shape and the rule.
+void check_gemm_shapes(FP8State& state, int gemm, const std::string& what, int64_t rows, int64_t in,
+                       int64_t out);
+
+// `x` cast with a frozen quantizer (records nothing), or `x` itself for a null quantizer.
+Operand cast_with(const Quantizer* frozen, const Tensor& x, Usage usage);
 
 // The norm of x as the input of GEMM `gemm`: high precision (null quantizer), or cast to FP8 with
 // `quantizer` — under delayed scaling in the same pass as the norm (ops::norm_fp8), so no
@@ -98,9 +112,10 @@ class FP8Weight {
   Operand get(const Tensor& hp, FP8State* state, int gemm, FirstMicrobatch first);
 
   // FP8 primary weight: the owned quantized weight, given the usage the moment needs. A weight
-  // missing column-wise data that now trains gets it on demand (per-tensor: byte transpose;
-  // MXFP8: requantized from `master`, which must then be given). No-grad forwards keep what is
-  // there (no free-then-rebuild when alternating train and validation).
+  // missing column-wise data that now trains gets it on demand, as its format makes it
+  // (per-tensor: byte transpose; MXFP8: requantized from `master`, the f32 copy the optimizer
+  // holds, or null when there is none). No-grad forwards keep what is there (no
+  // free-then-rebuild when alternating train and validation).
   static Operand primary(const std::shared_ptr<QuantizedTensor>& weight, const Tensor* master);
 
   bool cached() const { return cache_ != nullptr; }
@@ -116,6 +131,7 @@ class FP8Weight {
 class FP8Module : public Module {
  public:
   FP8State& fp8_state() { return *fp8_; }
+  FP8State* own_fp8_state() override { return fp8_.get(); }
 
  protected:
   FP8Module(std::string type, int num_gemms, const std::optional<Recipe>& recipe)
@@ -123,7 +139,11 @@ class FP8Module : public Module {
   std::vector<std::pair<std::string, Tensor*>> dynamic_buffers() override {
     return fp8_->buffers();
   }
-  FP8Meta* own_fp8_meta() override { return fp8_->meta().get(); }
+  // A weight of GEMM `gemm` (its parameter knows which FP8 slot casts it).
+  template <typename W>
+  void register_gemm_weight(std::string name, W& w, int gemm) {
+    register_weight(std::move(name), w, fp8_.get(), gemm);
+  }
 
   std::shared_ptr<FP8State> fp8_;  // shared with the graph nodes of forwards still in flight
 };

@@ -16,16 +16,25 @@
 #include "autograd/ops/nn.h"
 #include "autograd/ops/shape.h"
 #include "kernels/ops.h"
+#include "kernels/quantized_format.h"
+#include "kernels/quantizer.h"
 #include "modules/fp8_autocast.h"
 #include "modules/gpt_options.h"
 
 namespace octet::modules {
 namespace {
 
-// Token rows an FP8 GEMM needs a multiple of under the active scope (1 without FP8).
+// Token rows an FP8 GEMM needs a multiple of under the active scope (1 without FP8): the row
+// multiple of the formats the recipe casts activations and gradients to.
 int64_t fp8_row_multiple() {
   if (!fp8_enabled()) return 1;
-  return fp8_recipe().kind == RecipeKind::kMXFP8 ? 32 : 8;
+  int64_t multiple = 1;
+  for (SlotId slot :
+       {forward_slot(0, ForwardTensor::kInput), backward_slot(0, BackwardTensor::kGradOutput)}) {
+    const std::string format = quantized_format_for(fp8_recipe(), slot);
+    multiple = std::max(multiple, ops::quantized_format(format).row_multiple());
+  }
+  return multiple;
 }
 
 // ids (B, T) of positions 0..T-1, for the position embedding (an embedding of (B, T) ids keeps the

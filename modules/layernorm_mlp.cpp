@@ -6,8 +6,10 @@
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"
 #include "autograd/variable.h"
+#include "kernels/nn.h"
 #include "kernels/ops.h"
 #include "modules/fp8_autocast.h"
+#include "modules/linear_gemm.h"
 
 namespace octet::modules {
 namespace {
@@ -40,193 +42,176 @@ ActivationKind kind_of(MLPActivation a) {
   OCTET_FAIL("unknown MLP activation ", static_cast<int>(a));
 }
 
-Usage usage_for(bool rowwise, bool columnwise) {
-  return (rowwise ? Usage::kRowwise : Usage::kNone) |
-         (columnwise ? Usage::kColumnwise : Usage::kNone);
-}
-
-// An internal quantized weight keeps only what dgrad reads once fprop is done.
-void keep_for_dgrad(Operand& w) {
-  if (w.quantized() && w.q->ownership() == Ownership::kInternal) keep_only(w, Usage::kColumnwise);
-}
-
-ScalingMode mode_of(const FP8State& s) {
-  return s.recipe().kind == RecipeKind::kMXFP8 ? ScalingMode::kMXFP8 : ScalingMode::kPerTensor;
-}
-
-void begin_fp8(FP8State& state, const char* module, Device device,
-               std::initializer_list<Shape> gemm_shapes) {
-  state.begin_forward(fp8_recipe(), device);
-  int i = 0;
-  for (const Shape& s : gemm_shapes) {
-    ops::check_fp8_gemm_shape(mode_of(state), s,
-                              std::string(module) + " GEMM operand #" + std::to_string(i++));
-  }
-}
-
 NormSpec spec_of(const NormOptions& norm, const Tensor& gamma, const Tensor& beta) {
   return {gamma, beta, norm.kind, norm.eps, norm.zero_centered_gamma};
 }
+
+bool needs_grad(const Tensor& t) { return autograd::requires_grad(t); }
 
 struct LayerNormMLPFn {
   static constexpr const char* kName = "LayerNormMLP";
   NormOptions norm;
   ActivationKind act;
   Recompute recompute = Recompute::kNo;
-  std::shared_ptr<FP8State> fp8;  // null: high precision
-  Operand w1, w2;
-  bool has_b1 = false, has_b2 = false;
+  LinearGemm fc1, fc2;  // the forward's quantizers and what each GEMM's backward needs
+  Operand w1, w2;       // this forward's weight operands
+  bool need_norm_grad = false, need_db1 = false, need_db2 = false;
   // Recompute with FP8: the quantizers of the two GEMM inputs, frozen at the forward's scales.
   std::shared_ptr<const Quantizer> frozen1, frozen2;
-  SavedOperands saved;
   DType wgrad_dtype = DType::kF32;
+
+  // Saved fields besides the GEMMs' own (fc1/fc2 input and weight); undefined when unused.
+  Operand x, gamma, beta;  // the norm's backward (and, with beta, the recompute)
+  Operand mean, rsigma;    // the norm's statistics (not with recompute)
+  Operand b1;              // recompute: fc1's bias
+  Operand w1_full;         // recompute: fc1's whole weight (its fprop runs again)
+  Operand h1;              // fc1's output, for the activation's backward (not with recompute)
+  SavedOperands saved;
+  std::vector<Operand*> saved_fields() {
+    return {&x,       &gamma,       &beta,         &mean, &rsigma,      &b1,
+            &w1_full, &fc1.input(), &fc1.weight(), &h1,   &fc2.input(), &fc2.weight()};
+  }
 
   struct Front {  // norm -> fc1 -> activation, and the casts for the two GEMMs
     ops::NormForward n;
-    Operand ln, h1_hp, a;
+    Operand ln, h1, a;
   };
 
-  Front front(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& b1,
-              bool for_backward, bool recomputing) {
+  Front front(const Tensor& xv, const Tensor& g, const Tensor& b, const Tensor& bias1,
+              const Operand& w, bool recomputing) {
     Front f;
     // The norm output goes straight to FP8 (delayed scaling: in the norm's own pass); no
     // high-precision copy of it is kept.
-    const Quantizer* q1 = recomputing ? frozen1.get() : input_quantizer(0);
-    f.ln = norm_operand(x, spec_of(norm, gamma, beta), q1, usage_for(true, for_backward),
+    const Quantizer* q1 = recomputing ? frozen1.get() : fc1.input_quantizer();
+    f.ln = norm_operand(xv, spec_of(norm, g, b), q1, fc1.input_usage(),
                         recomputing ? AmaxRecording::kSkip : fp8_amax_recording(), f.n);
-    Tensor h1 = gemm_fprop(f.ln, w1, b1.defined() ? &b1 : nullptr, x.dtype());
-    Tensor a = act.gated ? ops::gated_activation(act.act, h1) : ops::activation(act.act, h1);
-    f.h1_hp = {h1, nullptr};
-    const Usage a_usage = usage_for(true, for_backward);
-    f.a = recomputing ? (frozen2 ? cast_with(frozen2.get(), a, a_usage) : Operand{a, nullptr})
-                      : cast_input(fp8.get(), 1, a, a_usage);
+    Tensor pre = LinearGemm::fprop(f.ln, w, bias1.defined() ? &bias1 : nullptr, xv.dtype());
+    Tensor a = act.gated ? ops::gated_activation(act.act, pre) : ops::activation(act.act, pre);
+    f.h1 = {pre, nullptr};
+    if (!recomputing) {
+      f.a = fc2.cast_input(a);
+    } else {
+      f.a = frozen2 ? cast_with(frozen2.get(), a, fc2.input_usage()) : Operand{a, nullptr};
+    }
     return f;
   }
 
-  const Quantizer* input_quantizer(int gemm) const {
-    return fp8 ? fp8->quantizer(forward_slot(gemm, ForwardTensor::kInput)) : nullptr;
-  }
-
-  Tensors forward(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                  const Tensor& w1_leaf, const Tensor& b1, const Tensor& w2_leaf,
-                  const Tensor& b2) {
-    (void)w1_leaf;
-    (void)w2_leaf;
+  Tensors forward(Context& ctx, const Tensor& xv, const Tensor& g, const Tensor& b,
+                  const Tensor& w1_leaf, const Tensor& bias1, const Tensor& w2_leaf,
+                  const Tensor& bias2) {
     const bool rec = ctx.recording();
-    if (rec && recompute == Recompute::kYes && fp8) {
-      frozen1 = fp8->frozen(forward_slot(0, ForwardTensor::kInput));
-      frozen2 = fp8->frozen(forward_slot(1, ForwardTensor::kInput));
+    need_norm_grad = rec && (needs_grad(xv) || needs_grad(g) || needs_grad(b));
+    need_db1 = rec && needs_grad(bias1);
+    need_db2 = rec && needs_grad(bias2);
+    // fc1's output gradient is needed when anything before fc2 needs a gradient.
+    const bool need_dh1 = need_norm_grad || (rec && needs_grad(w1_leaf)) || need_db1;
+    fc1.set_needs(need_norm_grad, rec && needs_grad(w1_leaf));
+    fc2.set_needs(need_dh1, rec && needs_grad(w2_leaf));
+    if (rec && recompute == Recompute::kYes && fc1.fp8()) {
+      frozen1 = fc1.input_quantizer()->frozen();
+      frozen2 = fc2.input_quantizer()->frozen();
     }
-    Front f = front(x, gamma, beta, b1, rec, false);
-    Tensor y = gemm_fprop(f.a, w2, b2.defined() ? &b2 : nullptr, x.dtype());
+    Front f = front(xv, g, b, bias1, w1, false);
+    Tensor y = fc2.forward(f.a, std::move(w2), bias2.defined() ? &bias2 : nullptr, xv.dtype(), rec);
     if (rec) {
-      saved.save(ctx, {x, nullptr});
-      saved.save(ctx, {gamma, nullptr});
-      saved.save(ctx, {beta, nullptr});
-      saved.save(ctx, {b1, nullptr});
       if (recompute == Recompute::kYes) {
-        // Weights keep both usages: the recompute runs fc1 forward again.
-        saved.save(ctx, w1);
-        keep_for_dgrad(w2);
-        saved.save(ctx, w2);
+        // Only the inputs: norm, fc1 and the activation run again in backward.
+        x = {xv, nullptr};
+        gamma = {g, nullptr};
+        beta = {b, nullptr};
+        b1 = {bias1, nullptr};
+        w1_full = w1;
+        fc2.input() = Operand{};
       } else {
-        keep_only(f.ln, Usage::kColumnwise);
-        keep_only(f.a, Usage::kColumnwise);
-        keep_for_dgrad(w1);
-        keep_for_dgrad(w2);
-        saved.save(ctx, {f.n.mean, nullptr});
-        saved.save(ctx, {f.n.rsigma, nullptr});
-        saved.save(ctx, f.ln);
-        saved.save(ctx, w1);
-        saved.save(ctx, f.h1_hp);
-        saved.save(ctx, f.a);
-        saved.save(ctx, w2);
+        if (need_norm_grad) {
+          x = {xv, nullptr};
+          gamma = {g, nullptr};
+          mean = {f.n.mean, nullptr};
+          rsigma = {f.n.rsigma, nullptr};
+        }
+        fc1.keep_for_backward(f.ln, w1);
+        if (need_dh1) h1 = f.h1;
       }
+      saved.save(ctx, saved_fields());
     }
-    w1 = w2 = Operand{};
+    w1 = Operand{};
     return {y};
   }
 
   Tensors backward(Context& ctx, const Tensors& grads) {
     const Tensor& dy = grads[0];
-    std::vector<Operand> s = saved.restore(ctx);
-    const Tensor x = s[0].hp, gamma = s[1].hp, beta = s[2].hp, b1 = s[3].hp;
-    Operand ln, h1, a, w1o, w2o;
-    ops::NormForward stats;
+    const auto restored = saved.restore(ctx, saved_fields());
+    ops::NormForward stats{Tensor(), mean.hp, rsigma.hp};
     if (recompute == Recompute::kYes) {
-      w1o = s[4];
-      w2o = s[5];
-      w1 = w1o;
-      Front f = front(x, gamma, beta, b1, true, true);
-      w1 = Operand{};
+      Front f = front(x.hp, gamma.hp, beta.hp, b1.hp, w1_full, true);
       stats = f.n;
-      ln = f.ln;
-      h1 = f.h1_hp;
-      a = f.a;
-    } else {
-      stats.mean = s[4].hp;
-      stats.rsigma = s[5].hp;
-      ln = s[6];
-      w1o = s[7];
-      h1 = s[8];
-      a = s[9];
-      w2o = s[10];
+      // Untrimmed: the whole weight stays with the context for a retained graph's next recompute.
+      fc1.input() = f.ln;
+      fc1.weight() = w1_full;
+      fc2.input() = f.a;
+      h1 = f.h1;
     }
-    const Operand dyo = cast_grad(fp8.get(), 1, dy, Usage::kBoth);
-    const Tensor da = gemm_dgrad(dyo, w2o, dy.dtype());
-    const Tensor dw2 = gemm_wgrad(dyo, a, wgrad_dtype);
-    const Tensor db2 = has_b2 ? ops::sum_rows(dy) : Tensor();
-    const Tensor dh1 = act.gated ? ops::gated_activation_backward(act.act, da, h1.hp)
-                                 : ops::activation_backward(act.act, da, h1.hp);
-    const Operand dh1o = cast_grad(fp8.get(), 0, dh1, Usage::kBoth);
-    const Tensor dln = gemm_dgrad(dh1o, w1o, dy.dtype());
-    const Tensor dw1 = gemm_wgrad(dh1o, ln, wgrad_dtype);
-    const Tensor db1 = has_b1 ? ops::sum_rows(dh1) : Tensor();
-    const ops::NormBackward nb = norm_backward(dln, x, stats, gamma, norm);
-    if (fp8) fp8->schedule_backward_update();
-    return {nb.dx, nb.dgamma, nb.dbeta, dw1, db1, dw2, db2};
+    const LinearGemm::Grads g2 = fc2.backward(dy, dy.dtype(), wgrad_dtype);
+    const Tensor db2 = need_db2 ? ops::sum_rows(dy) : Tensor();
+    Tensor dh1;
+    if (g2.dx.defined()) {
+      dh1 = act.gated ? ops::gated_activation_backward(act.act, g2.dx, h1.hp)
+                      : ops::activation_backward(act.act, g2.dx, h1.hp);
+    }
+    LinearGemm::Grads g1;
+    if (dh1.defined()) g1 = fc1.backward(dh1, dy.dtype(), wgrad_dtype);
+    const Tensor db1 = need_db1 ? ops::sum_rows(dh1) : Tensor();
+    ops::NormBackward nb;
+    if (need_norm_grad) nb = norm_backward(g1.dx, x.hp, stats, gamma.hp, norm);
+    return {nb.dx, nb.dgamma, nb.dbeta, g1.dw, db1, g2.dw, db2};
   }
 };
 
 struct LayerNormLinearFn {
   static constexpr const char* kName = "LayerNormLinear";
   NormOptions norm;
-  std::shared_ptr<FP8State> fp8;
-  Operand w;
-  bool has_bias = false;
+  LinearGemm gemm;
+  Operand w;  // this forward's weight operand
+  bool need_norm_grad = false, need_db = false;
   ReturnNormOutput return_norm = ReturnNormOutput::kNo;
-  SavedOperands saved;
   DType wgrad_dtype = DType::kF32;
 
-  Tensors forward(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                  const Tensor& w_leaf, const Tensor& b) {
-    (void)w_leaf;
+  // Saved fields besides the GEMM's own (its input and weight): the norm's backward.
+  Operand x, gamma, mean, rsigma;
+  SavedOperands saved;
+  std::vector<Operand*> saved_fields() {
+    return {&x, &gamma, &mean, &rsigma, &gemm.input(), &gemm.weight()};
+  }
+
+  Tensors forward(Context& ctx, const Tensor& xv, const Tensor& g, const Tensor& b,
+                  const Tensor& w_leaf, const Tensor& bias) {
     const bool rec = ctx.recording();
+    need_norm_grad = rec && (needs_grad(xv) || needs_grad(g) || needs_grad(b));
+    need_db = rec && needs_grad(bias);
+    gemm.set_needs(need_norm_grad, rec && needs_grad(w_leaf));
     ops::NormForward n;
     Operand ln;
     Tensor ln_out;
     if (return_norm == ReturnNormOutput::kYes) {
       // The caller wants the high-precision norm output too: normalize, then cast it.
-      n = norm_forward(x, NormParams{gamma, beta}, norm);
+      n = norm_forward(xv, NormParams{g, b}, norm);
       ln_out = n.y;
-      ln = cast_input(fp8.get(), 0, n.y, usage_for(true, rec));
+      ln = gemm.cast_input(n.y);
     } else {
-      const Quantizer* q = fp8 ? fp8->quantizer(forward_slot(0, ForwardTensor::kInput)) : nullptr;
-      ln = norm_operand(x, spec_of(norm, gamma, beta), q, usage_for(true, rec),
+      ln = norm_operand(xv, spec_of(norm, g, b), gemm.input_quantizer(), gemm.input_usage(),
                         fp8_amax_recording(), n);
     }
-    Tensor y = gemm_fprop(ln, w, b.defined() ? &b : nullptr, x.dtype());
+    Tensor y = gemm.forward(std::move(ln), std::move(w), bias.defined() ? &bias : nullptr,
+                            xv.dtype(), rec);
     if (rec) {
-      keep_only(ln, Usage::kColumnwise);
-      keep_for_dgrad(w);
-      saved.save(ctx, {x, nullptr});
-      saved.save(ctx, {gamma, nullptr});
-      saved.save(ctx, {n.mean, nullptr});
-      saved.save(ctx, {n.rsigma, nullptr});
-      saved.save(ctx, ln);
-      saved.save(ctx, w);
+      if (need_norm_grad) {
+        x = {xv, nullptr};
+        gamma = {g, nullptr};
+        mean = {n.mean, nullptr};
+        rsigma = {n.rsigma, nullptr};
+      }
+      saved.save(ctx, saved_fields());
     }
-    w = Operand{};
     if (return_norm == ReturnNormOutput::kYes) return {y, ln_out};
     return {y};
   }
@@ -234,21 +219,20 @@ struct LayerNormLinearFn {
   Tensors backward(Context& ctx, const Tensors& grads) {
     const Tensor& dy = grads[0];
     const Tensor d_norm_out = grads.size() > 1 ? grads[1] : Tensor();
-    std::vector<Operand> s = saved.restore(ctx);
-    ops::NormForward stats;
-    stats.mean = s[2].hp;
-    stats.rsigma = s[3].hp;
+    const auto restored = saved.restore(ctx, saved_fields());
     // Either output may come without a gradient (only the norm output may be used).
     Tensor dln = d_norm_out, dw, db;
     if (dy.defined()) {
-      const Operand dyo = cast_grad(fp8.get(), 0, dy, Usage::kBoth);
-      const Tensor through_linear = gemm_dgrad(dyo, s[5], dy.dtype());
-      dln = dln.defined() ? ops::add(through_linear, dln) : through_linear;
-      dw = gemm_wgrad(dyo, s[4], wgrad_dtype);
-      db = has_bias ? ops::sum_rows(dy) : Tensor();
-      if (fp8) fp8->schedule_backward_update();
+      const LinearGemm::Grads gr = gemm.backward(dy, dy.dtype(), wgrad_dtype);
+      if (gr.dx.defined()) dln = dln.defined() ? ops::add(gr.dx, dln) : gr.dx;
+      dw = gr.dw;
+      db = need_db ? ops::sum_rows(dy) : Tensor();
     }
-    const ops::NormBackward nb = norm_backward(dln, s[0].hp, stats, s[1].hp, norm);
+    ops::NormBackward nb;
+    if (need_norm_grad && dln.defined()) {
+      const ops::NormForward stats{Tensor(), mean.hp, rsigma.hp};
+      nb = norm_backward(dln, x.hp, stats, gamma.hp, norm);
+    }
     return {nb.dx, nb.dgamma, nb.dbeta, dw, db};
   }
 };
@@ -291,9 +275,9 @@ LayerNormMLP::LayerNormMLP(int64_t hidden, int64_t ffn, LayerNormMLPOptions opti
   b2_ = make_bias(hidden, options_.linear);
   register_parameter("norm.weight", &norm_.gamma);
   if (norm_.beta.defined()) register_parameter("norm.bias", &norm_.beta);
-  register_weight("fc1.weight", w1_);
+  register_gemm_weight("fc1.weight", w1_, 0);
   if (b1_.defined()) register_parameter("fc1.bias", &b1_);
-  register_weight("fc2.weight", w2_);
+  register_gemm_weight("fc2.weight", w2_, 1);
   if (b2_.defined()) register_parameter("fc2.bias", &b2_);
 }
 
@@ -306,18 +290,13 @@ Tensor LayerNormMLP::forward(const Tensor& x, FirstMicrobatch first) {
   fn.norm = options_.norm;
   fn.act = act;
   fn.recompute = options_.recompute;
-  fn.has_b1 = b1_.defined();
-  fn.has_b2 = b2_.defined();
   const bool fp8 = fp8_enabled();
   if (fp8) {
-    begin_fp8(*fp8_, "LayerNormMLP", x.device(),
-              {{rows, hidden_},
-               {fc1_out, hidden_},
-               {rows, fc1_out},
-               {rows, ffn_},
-               {hidden_, ffn_},
-               {rows, hidden_}});
-    fn.fp8 = fp8_;
+    fp8_->begin_forward(fp8_recipe(), x.device());
+    check_gemm_shapes(*fp8_, 0, "LayerNormMLP fc1", rows, hidden_, fc1_out);
+    check_gemm_shapes(*fp8_, 1, "LayerNormMLP fc2", rows, ffn_, hidden_);
+    fn.fc1 = LinearGemm(fp8_->gemm_quantizers(0));
+    fn.fc2 = LinearGemm(fp8_->gemm_quantizers(1));
   } else {
     OCTET_CHECK(!w1_.is_fp8(), "LayerNormMLP with FP8 primary weights must run in an FP8 scope");
   }
@@ -340,7 +319,7 @@ LayerNormLinear::LayerNormLinear(int64_t in_features, int64_t out_features,
   b_ = make_bias(out_features, options_.linear);
   register_parameter("norm.weight", &norm_.gamma);
   if (norm_.beta.defined()) register_parameter("norm.bias", &norm_.beta);
-  register_weight("weight", w_);
+  register_gemm_weight("weight", w_, 0);
   if (b_.defined()) register_parameter("bias", &b_);
 }
 
@@ -350,13 +329,12 @@ std::pair<Tensor, Tensor> LayerNormLinear::forward_with_norm_output(const Tensor
               x, " must end in ", in_);
   LayerNormLinearFn fn;
   fn.norm = options_.norm;
-  fn.has_bias = b_.defined();
   fn.return_norm = options_.return_norm_output;
   const bool fp8 = fp8_enabled();
   if (fp8) {
-    begin_fp8(*fp8_, "LayerNormLinear", x.device(),
-              {{x.rows(), in_}, {out_, in_}, {x.rows(), out_}});
-    fn.fp8 = fp8_;
+    fp8_->begin_forward(fp8_recipe(), x.device());
+    check_gemm_shapes(*fp8_, 0, "LayerNormLinear", x.rows(), in_, out_);
+    fn.gemm = LinearGemm(fp8_->gemm_quantizers(0));
   } else {
     OCTET_CHECK(!w_.is_fp8(), "LayerNormLinear with FP8 primary weights must run in an FP8 scope");
   }

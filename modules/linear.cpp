@@ -6,8 +6,7 @@
 #include "autograd/variable.h"
 #include "kernels/ops.h"
 #include "modules/fp8_autocast.h"
-#include "runtime/float8_tensor.h"
-#include "runtime/mxfp8_tensor.h"
+#include "modules/linear_gemm.h"
 
 namespace octet::modules {
 
@@ -37,9 +36,7 @@ void WeightStorage::init(int64_t out, int64_t in, const LinearOptions& options, 
     fp8 = q->quantize(value, FP8Weight::needed_usage(), Ownership::kOwned, AmaxRecording::kSkip);
   }
   // The gradient's leaf is a handle on the row-wise data (same storage, own autograd state).
-  fp8_leaf = fp8->scaling_mode() == ScalingMode::kPerTensor
-                 ? dynamic_cast<Float8Tensor&>(*fp8).rowwise_data()
-                 : dynamic_cast<MXFP8Tensor&>(*fp8).rowwise_data();
+  fp8_leaf = fp8->rowwise_data();
   autograd::set_requires_grad(fp8_leaf);
   // Inference (built without gradients) keeps no f32 copy; training hands it to the optimizer.
   if (autograd::grad_enabled()) initial_master = value;
@@ -58,61 +55,31 @@ using autograd::Tensors;
 
 struct LinearFn {
   static constexpr const char* kName = "Linear";
-  Operand weight;
-  std::shared_ptr<FP8State> fp8;  // null: high precision
+  LinearGemm gemm;
+  Operand weight;  // this forward's weight operand
   bool has_bias = false;
   DType weight_grad_dtype = DType::kF32;
-  bool need_dgrad = false, need_wgrad = false;
   SavedOperands saved;
+  std::vector<Operand*> saved_fields() { return {&gemm.input(), &gemm.weight()}; }
+
   Tensor forward(Context& ctx, const Tensor& x, const Tensor& w_leaf, const Tensor& bias) {
-    need_dgrad = ctx.recording() && autograd::requires_grad(x);
-    need_wgrad = ctx.recording() && autograd::requires_grad(w_leaf);
+    const bool rec = ctx.recording();
+    gemm.set_needs(rec && autograd::requires_grad(x), rec && autograd::requires_grad(w_leaf));
     // The input is cast once, with column-wise data only when wgrad will need it.
-    Operand xo = fp8 ? make_operand(x, fp8->quantizer(forward_slot(0, ForwardTensor::kInput)),
-                                    need_wgrad ? Usage::kBoth : Usage::kRowwise,
-                                    Ownership::kInternal, fp8_amax_recording())
-                     : Operand{x, nullptr};
-    Tensor y = gemm_fprop(xo, weight, bias.defined() ? &bias : nullptr, x.dtype());
-    if (ctx.recording()) {
-      // After fprop the input keeps only what wgrad reads; an internal weight only what dgrad
-      // reads (owned weights are saved whole, by reference).
-      if (need_wgrad) keep_only(xo, Usage::kColumnwise);
-      if (need_dgrad && weight.quantized() && weight.q->ownership() == Ownership::kInternal) {
-        keep_only(weight, Usage::kColumnwise);
-      }
-      saved.save(ctx, need_wgrad ? xo : Operand{});
-      saved.save(ctx, need_dgrad ? weight : Operand{});
-    }
-    weight = Operand{};
+    Tensor y = gemm.forward(gemm.cast_input(x), std::move(weight), bias.defined() ? &bias : nullptr,
+                            x.dtype(), rec);
+    saved.save(ctx, saved_fields());
     return y;
   }
 
   Tensors backward(Context& ctx, const Tensors& grads) {
     const Tensor& dy = grads[0];
-    std::vector<Operand> ops_ = saved.restore(ctx);
-    const Operand& xo = ops_[0];
-    const Operand& wo = ops_[1];
-    const Usage dy_usage = (need_dgrad ? Usage::kRowwise : Usage::kNone) |
-                           (need_wgrad ? Usage::kColumnwise : Usage::kNone);
-    Operand dyo{dy, nullptr};
-    if (fp8 && dy_usage != Usage::kNone) {
-      dyo = make_operand(dy, fp8->quantizer(backward_slot(0, BackwardTensor::kGradOutput)),
-                         dy_usage, Ownership::kInternal, AmaxRecording::kRecord);
-      fp8->schedule_backward_update();
-    }
-    Tensor dx = need_dgrad ? gemm_dgrad(dyo, wo, dy.dtype()) : Tensor();
-    Tensor dw = need_wgrad ? gemm_wgrad(dyo, xo, weight_grad_dtype) : Tensor();
+    const auto restored = saved.restore(ctx, saved_fields());
+    const LinearGemm::Grads g = gemm.backward(dy, dy.dtype(), weight_grad_dtype);
     Tensor db = has_bias ? ops::sum_rows(dy) : Tensor();
-    return {dx, dw, db};
+    return {g.dx, g.dw, db};
   }
 };
-
-void check_fp8_shapes(ScalingMode mode, const char* module, int64_t rows, int64_t in, int64_t out) {
-  const std::string m(module);
-  ops::check_fp8_gemm_shape(mode, {rows, in}, m + " input");
-  ops::check_fp8_gemm_shape(mode, {out, in}, m + " weight");
-  ops::check_fp8_gemm_shape(mode, {rows, out}, m + " output gradient");
-}
 
 }  // namespace
 
@@ -124,7 +91,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
   OCTET_CHECK(in_features > 0 && out_features > 0, "Linear(", in_features, ", ", out_features,
               "): features must be positive");
   weight_.init(out_, in_, options_, *fp8_, 0, options_.seed);
-  register_weight("weight", weight_);
+  register_gemm_weight("weight", weight_, 0);
   if (options_.bias == Bias::kYes) {
     MemTagScope tag(MemTag::kWeights);
     bias_ = Tensor::zeros({out_}, options_.dtype);
@@ -141,10 +108,8 @@ Tensor Linear::forward(const Tensor& x, FirstMicrobatch first) {
   fn.has_bias = bias_.defined();
   if (fp8) {
     fp8_->begin_forward(fp8_recipe(), x.device());
-    const ScalingMode mode =
-        fp8_->recipe().kind == RecipeKind::kMXFP8 ? ScalingMode::kMXFP8 : ScalingMode::kPerTensor;
-    check_fp8_shapes(mode, "Linear", x.rows(), in_, out_);
-    fn.fp8 = fp8_;
+    check_gemm_shapes(*fp8_, 0, "Linear", x.rows(), in_, out_);
+    fn.gemm = LinearGemm(fp8_->gemm_quantizers(0));
   } else {
     OCTET_CHECK(!weight_.is_fp8(), "Linear with FP8 primary weights must run inside an FP8 scope");
   }

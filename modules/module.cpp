@@ -5,9 +5,8 @@
 
 #include "autograd/variable.h"
 #include "kernels/ops.h"
+#include "modules/fp8_state.h"
 #include "runtime/error.h"
-#include "runtime/float8_tensor.h"
-#include "runtime/mxfp8_tensor.h"
 
 namespace octet::modules {
 namespace {
@@ -16,20 +15,11 @@ std::string join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
 
-// The tensors that make up an FP8 primary weight in a checkpoint: its row-wise data under the
-// parameter's name, and its scaling under "<name>.scale_inv" (per-tensor) or "<name>.scales"
-// (MXFP8, E8M0 per block).
+// The tensors that make up an FP8 primary weight in a checkpoint: its format's checkpoint form,
+// the row-wise data under the parameter's name and its scaling under the format's suffixes.
 void add_fp8_entries(const std::string& name, const QuantizedTensor& q,
                      std::vector<std::pair<std::string, Tensor>>& out) {
-  if (const auto* f = dynamic_cast<const Float8Tensor*>(&q)) {
-    out.emplace_back(name, f->rowwise_data());
-    out.emplace_back(name + ".scale_inv", f->scale_inv());
-  } else if (const auto* m = dynamic_cast<const MXFP8Tensor*>(&q)) {
-    out.emplace_back(name, m->rowwise_data());
-    out.emplace_back(name + ".scales", m->rowwise_scales());
-  } else {
-    OCTET_FAIL("state_dict: parameter ", name, " is a quantized tensor of unknown kind");
-  }
+  for (auto& [suffix, t] : q.rowwise_state()) out.emplace_back(name + suffix, std::move(t));
 }
 
 }  // namespace
@@ -40,10 +30,16 @@ void Module::register_parameter(std::string name, Tensor* tensor) {
 }
 
 void Module::register_fp8_parameter(std::string name, Tensor* tensor,
-                                    std::shared_ptr<QuantizedTensor>* fp8, Tensor* initial_master) {
-  OCTET_ASSERT(tensor != nullptr && tensor->defined() && fp8 != nullptr, "FP8 parameter ", name,
-               " is undefined");
-  params_.push_back({std::move(name), tensor, fp8, initial_master});
+                                    std::shared_ptr<QuantizedTensor>* fp8, Tensor* initial_master,
+                                    FP8State* state, int gemm) {
+  OCTET_ASSERT(tensor != nullptr && tensor->defined(), "parameter ", name, " is undefined");
+  OCTET_ASSERT(fp8 == nullptr || *fp8 != nullptr, "FP8 parameter ", name, " is undefined");
+  OCTET_ASSERT((state == nullptr) == (gemm < 0), "parameter ", name,
+               ": an FP8 GEMM weight names its state and GEMM index");
+  Parameter p{std::move(name), tensor, fp8, initial_master};
+  p.fp8_state = state;
+  p.fp8_gemm = gemm;
+  params_.push_back(std::move(p));
 }
 
 void Module::register_buffer(std::string name, Tensor* tensor) {
@@ -77,11 +73,19 @@ std::vector<std::pair<std::string, Tensor*>> Module::buffers() {
   return out;
 }
 
+std::vector<std::pair<std::string, FP8State*>> Module::fp8_states() {
+  std::vector<std::pair<std::string, FP8State*>> out;
+  visit("", [&](const std::string& prefix, Module& m) {
+    if (FP8State* state = m.own_fp8_state()) out.emplace_back(prefix, state);
+  });
+  return out;
+}
+
 std::vector<std::pair<std::string, FP8Meta*>> Module::fp8_metas() {
   std::vector<std::pair<std::string, FP8Meta*>> out;
-  visit("", [&](const std::string& prefix, Module& m) {
-    if (FP8Meta* meta = m.own_fp8_meta()) out.emplace_back(prefix, meta);
-  });
+  for (auto& [name, state] : fp8_states()) {
+    if (state->meta()) out.emplace_back(name, state->meta().get());
+  }
   return out;
 }
 
@@ -151,10 +155,12 @@ void Module::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& 
   }
   // FP8 primary weights: the f32 value the optimizer adopts as its master (and MXFP8 rebuilds
   // column-wise data from) must follow the loaded weight, not stay at its random initial value.
-  // Column-wise data is stale too: drop it (remade from the new row-wise data on demand).
+  // Column-wise data is stale too: drop it (remade from the new row-wise data on demand). The
+  // copy bumped the data's version, so a graph that saved the old weight refuses to backward.
   for (const Parameter& p : parameters()) {
     if (!p.is_fp8()) continue;
     QuantizedTensor& q = **p.fp8;
+    q.bump_version();
     if (q.has(Usage::kColumnwise) && q.has(Usage::kRowwise)) ops::update_usage(q, Usage::kRowwise);
     if (p.initial_master != nullptr && p.initial_master->defined()) {
       ops::copy_(*p.initial_master, ops::dequantize(q, DType::kF32));

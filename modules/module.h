@@ -17,6 +17,8 @@ class FP8Meta;
 
 namespace octet::modules {
 
+class FP8State;
+
 enum class Mode : uint8_t { kTrain, kEval };
 
 // A trainable weight. `tensor` is the autograd leaf whose gradient the optimizer reads: the
@@ -29,6 +31,10 @@ struct Parameter {
   // FP8 primary weights: the f32 value they were cast from at initialisation; the optimizer
   // adopts it as its master copy (same storage, counted as optimizer state).
   Tensor* initial_master = nullptr;
+  // The weight of an FP8 GEMM: the state whose slot forward_slot(fp8_gemm, kWeight) casts it
+  // (null for parameters no FP8 GEMM reads: biases, norms, embeddings).
+  FP8State* fp8_state = nullptr;
+  int fp8_gemm = -1;
   bool is_fp8() const { return fp8 != nullptr && *fp8 != nullptr; }
 };
 
@@ -45,6 +51,9 @@ class Module {
   std::vector<Parameter> parameters();
   // Non-trainable state (FP8 scales and amax histories, ...), with dotted names.
   std::vector<std::pair<std::string, Tensor*>> buffers();
+  // The FP8 state of every FP8 module below this one, with the module's dotted name ("" for this
+  // module): recipes, quantizers and, under delayed scaling, the metas.
+  std::vector<std::pair<std::string, FP8State*>> fp8_states();
   // The delayed-scaling FP8 state of every module below this one that has some, with the
   // module's dotted name ("" for this module): for diagnostics kept outside the state dict
   // (FP8Meta::take_cast_counts).
@@ -63,40 +72,42 @@ class Module {
   // Where the module's state lives (the CPU until to() moves it).
   Device device() const { return device_; }
 
-  // Names -> tensors: parameters (FP8 primary weights as their data and scale_inv, see
-  // FP8 weight naming in the module issue) and buffers. Tensors are handles to the live state.
+  // Names -> tensors: parameters (FP8 primary weights in their format's checkpoint form,
+  // QuantizedTensor::rowwise_state: the data under the parameter's name, its scaling under a
+  // suffix) and buffers. Tensors are handles to the live state.
   std::vector<std::pair<std::string, Tensor>> state_dict();
   // Copies values into the live state; every name must exist with the same shape and dtype, and
-  // every state entry must be given (clear errors naming the key).
+  // every state entry must be given (clear errors naming the key). A graph built before the load
+  // and backwarded after it fails with the saved-tensor version error.
   void load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state);
 
  protected:
   // Registration, from the constructor of the derived module.
   void register_parameter(std::string name, Tensor* tensor);
   void register_fp8_parameter(std::string name, Tensor* tensor,
-                              std::shared_ptr<QuantizedTensor>* fp8, Tensor* initial_master);
+                              std::shared_ptr<QuantizedTensor>* fp8, Tensor* initial_master,
+                              FP8State* state, int gemm);
   void register_buffer(std::string name, Tensor* tensor);
   template <typename M>
   std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
     children_.emplace_back(std::move(name), module);
     return module;
   }
-  // A weight in either form (see WeightStorage in modules/linear.h).
+  // A weight in either form (see WeightStorage in modules/linear.h), read by GEMM `gemm` of
+  // `state` (null: no FP8 GEMM).
   template <typename W>
-  void register_weight(std::string name, W& w) {
-    if (w.is_fp8()) {
-      register_fp8_parameter(std::move(name), &w.fp8_leaf, &w.fp8, &w.initial_master);
-    } else {
-      register_parameter(std::move(name), &w.hp);
-    }
+  void register_weight(std::string name, W& w, FP8State* state = nullptr, int gemm = -1) {
+    register_fp8_parameter(std::move(name), w.is_fp8() ? &w.fp8_leaf : &w.hp,
+                           w.is_fp8() ? &w.fp8 : nullptr, w.is_fp8() ? &w.initial_master : nullptr,
+                           state, gemm);
   }
   // Called by set_mode on every module.
   virtual void on_mode_change(Mode) {}
   // Buffers whose tensors may be replaced over time (FP8 metas rebuilt for a new recipe): asked
   // for afresh by every buffers() / state_dict() call.
   virtual std::vector<std::pair<std::string, Tensor*>> dynamic_buffers() { return {}; }
-  // This module's own delayed-scaling FP8 state, or null (no FP8 GEMMs, or another recipe).
-  virtual FP8Meta* own_fp8_meta() { return nullptr; }
+  // This module's own FP8 state, or null (no FP8 GEMMs).
+  virtual FP8State* own_fp8_state() { return nullptr; }
 
  private:
   void visit(const std::string& prefix, const std::function<void(const std::string&, Module&)>& f);

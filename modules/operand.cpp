@@ -60,31 +60,37 @@ void keep_only(Operand& op, Usage usage) {
   if (op.quantized() && op.q->usage() != usage) ops::update_usage(*op.q, usage);
 }
 
-void SavedOperands::save(autograd::Context& ctx, const Operand& op) {
+void SavedOperands::save(autograd::Context& ctx, const std::vector<Operand*>& fields) {
   if (!ctx.recording()) return;
-  quantized_.push_back(op.quantized());
-  if (op.quantized()) {
-    ctx.save_object(op.q);
-  } else {
-    ctx.save(op.hp);
+  OCTET_ASSERT(quantized_.empty(), "SavedOperands::save called twice");
+  for (Operand* op : fields) {
+    quantized_.push_back(op->quantized());
+    if (op->quantized()) {
+      ctx.save_object(op->q);
+    } else {
+      ctx.save(op->hp);
+    }
+    *op = Operand{};
   }
 }
 
-std::vector<Operand> SavedOperands::restore(autograd::Context& ctx) {
+SavedOperands::Restored SavedOperands::restore(autograd::Context& ctx,
+                                               const std::vector<Operand*>& fields) {
+  OCTET_ASSERT(fields.size() == quantized_.size(), "restoring ", fields.size(),
+               " saved operands, but ", quantized_.size(), " were saved");
   const std::vector<Tensor> tensors = ctx.restore_tensors();
   const std::vector<std::shared_ptr<Saveable>> objects = ctx.restore_objects();
-  std::vector<Operand> out;
   size_t t = 0, o = 0;
-  for (bool q : quantized_) {
-    if (q) {
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (quantized_[i]) {
       auto typed = std::dynamic_pointer_cast<QuantizedTensor>(objects.at(o++));
       OCTET_ASSERT(typed != nullptr, "saved operand is not a quantized tensor");
-      out.push_back({Tensor(), std::move(typed)});
+      *fields[i] = {Tensor(), std::move(typed)};
     } else {
-      out.push_back({tensors.at(t++), nullptr});
+      *fields[i] = {tensors.at(t++), nullptr};
     }
   }
-  return out;
+  return Restored(fields);
 }
 
 }  // namespace octet::modules

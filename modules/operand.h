@@ -36,13 +36,30 @@ Tensor gemm_wgrad(const Operand& dy, const Operand& x, DType out_dtype);
 // Keeps only `usage` of a quantized operand (drops the rest); no-op for high precision.
 void keep_only(Operand& op, Usage usage);
 
-// Operands saved in a context, in order: high precision by reference (version-checked),
-// quantized ones as owned or internal objects. Lives in the autograd function (it remembers which
-// kind each saved operand was); restore() gives them back in the same order.
+// The named operand fields an autograd function saves for backward, listed once by the function
+// (its `saved_fields()`) and used for both directions: save() moves each field into the context —
+// high precision by reference (version-checked), quantized ones as owned or internal objects,
+// undefined fields as undefined tensors — and leaves the fields empty, so the context is the one
+// holder; restore() fills the same fields again for the backward, so it reads `fc1.input()`,
+// never a position, and empties them when the returned guard goes (the end of the backward),
+// so nothing outlives the context's release of the node's state.
 class SavedOperands {
  public:
-  void save(autograd::Context& ctx, const Operand& op);
-  std::vector<Operand> restore(autograd::Context& ctx);
+  class Restored {
+   public:
+    explicit Restored(std::vector<Operand*> fields) : fields_(std::move(fields)) {}
+    ~Restored() {
+      for (Operand* f : fields_) *f = Operand{};
+    }
+    Restored(const Restored&) = delete;
+    Restored& operator=(const Restored&) = delete;
+
+   private:
+    std::vector<Operand*> fields_;
+  };
+
+  void save(autograd::Context& ctx, const std::vector<Operand*>& fields);
+  [[nodiscard]] Restored restore(autograd::Context& ctx, const std::vector<Operand*>& fields);
 
  private:
   std::vector<bool> quantized_;

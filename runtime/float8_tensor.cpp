@@ -40,6 +40,7 @@ Float8Tensor::Float8Tensor(Shape shape, Tensor rowwise, Tensor columnwise, Tenso
       rowwise_(std::move(rowwise)),
       columnwise_(std::move(columnwise)),
       scale_inv_(std::move(scale_inv)) {
+  OCTET_CHECK(is_fp8(dtype()), "Float8Tensor holds e4m3 or e5m2 data, got ", dtype());
   if (rowwise_.defined()) {
     OCTET_CHECK(rowwise_.shape() == this->shape(), "Float8Tensor: row-wise data ", rowwise_,
                 " must have the logical shape ", shape_str(this->shape()));
@@ -51,11 +52,17 @@ Float8Tensor::Float8Tensor(Shape shape, Tensor rowwise, Tensor columnwise, Tenso
               " but data on ", device());
 }
 
-size_t Float8Tensor::nbytes() const {
-  size_t n = 0;
-  for (const Tensor* t : {&rowwise_, &columnwise_, &scale_inv_})
-    n += t->defined() ? t->nbytes() : 0;
-  return n;
+size_t Float8Tensor::nbytes(Usage usage) const {
+  OCTET_CHECK(usage == Usage::kRowwise || usage == Usage::kColumnwise,
+              "Float8Tensor::nbytes: one usage at a time, got ", usage_name(usage));
+  const Tensor& t = usage == Usage::kRowwise ? rowwise_ : columnwise_;
+  return t.defined() ? t.nbytes() : 0;
+}
+
+std::vector<std::pair<std::string, Tensor>> Float8Tensor::rowwise_state() const {
+  OCTET_CHECK(rowwise_data().defined(), "the checkpoint form of ", describe(),
+              " needs row-wise data");
+  return {{"", rowwise_}, {".scale_inv", scale_inv_}};
 }
 
 const Tensor& Float8Tensor::rowwise_data() const {
@@ -84,6 +91,7 @@ void Float8Tensor::set_columnwise_data(Tensor data) {
               " but the tensor is on ", device());
   columnwise_ = std::move(data);
   set_usage(usage() | Usage::kColumnwise);
+  bump_version();
 }
 
 void Float8Tensor::drop_usage(Usage drop) {
@@ -95,6 +103,7 @@ void Float8Tensor::drop_usage(Usage drop) {
   if (!has_usage(keep, Usage::kRowwise)) rowwise_ = Tensor();
   if (!has_usage(keep, Usage::kColumnwise)) columnwise_ = Tensor();
   set_usage(keep);
+  bump_version();
 }
 
 std::vector<Tensor> Float8Tensor::take_buffers() {

@@ -16,19 +16,20 @@ class Float8Tensor final : public QuantizedTensor {
   Float8Tensor(Shape shape, Tensor rowwise, Tensor columnwise, Tensor scale_inv,
                Ownership ownership);
 
-  ScalingMode scaling_mode() const override { return ScalingMode::kPerTensor; }
-  size_t nbytes() const override;
+  std::string_view format() const override { return kPerTensorFormat; }
+  using QuantizedTensor::nbytes;
+  size_t nbytes(Usage usage) const override;
+  std::vector<std::pair<std::string, Tensor>> rowwise_state() const override;
 
   // Undefined when that usage is not held; throws while a context holds the buffers.
-  const Tensor& rowwise_data() const;
+  const Tensor& rowwise_data() const override;
   const Tensor& columnwise_data() const;  // (cols, rows)
   const Tensor& scale_inv() const;        // (1,) f32
 
   // For the kernels that create and drop usages (ops::update_usage). Column-wise data must be
   // the byte transpose of the row-wise data; the caller guarantees it, this checks shape and dtype.
   void set_columnwise_data(Tensor data);
-  // Drops the usages in `usage`; at least one usage must remain.
-  void drop_usage(Usage usage);
+  void drop_usage(Usage usage) override;
 
   // Saveable (internal tensors only): {row-wise, column-wise, scale_inv}, undefined entries for
   // usages not held. Metadata (shape, dtype, usages, quantizer) stays with the tensor.

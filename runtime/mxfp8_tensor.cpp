@@ -35,16 +35,24 @@ MXFP8Tensor::MXFP8Tensor(Shape shape, Tensor rowwise, Tensor rowwise_scales, Ten
                          Tensor columnwise_scales, Ownership ownership)
     : QuantizedTensor(std::move(shape), data_dtype(rowwise, columnwise), held(rowwise, columnwise),
                       ownership, data_device(rowwise, columnwise)) {
+  OCTET_CHECK(is_fp8(dtype()), "MXFP8Tensor holds e4m3 or e5m2 data, got ", dtype());
   if (rowwise.defined()) set_rowwise(std::move(rowwise), std::move(rowwise_scales));
   if (columnwise.defined()) set_columnwise(std::move(columnwise), std::move(columnwise_scales));
 }
 
-size_t MXFP8Tensor::nbytes() const {
-  size_t n = 0;
-  for (const Tensor* t : {&rowwise_, &rowwise_scales_, &columnwise_, &columnwise_scales_}) {
-    n += t->defined() ? t->nbytes() : 0;
-  }
-  return n;
+size_t MXFP8Tensor::nbytes(Usage usage) const {
+  OCTET_CHECK(usage == Usage::kRowwise || usage == Usage::kColumnwise,
+              "MXFP8Tensor::nbytes: one usage at a time, got ", usage_name(usage));
+  const bool row = usage == Usage::kRowwise;
+  const Tensor& data = row ? rowwise_ : columnwise_;
+  const Tensor& scales = row ? rowwise_scales_ : columnwise_scales_;
+  return data.defined() ? data.nbytes() + scales.nbytes() : 0;
+}
+
+std::vector<std::pair<std::string, Tensor>> MXFP8Tensor::rowwise_state() const {
+  OCTET_CHECK(rowwise_data().defined(), "the checkpoint form of ", describe(),
+              " needs row-wise data");
+  return {{"", rowwise_}, {".scales", rowwise_scales_}};
 }
 
 const Tensor& MXFP8Tensor::rowwise_data() const {
@@ -80,6 +88,7 @@ void MXFP8Tensor::set_rowwise(Tensor data, Tensor scales) {
   rowwise_ = std::move(data);
   rowwise_scales_ = std::move(scales);
   set_usage(usage() | Usage::kRowwise);
+  bump_version();
 }
 
 void MXFP8Tensor::set_columnwise(Tensor data, Tensor scales) {
@@ -98,6 +107,7 @@ void MXFP8Tensor::set_columnwise(Tensor data, Tensor scales) {
   columnwise_ = std::move(data);
   columnwise_scales_ = std::move(scales);
   set_usage(usage() | Usage::kColumnwise);
+  bump_version();
 }
 
 void MXFP8Tensor::drop_usage(Usage drop) {
@@ -115,6 +125,7 @@ void MXFP8Tensor::drop_usage(Usage drop) {
     columnwise_scales_ = Tensor();
   }
   set_usage(keep);
+  bump_version();
 }
 
 std::vector<Tensor> MXFP8Tensor::take_buffers() {

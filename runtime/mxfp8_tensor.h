@@ -22,11 +22,13 @@ class MXFP8Tensor final : public QuantizedTensor {
   MXFP8Tensor(Shape shape, Tensor rowwise, Tensor rowwise_scales, Tensor columnwise,
               Tensor columnwise_scales, Ownership ownership);
 
-  ScalingMode scaling_mode() const override { return ScalingMode::kMXFP8; }
-  size_t nbytes() const override;
+  std::string_view format() const override { return kMXFP8Format; }
+  using QuantizedTensor::nbytes;
+  size_t nbytes(Usage usage) const override;
+  std::vector<std::pair<std::string, Tensor>> rowwise_state() const override;
 
   // Undefined when that usage is not held; throws while a context holds the buffers.
-  const Tensor& rowwise_data() const;
+  const Tensor& rowwise_data() const override;
   const Tensor& rowwise_scales() const;     // (rows, ceil(cols / 32)) e8m0
   const Tensor& columnwise_data() const;    // (cols, rows)
   const Tensor& columnwise_scales() const;  // (cols, ceil(rows / 32)) e8m0
@@ -34,8 +36,7 @@ class MXFP8Tensor final : public QuantizedTensor {
   // For the kernels that create usages from high precision (ops::update_usage).
   void set_rowwise(Tensor data, Tensor scales);
   void set_columnwise(Tensor data, Tensor scales);
-  // Drops the usages in `usage`; at least one usage must remain.
-  void drop_usage(Usage usage);
+  void drop_usage(Usage usage) override;
 
   // Saveable (internal tensors only): {row-wise data, row-wise exponents, column-wise data,
   // column-wise exponents}, undefined entries for usages not held.

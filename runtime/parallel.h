@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 
 namespace octet {
 
@@ -29,7 +30,9 @@ inline int parallel_chunk() { return detail::t_chunk; }
 
 // Calls f(lo, hi) on disjoint chunks covering [begin, end). The split depends only on the range
 // and the thread count, so per-chunk partial results combine deterministically. Runs inline when
-// the range is under `grain` or when already inside a parallel region.
+// the range is under `grain` or when already inside a parallel region. An exception thrown by f
+// never leaves the OpenMP region (that would terminate the process): the first one is kept, every
+// chunk finishes, and it is rethrown on the calling thread.
 template <typename F>
 void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
   const int64_t n = end - begin;
@@ -41,6 +44,7 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
     f(begin, end);
     return;
   }
+  std::exception_ptr error;
 #pragma omp parallel num_threads(threads)
   {
     const int64_t t = omp_get_thread_num();
@@ -48,8 +52,14 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
     const int64_t lo = begin + n * t / nt;
     const int64_t hi = begin + n * (t + 1) / nt;
     detail::ChunkScope chunk(static_cast<int>(t));
-    if (lo < hi) f(lo, hi);
+    try {
+      if (lo < hi) f(lo, hi);
+    } catch (...) {
+#pragma omp critical(octet_parallel_for_error)
+      if (!error) error = std::current_exception();
+    }
   }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace octet

@@ -19,16 +19,6 @@ std::string_view usage_name(Usage usage) {
   OCTET_FAIL("unknown usage set ", static_cast<int>(usage));
 }
 
-std::string_view scaling_mode_name(ScalingMode mode) {
-  switch (mode) {
-    case ScalingMode::kPerTensor:
-      return "per-tensor";
-    case ScalingMode::kMXFP8:
-      return "mxfp8";
-  }
-  OCTET_FAIL("unknown scaling mode ", static_cast<int>(mode));
-}
-
 QuantizedTensor::QuantizedTensor(Shape shape, DType dtype, Usage usage, Ownership ownership,
                                  Device device)
     : shape_(std::move(shape)),
@@ -36,7 +26,6 @@ QuantizedTensor::QuantizedTensor(Shape shape, DType dtype, Usage usage, Ownershi
       usage_(usage),
       ownership_(ownership),
       device_(device) {
-  OCTET_CHECK(is_fp8(dtype_), "a quantized tensor holds e4m3 or e5m2 data, got ", dtype_);
   OCTET_CHECK(usage_ != Usage::kNone, "a quantized tensor of shape ", shape_str(shape_),
               " must hold row-wise or column-wise data (or both)");
 }
@@ -46,6 +35,20 @@ int64_t QuantizedTensor::rows() const {
 }
 
 int64_t QuantizedTensor::cols() const { return shape_.empty() ? 1 : shape_.back(); }
+
+size_t QuantizedTensor::nbytes() const {
+  size_t n = 0;
+  for (const Tensor& t : held_buffers()) n += t.defined() ? t.nbytes() : 0;
+  return n;
+}
+
+std::vector<Tensor> QuantizedTensor::held_tensors() const {
+  std::vector<Tensor> out;
+  for (Tensor& t : held_buffers()) {
+    if (t.defined()) out.push_back(std::move(t));
+  }
+  return out;
+}
 
 void QuantizedTensor::move_to(Device device) {
   check_buffers_present("move_to");
@@ -57,8 +60,8 @@ void QuantizedTensor::move_to(Device device) {
 
 std::string QuantizedTensor::describe() const {
   std::ostringstream out;
-  out << dtype_ << " " << scaling_mode_name(scaling_mode()) << " " << shape_str(shape_) << " "
-      << usage_name(usage_) << (ownership_ == Ownership::kOwned ? " owned" : " internal");
+  out << dtype_ << " " << format() << " " << shape_str(shape_) << " " << usage_name(usage_)
+      << (ownership_ == Ownership::kOwned ? " owned" : " internal");
   return out.str();
 }
 

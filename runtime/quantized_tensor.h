@@ -1,5 +1,7 @@
-// The common base of octet's quantized tensors (per-tensor FP8, MXFP8) and the interface of the
-// quantizers that make them (DESIGN.md "FP8 numbers"). Data only: the kernels layer computes.
+// The common base of octet's quantized tensors (per-tensor FP8, MXFP8, ...) and the interface of
+// the quantizers that make them (DESIGN.md "FP8 numbers"). Data only: what a format computes
+// (dequantize, make a usage, its GEMM, its shape rule) is its entry in the kernels layer's format
+// table (kernels/quantized_format.h), found by the name format() returns.
 #pragma once
 
 #include <cstdint>
@@ -28,11 +30,9 @@ constexpr Usage operator&(Usage a, Usage b) {
 constexpr bool has_usage(Usage set, Usage wanted) { return (set & wanted) == wanted; }
 std::string_view usage_name(Usage usage);  // "none", "row-wise", "column-wise", "row-wise+..."
 
-enum class ScalingMode : uint8_t {
-  kPerTensor,  // one f32 scale per tensor (delayed or current scaling)
-  kMXFP8,      // one E8M0 exponent per block of 32 values
-};
-std::string_view scaling_mode_name(ScalingMode mode);  // "per-tensor", "mxfp8"
+// The names of the built-in formats (the keys of their format-table entries).
+inline constexpr std::string_view kPerTensorFormat = "per-tensor";  // one f32 scale per tensor
+inline constexpr std::string_view kMXFP8Format = "mxfp8";  // one E8M0 exponent per 32 values
 
 // Whether a cast writes |x|'s max into its delayed-scaling slot's history[0]. The module layer
 // decides: casts made with gradients disabled pass kSkip so evaluation data never moves training
@@ -47,8 +47,9 @@ class QuantizedTensor;
 class Quantizer : public std::enable_shared_from_this<Quantizer> {
  public:
   virtual ~Quantizer() = default;
-  virtual ScalingMode scaling_mode() const = 0;
-  virtual DType dtype() const = 0;  // e4m3 or e5m2
+  // The format of the tensors it makes (a format-table name, e.g. kPerTensorFormat).
+  virtual std::string_view format() const = 0;
+  virtual DType dtype() const = 0;  // the element dtype of the data (e4m3 or e5m2 for FP8)
   // `x` is f32 or bf16; the result holds exactly `usage` (not kNone), its buffers allocated under
   // the caller's MemTagScope.
   virtual std::shared_ptr<QuantizedTensor> quantize(const Tensor& x, Usage usage,
@@ -57,6 +58,10 @@ class Quantizer : public std::enable_shared_from_this<Quantizer> {
   // Requantizes `src` into dst's existing buffers (same usages), bumping dst's version.
   virtual void quantize_into(QuantizedTensor& dst, const Tensor& src, AmaxRecording amax) const = 0;
   virtual std::string describe() const = 0;  // "delayed e4m3", ... for error messages
+  // A quantizer that casts exactly as this one does now and records nothing, whatever later
+  // updates do to this one's state (a recompute in backward reproduces the forward's values).
+  // Stateless quantizers are their own frozen form.
+  virtual std::shared_ptr<const Quantizer> frozen() const { return shared_from_this(); }
 };
 
 class QuantizedTensor : public Saveable {
@@ -66,14 +71,31 @@ class QuantizedTensor : public Saveable {
   int64_t numel() const { return shape_numel(shape_); }
   int64_t rows() const;                   // prod(leading dims): the 2-D view every kernel uses
   int64_t cols() const;                   // last dim (1 for a 0-d tensor)
-  DType dtype() const { return dtype_; }  // the FP8 format of the data
+  DType dtype() const { return dtype_; }  // the element dtype of the data (e4m3, e5m2, ...)
   Device device() const { return device_; }
   Usage usage() const { return usage_; }  // what is held (kept while a context holds the buffers)
   bool has(Usage wanted) const { return has_usage(usage_, wanted); }
   Ownership ownership() const override { return ownership_; }
-  virtual ScalingMode scaling_mode() const = 0;
+  // The format's name: the key of its entry in the format table (kernels/quantized_format.h).
+  virtual std::string_view format() const = 0;
   // Bytes of every buffer held (data and scales).
-  virtual size_t nbytes() const = 0;
+  size_t nbytes() const;
+  // Bytes of the buffers held only for `usage` (kRowwise or kColumnwise): its data and the
+  // scales that only it reads. A scale both usages share (per-tensor scale_inv) counts in
+  // nbytes() only. 0 when the usage is not held.
+  virtual size_t nbytes(Usage usage) const = 0;
+
+  // The row-wise data (logical shape; undefined when not held): what forward and inference read,
+  // and the autograd leaf of an FP8 primary weight (a handle on the same storage).
+  virtual const Tensor& rowwise_data() const = 0;
+  // The checkpoint form of the row-wise data: (suffix, tensor) pairs, the data under "" and its
+  // scaling under the format's suffixes (".scale_inv", ".scales"). The tensors are handles on the
+  // live buffers, so copying bytes into them loads a checkpoint.
+  virtual std::vector<std::pair<std::string, Tensor>> rowwise_state() const = 0;
+  // Drops the usages in `usage`; at least one usage must remain. Bumps the version.
+  virtual void drop_usage(Usage usage) = 0;
+  // Every buffer held now (data and scales), e.g. for version checks of saved tensors.
+  std::vector<Tensor> held_tensors() const override;
   // Moves every buffer held to `device` in place (Storage::move_to): handles sharing them follow.
   void move_to(Device device);
 
@@ -94,7 +116,7 @@ class QuantizedTensor : public Saveable {
   std::string describe() const;
 
  protected:
-  // Every buffer held (data, scales, scale_inv), for move_to.
+  // Every buffer held (data, scales, scale_inv; undefined entries allowed), for move_to.
   virtual std::vector<Tensor> held_buffers() const = 0;
   QuantizedTensor(Shape shape, DType dtype, Usage usage, Ownership ownership, Device device);
   // Throws a clear error when the buffers are with a context (accessing data would crash).

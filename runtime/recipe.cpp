@@ -108,13 +108,24 @@ class Reader {
   std::string where_;
 };
 
+// The recipes JSON can name; "custom" (the last RecipeKind) is made in code only.
 const std::vector<std::string_view> kKinds = {"delayed", "current", "mxfp8"};
 const std::vector<std::string_view> kFormats = {"e4m3", "hybrid"};
 const std::vector<std::string_view> kAlgos = {"max", "most_recent"};
 
 }  // namespace
 
-std::string_view recipe_kind_name(RecipeKind kind) { return kKinds.at(static_cast<size_t>(kind)); }
+std::string_view recipe_kind_name(RecipeKind kind) {
+  switch (kind) {
+    case RecipeKind::kDelayed:
+    case RecipeKind::kCurrent:
+    case RecipeKind::kMXFP8:
+      return kKinds.at(static_cast<size_t>(kind));
+    case RecipeKind::kCustom:
+      return "custom";
+  }
+  OCTET_FAIL("unknown recipe kind ", static_cast<int>(kind));
+}
 std::string_view fp8_format_name(FP8Format format) {
   return kFormats.at(static_cast<size_t>(format));
 }
@@ -152,7 +163,28 @@ Recipe Recipe::mxfp8() {
   return r;
 }
 
+Recipe Recipe::custom_recipe(std::shared_ptr<const CustomRecipe> factory) {
+  OCTET_CHECK(factory != nullptr, "custom recipe: the quantizer factory is null");
+  Recipe r;
+  r.kind = RecipeKind::kCustom;
+  r.custom = std::move(factory);
+  return r;
+}
+
+bool Recipe::uses_fp8_meta() const {
+  switch (kind) {
+    case RecipeKind::kDelayed:
+      return true;
+    case RecipeKind::kCurrent:
+    case RecipeKind::kMXFP8:
+    case RecipeKind::kCustom:
+      return false;
+  }
+  OCTET_FAIL("unknown recipe kind ", static_cast<int>(kind));
+}
+
 DType Recipe::dtype(FP8Direction direction) const {
+  if (kind == RecipeKind::kCustom) return custom->dtype(direction);
   if (fp8_format == FP8Format::kHybrid && direction == FP8Direction::kBackward) {
     return DType::kE5M2;
   }
@@ -188,6 +220,8 @@ Recipe recipe_from_json(const json& object, std::string_view where) {
       // MXFP8 uses e4m3 for every tensor; the key is accepted only to say so explicitly.
       r.fp8_format = static_cast<FP8Format>(in.choice("fp8_format", {"e4m3"}, 0));
       break;
+    case RecipeKind::kCustom:
+      OCTET_FAIL("unreachable: \"custom\" is not among the JSON recipe names");
   }
   return r;
 }
@@ -213,6 +247,10 @@ Recipe load_recipe(const std::string& path) {
 json recipe_to_json(const Recipe& r) {
   json out;
   out["recipe"] = recipe_kind_name(r.kind);
+  if (r.kind == RecipeKind::kCustom) {
+    out["name"] = r.custom->name();
+    return out;
+  }
   out["fp8_format"] = fp8_format_name(r.fp8_format);
   switch (r.kind) {
     case RecipeKind::kDelayed:
@@ -226,6 +264,7 @@ json recipe_to_json(const Recipe& r) {
       out["amax_epsilon"] = r.amax_epsilon;
       break;
     case RecipeKind::kMXFP8:
+    case RecipeKind::kCustom:
       break;
   }
   return out;

@@ -1,20 +1,26 @@
 // FP8 scaling recipes (DESIGN.md "Recipes"): delayed, current and MXFP8 scaling, loaded from JSON
-// (configs/recipes/*.json, keys documented in configs/README.md) with errors that name the key.
+// (configs/recipes/*.json, keys documented in configs/README.md) with errors that name the key,
+// and custom recipes made in code (TE's CustomRecipe): a factory of quantizers per slot.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 
 #include "runtime/dtype.h"
+#include "runtime/fp8_slot.h"
 
 namespace octet {
+
+class Quantizer;
 
 enum class RecipeKind : uint8_t {
   kDelayed,  // per-tensor scale from an amax history, updated once per step
   kCurrent,  // per-tensor scale from the tensor's own amax at cast time
   kMXFP8,    // one E8M0 exponent per block of 32 values
+  kCustom,   // quantizers from a CustomRecipe made in code (never from JSON)
 };
 
 enum class FP8Format : uint8_t {
@@ -27,11 +33,20 @@ enum class AmaxComputeAlgo : uint8_t {
   kMostRecent,  // the newest entry only
 };
 
-// Forward tensors (inputs, weights, outputs) or backward tensors (gradients).
-enum class FP8Direction : uint8_t { kForward, kBackward };
+// A recipe made in code: it names itself and makes the quantizer of every slot of an FP8 module
+// (quantizers with their own formats, e.g. one that exists only in a test). Stateless as far as
+// octet is concerned: any state lives in the quantizers it makes.
+class CustomRecipe {
+ public:
+  virtual ~CustomRecipe() = default;
+  virtual std::string name() const = 0;
+  // The element dtype of the slot's quantized data.
+  virtual DType dtype(FP8Direction direction) const = 0;
+  virtual std::shared_ptr<Quantizer> make_quantizer(SlotId slot) const = 0;
+};
 
-std::string_view recipe_kind_name(RecipeKind kind);             // "delayed", "current", "mxfp8"
-std::string_view fp8_format_name(FP8Format format);             // "e4m3", "hybrid"
+std::string_view recipe_kind_name(RecipeKind kind);  // "delayed", "current", "mxfp8", "custom"
+std::string_view fp8_format_name(FP8Format format);  // "e4m3", "hybrid"
 std::string_view amax_compute_algo_name(AmaxComputeAlgo algo);  // "max", "most_recent"
 
 struct Recipe {
@@ -45,6 +60,8 @@ struct Recipe {
   // current only
   bool power_2_scale = false;  // round the scale down to a power of two
   float amax_epsilon = 0.f;    // scale = fp8_max / max(amax, amax_epsilon)
+  // custom only: the quantizer factory (recipes compare equal when they share it)
+  std::shared_ptr<const CustomRecipe> custom;
 
   // The recipes with their documented defaults.
   static Recipe delayed(FP8Format format = FP8Format::kHybrid, int margin = 0,
@@ -52,6 +69,11 @@ struct Recipe {
                         AmaxComputeAlgo algo = AmaxComputeAlgo::kMax);
   static Recipe current(FP8Format format = FP8Format::kHybrid);
   static Recipe mxfp8();
+  static Recipe custom_recipe(std::shared_ptr<const CustomRecipe> factory);
+
+  // Whether the recipe keeps per-slot state in an FP8Meta (scales and amax histories that the
+  // FP8 scope updates once per step): delayed scaling only.
+  bool uses_fp8_meta() const;
 
   // The FP8 dtype of forward or backward tensors: hybrid gives e5m2 to gradients.
   DType dtype(FP8Direction direction) const;
@@ -67,7 +89,8 @@ Recipe recipe_from_json(const nlohmann::json& json, std::string_view where = "re
 Recipe parse_recipe(std::string_view text, std::string_view where = "recipe");
 // The same from a file (configs/recipes/delayed.json, ...); errors name the path.
 Recipe load_recipe(const std::string& path);
-// Every key of the recipe's kind, with its value (round-trips through recipe_from_json).
+// Every key of the recipe's kind, with its value (round-trips through recipe_from_json; a custom
+// recipe is written as {"recipe": "custom", "name": ...} and cannot be read back).
 nlohmann::json recipe_to_json(const Recipe& recipe);
 std::string describe(const Recipe& recipe);  // the JSON text on one line
 

@@ -28,6 +28,10 @@ class Saveable {
   // object: changed since it was saved (an optimizer step between forward and backward) is a
   // clear error, not a silently wrong gradient.
   virtual uint64_t version() const { return 0; }
+  // The buffers an owned object holds now. The context also checks their storages' versions (a
+  // write through another handle on them, e.g. a parameter's leaf tensor, or a checkpoint loaded
+  // into them) and that the object still holds exactly these.
+  virtual std::vector<Tensor> held_tensors() const { return {}; }
 };
 
 }  // namespace octet

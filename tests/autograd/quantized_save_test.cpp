@@ -32,7 +32,7 @@ std::vector<uint8_t> concat_bytes(const std::vector<Tensor>& buffers) {
 }
 
 std::vector<uint8_t> bytes_of(const QuantizedTensor& q) {
-  if (q.scaling_mode() == ScalingMode::kPerTensor) {
+  if (q.format() == kPerTensorFormat) {
     const auto& f = static_cast<const Float8Tensor&>(q);
     return concat_bytes({f.rowwise_data(), f.columnwise_data(), f.scale_inv()});
   }
@@ -71,13 +71,13 @@ std::shared_ptr<QuantizedTensor> quantized(const Quantizer& q, Ownership ownersh
                     AmaxRecording::kSkip);
 }
 
-class InternalQuantizedSave : public ::testing::TestWithParam<ScalingMode> {};
+class InternalQuantizedSave : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(InternalQuantizedSave, BuffersGoToTheContextAndComeBackIdentical) {
   const DelayedScalingQuantizer per_tensor(Tensor::from_floats({5.f}, {1}),
                                            Tensor::zeros({1}, DType::kF32), DType::kE4M3);
   const MXFP8Quantizer mxfp8(DType::kE4M3);
-  const Quantizer& quantizer = GetParam() == ScalingMode::kPerTensor
+  const Quantizer& quantizer = GetParam() == kPerTensorFormat
                                    ? static_cast<const Quantizer&>(per_tensor)
                                    : static_cast<const Quantizer&>(mxfp8);
   const int64_t base = saved_bytes();
@@ -115,7 +115,7 @@ TEST_P(InternalQuantizedSave, DroppedGraphFreesTheBuffers) {
   const MXFP8Quantizer mxfp8(DType::kE4M3);
   const DelayedScalingQuantizer per_tensor(Tensor::from_floats({1.f}, {1}),
                                            Tensor::zeros({1}, DType::kF32), DType::kE5M2);
-  const Quantizer& quantizer = GetParam() == ScalingMode::kPerTensor
+  const Quantizer& quantizer = GetParam() == kPerTensorFormat
                                    ? static_cast<const Quantizer&>(per_tensor)
                                    : static_cast<const Quantizer&>(mxfp8);
   const int64_t base = saved_bytes();
@@ -131,9 +131,10 @@ TEST_P(InternalQuantizedSave, DroppedGraphFreesTheBuffers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, InternalQuantizedSave,
-                         ::testing::Values(ScalingMode::kPerTensor, ScalingMode::kMXFP8),
+                         ::testing::Values(std::string(kPerTensorFormat),
+                                           std::string(kMXFP8Format)),
                          [](const auto& info) {
-                           return info.param == ScalingMode::kPerTensor ? "per_tensor" : "mxfp8";
+                           return info.param == kPerTensorFormat ? "per_tensor" : "mxfp8";
                          });
 
 TEST(OwnedQuantizedSave, IsSavedByReferenceAndNeverEmptied) {

@@ -122,7 +122,7 @@ inline ::testing::AssertionResult same_bits(const Tensor& got, const Tensor& wan
 inline ::testing::AssertionResult same_quantized(const QuantizedTensor& got,
                                                  const QuantizedTensor& want) {
   if (got.shape() != want.shape() || got.dtype() != want.dtype() || got.usage() != want.usage() ||
-      got.scaling_mode() != want.scaling_mode()) {
+      got.format() != want.format()) {
     return ::testing::AssertionFailure()
            << "got " << got.describe() << ", want " << want.describe();
   }
@@ -131,7 +131,7 @@ inline ::testing::AssertionResult same_quantized(const QuantizedTensor& got,
     Tensor got, want;
   };
   std::vector<Buffer> buffers;
-  if (want.scaling_mode() == ScalingMode::kPerTensor) {
+  if (want.format() == kPerTensorFormat) {
     const auto& g = dynamic_cast<const Float8Tensor&>(got);
     const auto& w = dynamic_cast<const Float8Tensor&>(want);
     buffers.push_back({"scale_inv", g.scale_inv(), w.scale_inv()});

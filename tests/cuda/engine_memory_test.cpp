@@ -278,14 +278,14 @@ DelayedScalingQuantizer gpu_delayed(float scale, DType dtype) {
                                  dtype);
 }
 
-class CudaInternalQuantizedSave : public ::testing::TestWithParam<ScalingMode> {};
+class CudaInternalQuantizedSave : public ::testing::TestWithParam<std::string> {};
 
 // InternalQuantizedSave.BuffersGoToTheContextAndComeBackIdentical
 TEST_P(CudaInternalQuantizedSave, BuffersGoToTheContextAndComeBackIdentical) {
   OCTET_REQUIRE_CUDA();
   const DelayedScalingQuantizer per_tensor = gpu_delayed(5.f, DType::kE4M3);
   const MXFP8Quantizer mxfp8(DType::kE4M3);
-  const Quantizer& quantizer = GetParam() == ScalingMode::kPerTensor
+  const Quantizer& quantizer = GetParam() == kPerTensorFormat
                                    ? static_cast<const Quantizer&>(per_tensor)
                                    : static_cast<const Quantizer&>(mxfp8);
   const int64_t base = saved_bytes();
@@ -326,7 +326,7 @@ TEST_P(CudaInternalQuantizedSave, DroppedGraphFreesTheBuffers) {
   OCTET_REQUIRE_CUDA();
   const MXFP8Quantizer mxfp8(DType::kE4M3);
   const DelayedScalingQuantizer per_tensor = gpu_delayed(1.f, DType::kE5M2);
-  const Quantizer& quantizer = GetParam() == ScalingMode::kPerTensor
+  const Quantizer& quantizer = GetParam() == kPerTensorFormat
                                    ? static_cast<const Quantizer&>(per_tensor)
                                    : static_cast<const Quantizer&>(mxfp8);
   const int64_t base = saved_bytes();
@@ -342,9 +342,10 @@ TEST_P(CudaInternalQuantizedSave, DroppedGraphFreesTheBuffers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaInternalQuantizedSave,
-                         ::testing::Values(ScalingMode::kPerTensor, ScalingMode::kMXFP8),
+                         ::testing::Values(std::string(kPerTensorFormat),
+                                           std::string(kMXFP8Format)),
                          [](const auto& info) {
-                           return info.param == ScalingMode::kPerTensor ? "per_tensor" : "mxfp8";
+                           return info.param == kPerTensorFormat ? "per_tensor" : "mxfp8";
                          });
 
 // OwnedQuantizedSave.IsSavedByReferenceAndNeverEmptied

@@ -53,7 +53,7 @@ inline std::vector<uint8_t> concat_bytes(const std::vector<Tensor>& buffers) {
 
 // Every buffer of a quantized tensor (data of each usage, scale_inv or E8M0 exponents).
 inline std::vector<uint8_t> bytes_of(const QuantizedTensor& q) {
-  if (q.scaling_mode() == ScalingMode::kPerTensor) {
+  if (q.format() == kPerTensorFormat) {
     const auto& f = dynamic_cast<const Float8Tensor&>(q);
     return concat_bytes({f.rowwise_data(), f.columnwise_data(), f.scale_inv()});
   }

@@ -21,7 +21,7 @@ std::vector<double> decode(const QuantizedTensor& t, Usage usage) {
   const bool row = usage == Usage::kRowwise;
   Tensor data, scales;
   double scale_inv = 1;
-  if (t.scaling_mode() == ScalingMode::kPerTensor) {
+  if (t.format() == kPerTensorFormat) {
     const auto& f = static_cast<const Float8Tensor&>(t);
     data = row ? f.rowwise_data() : f.columnwise_data();
     scale_inv = f.scale_inv().item();
@@ -220,10 +220,10 @@ TEST(FP8GemmErrors, ShapeRulesAreNamed) {
                           Ownership::kInternal, AmaxRecording::kSkip);
   expect_error([&] { ops::fp8_gemm(*mx_x, *mx_w, ops::GemmLayout::kFprop, DType::kF32); },
                {"X has shape (32, 48)", "multiples of 32", "48 % 32 = 16"});
-  EXPECT_TRUE(ops::fp8_gemm_shape_supported(ScalingMode::kPerTensor, {2, 4, 16}));
-  EXPECT_FALSE(ops::fp8_gemm_shape_supported(ScalingMode::kPerTensor, {2, 3, 16}));
-  EXPECT_FALSE(ops::fp8_gemm_shape_supported(ScalingMode::kMXFP8, {16, 32}));
-  EXPECT_TRUE(ops::fp8_gemm_shape_supported(ScalingMode::kMXFP8, {2, 16, 64}));
+  EXPECT_TRUE(ops::fp8_gemm_shape_supported(kPerTensorFormat, {2, 4, 16}));
+  EXPECT_FALSE(ops::fp8_gemm_shape_supported(kPerTensorFormat, {2, 3, 16}));
+  EXPECT_FALSE(ops::fp8_gemm_shape_supported(kMXFP8Format, {16, 32}));
+  EXPECT_TRUE(ops::fp8_gemm_shape_supported(kMXFP8Format, {2, 16, 64}));
 }
 
 TEST(FP8GemmErrors, OperandsMustFitTheLayout) {
@@ -253,7 +253,7 @@ TEST(FP8GemmErrors, OperandsMustFitTheLayout) {
       [&] {
         ops::fp8_gemm(*per_tensor({32, 32}), *mx_w, ops::GemmLayout::kFprop, DType::kF32);
       },
-      {"different scaling modes"});
+      {"are in different formats"});
   Tensor wrong = Tensor::empty({16, 40}, DType::kF32);
   expect_error([&] { ops::fp8_gemm(*x, *w, ops::GemmLayout::kFprop, wrong); },
                {"output must have shape (16, 48)"});

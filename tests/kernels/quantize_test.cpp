@@ -224,7 +224,7 @@ TEST(DelayedScaling, QuantizerForAnFP8MetaSlotUsesTheSlotsState) {
   EXPECT_THROW(make_quantizer(Recipe::delayed(FP8Format::kE4M3), meta.get(), dy), Error);
   EXPECT_THROW(make_quantizer(Recipe::delayed(), nullptr, dy), Error);
   EXPECT_EQ(make_quantizer(Recipe::current(), nullptr, dy)->dtype(), DType::kE5M2);
-  EXPECT_EQ(make_quantizer(Recipe::mxfp8(), nullptr, dy)->scaling_mode(), ScalingMode::kMXFP8);
+  EXPECT_EQ(make_quantizer(Recipe::mxfp8(), nullptr, dy)->format(), kMXFP8Format);
 }
 
 // The slot's cast counts: casts that record amax (quantize and quantize_into) add their

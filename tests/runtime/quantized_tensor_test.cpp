@@ -41,7 +41,7 @@ TEST(Float8Tensor, HoldsShapeDtypeUsagesAndBytes) {
   EXPECT_EQ(t.cols(), 4);
   EXPECT_EQ(t.dtype(), DType::kE4M3);
   EXPECT_EQ(t.usage(), Usage::kBoth);
-  EXPECT_EQ(t.scaling_mode(), ScalingMode::kPerTensor);
+  EXPECT_EQ(t.format(), kPerTensorFormat);
   EXPECT_EQ(t.nbytes(), 24u + 24u + 4u);
   EXPECT_EQ(t.describe(), "e4m3 per-tensor (2, 3, 4) row-wise+column-wise internal");
   t.drop_usage(Usage::kRowwise);
