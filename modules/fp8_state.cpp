@@ -66,12 +66,15 @@ GemmQuantizers FP8State::gemm_quantizers(int gemm) {
   return q;
 }
 
-void check_gemm_shapes(FP8State& state, int gemm, const std::string& what, int64_t rows, int64_t in,
-                       int64_t out) {
-  const GemmQuantizers q = state.gemm_quantizers(gemm);
-  ops::check_fp8_gemm_shape(q.input->format(), {rows, in}, what + " input");
-  ops::check_fp8_gemm_shape(q.weight->format(), {out, in}, what + " weight");
-  ops::check_fp8_gemm_shape(q.grad_output->format(), {rows, out}, what + " output gradient");
+void check_gemm_shapes(const Recipe& recipe, int gemm, const std::string& what, int64_t rows,
+                       int64_t in, int64_t out) {
+  const auto format = [&](SlotId slot) { return quantized_format_for(recipe, slot); };
+  ops::check_fp8_gemm_shape(format(forward_slot(gemm, ForwardTensor::kInput)), {rows, in},
+                            what + " input");
+  ops::check_fp8_gemm_shape(format(forward_slot(gemm, ForwardTensor::kWeight)), {out, in},
+                            what + " weight");
+  ops::check_fp8_gemm_shape(format(backward_slot(gemm, BackwardTensor::kGradOutput)), {rows, out},
+                            what + " output gradient");
 }
 
 Operand cast_with(const Quantizer* frozen, const Tensor& x, Usage usage) {

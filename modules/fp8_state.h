@@ -78,11 +78,12 @@ class FP8State {
   bool locked_ = false;
 };
 
-// Checks the operands of GEMM `gemm` against the shape rules of their quantizers' formats before
-// anything runs: `what` + " input" (rows, in), " weight" (out, in), " output gradient"
-// (rows, out). The error names the operand, its shape and the rule.
-void check_gemm_shapes(FP8State& state, int gemm, const std::string& what, int64_t rows, int64_t in,
-                       int64_t out);
+// Checks the operands of GEMM `gemm` against the shape rules of the formats `recipe` casts them
+// to, before anything runs or changes (call it before FP8State::begin_forward): `what` + " input"
+// (rows, in), " weight" (out, in), " output gradient" (rows, out). The error names the operand,
+// its shape and the rule.
+void check_gemm_shapes(const Recipe& recipe, int gemm, const std::string& what, int64_t rows,
+                       int64_t in, int64_t out);
 
 // `x` cast with a frozen quantizer (records nothing), or `x` itself for a null quantizer.
 Operand cast_with(const Quantizer* frozen, const Tensor& x, Usage usage);

@@ -292,9 +292,9 @@ Tensor LayerNormMLP::forward(const Tensor& x, FirstMicrobatch first) {
   fn.recompute = options_.recompute;
   const bool fp8 = fp8_enabled();
   if (fp8) {
+    check_gemm_shapes(fp8_recipe(), 0, "LayerNormMLP fc1", rows, hidden_, fc1_out);
+    check_gemm_shapes(fp8_recipe(), 1, "LayerNormMLP fc2", rows, ffn_, hidden_);
     fp8_->begin_forward(fp8_recipe(), x.device());
-    check_gemm_shapes(*fp8_, 0, "LayerNormMLP fc1", rows, hidden_, fc1_out);
-    check_gemm_shapes(*fp8_, 1, "LayerNormMLP fc2", rows, ffn_, hidden_);
     fn.fc1 = LinearGemm(fp8_->gemm_quantizers(0));
     fn.fc2 = LinearGemm(fp8_->gemm_quantizers(1));
   } else {
@@ -332,8 +332,8 @@ std::pair<Tensor, Tensor> LayerNormLinear::forward_with_norm_output(const Tensor
   fn.return_norm = options_.return_norm_output;
   const bool fp8 = fp8_enabled();
   if (fp8) {
+    check_gemm_shapes(fp8_recipe(), 0, "LayerNormLinear", x.rows(), in_, out_);
     fp8_->begin_forward(fp8_recipe(), x.device());
-    check_gemm_shapes(*fp8_, 0, "LayerNormLinear", x.rows(), in_, out_);
     fn.gemm = LinearGemm(fp8_->gemm_quantizers(0));
   } else {
     OCTET_CHECK(!w_.is_fp8(), "LayerNormLinear with FP8 primary weights must run in an FP8 scope");

@@ -107,8 +107,8 @@ Tensor Linear::forward(const Tensor& x, FirstMicrobatch first) {
   LinearFn fn;
   fn.has_bias = bias_.defined();
   if (fp8) {
+    check_gemm_shapes(fp8_recipe(), 0, "Linear", x.rows(), in_, out_);
     fp8_->begin_forward(fp8_recipe(), x.device());
-    check_gemm_shapes(*fp8_, 0, "Linear", x.rows(), in_, out_);
     fn.gemm = LinearGemm(fp8_->gemm_quantizers(0));
   } else {
     OCTET_CHECK(!weight_.is_fp8(), "Linear with FP8 primary weights must run inside an FP8 scope");
