@@ -1,6 +1,6 @@
 # Layer include roots. Each layer compiles against a folder that links only the layers it may
 # use, so `#include "modules/x.h"` from runtime/ is a compile error, not a convention.
-set(OCTET_LAYERS runtime kernels autograd modules tools)
+set(OCTET_LAYERS runtime kernels autograd modules train tools)
 
 # octet_layer_includes(<layer>): the include root holding <layer> and every layer before it.
 function(octet_layer_include_root layer out_var)

@@ -281,8 +281,7 @@ void bench_gemm_cpu(const Options& o, const Emit& emit) {
           // once outside the timing: this times the GEMM, the blocks below time the casts too.
           // Only delayed scaling keeps per-slot state; the other recipes take no meta.
           std::unique_ptr<FP8Meta> meta;
-          if (p.recipe->kind == RecipeKind::kDelayed)
-            meta = std::make_unique<FP8Meta>(*p.recipe, 1);
+          if (p.recipe->uses_fp8_meta()) meta = std::make_unique<FP8Meta>(*p.recipe, 1);
           auto quantize = [&](const Tensor& t, SlotId slot, Usage usage) {
             return make_quantizer(*p.recipe, meta.get(), slot)
                 ->quantize(t, usage, Ownership::kOwned, AmaxRecording::kSkip);

@@ -1,28 +1,21 @@
-// Training checkpoints as safetensors files: the model's state dict (FP8 primary weights as
-// F8_E4M3/F8_E5M2 with scale_inv, every FP8 meta), the optimizer state, and the trainer state.
+// The checkpoints of `octet train`: the library's checkpoint (train/checkpoint.h: model,
+// optimizer, every FP8 meta, the Trainer's step and skipped steps) plus what the command line
+// needs to resume exactly and to rebuild the model alone: the trainer's generator, the data
+// position and the resolved run config, as "__metadata__" entries "rng", "data_state"
+// (data::encode_state) and "config" (JSON).
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
-#include "modules/module.h"
-#include "modules/optimizer.h"
 #include "runtime/rng.h"
-#include "runtime/safetensors.h"
 #include "tools/config.h"
 #include "tools/data.h"
+#include "train/checkpoint.h"
 
-namespace octet::train {
+namespace octet::cli {
 
-// Tensor names are "model.<state dict name>" and "optimizer.<state dict name>". The trainer state
-// lives in "__metadata__" (string values): format, version, step, skipped_steps, rng, data_state
-// (data::encode_state) and config (the resolved run config as JSON).
-inline constexpr std::string_view kCheckpointFormat = "octet-checkpoint";
-inline constexpr int kCheckpointVersion = 1;
-inline constexpr std::string_view kModelPrefix = "model.";
-inline constexpr std::string_view kOptimizerPrefix = "optimizer.";
 inline constexpr std::string_view kCheckpointFile = "checkpoint.safetensors";
 
 struct TrainerState {
@@ -33,20 +26,13 @@ struct TrainerState {
   config::RunConfig config;
 };
 
-// Writes atomically (a temporary file renamed into place): a crash mid-save keeps the previous
-// checkpoint. `optimizer` may be null (an inference export holds no optimizer state).
-void save_checkpoint(const std::string& path, modules::Module& model, modules::Optimizer* optimizer,
-                     const TrainerState& state);
+// The metadata entries of `state` that the Trainer does not write itself (rng, data, config).
+SafetensorsMetadata run_metadata(const TrainerState& state);
 
-// A checkpoint read and checked: every malformed or truncated file, a safetensors file that is not
-// an octet checkpoint, and bad metadata are octet::Errors naming the file.
-struct Checkpoint {
-  std::string path;
+// A run's checkpoint read and checked: the library's checks, then bad run metadata, each an
+// octet::Error naming the file.
+struct Checkpoint : train::Checkpoint {
   TrainerState state;
-  NamedTensors model;      // names without the "model." prefix
-  NamedTensors optimizer;  // names without the "optimizer." prefix
-  SafetensorsMetadata metadata;
-  NamedTensors tensors;  // every tensor with its full name, in file order
 };
 Checkpoint read_checkpoint(const std::string& path);
 
@@ -60,4 +46,4 @@ void load_model_state(modules::Module& model, const Checkpoint& checkpoint);
 void check_resumable(const config::RunConfig& saved, const config::RunConfig& run,
                      const std::string& path);
 
-}  // namespace octet::train
+}  // namespace octet::cli

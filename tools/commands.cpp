@@ -14,16 +14,14 @@
 
 #include "autograd/grad_mode.h"
 #include "runtime/error.h"
-#include "runtime/float8_tensor.h"
 #include "runtime/log.h"
 #include "runtime/memory.h"
-#include "runtime/mxfp8_tensor.h"
 #include "tools/bench.h"
 #include "tools/checkpoint.h"
 #include "tools/inspect.h"
 #include "tools/metrics.h"
+#include "tools/run.h"
 #include "tools/task_data.h"
-#include "tools/trainer.h"
 
 namespace octet::cli {
 namespace {
@@ -123,7 +121,7 @@ std::string required(const Parsed& p, std::string_view name, std::string_view co
 // ---- the model of a checkpoint ----
 
 // The config a checkpoint was trained with, with `sets` applied; model.* and fp8.* must stay.
-config::RunConfig checkpoint_config(const train::Checkpoint& ckpt,
+config::RunConfig checkpoint_config(const cli::Checkpoint& ckpt,
                                     const std::vector<std::string>& sets) {
   config::RunConfig c = ckpt.state.config;
   for (const std::string& s : sets) config::apply_override(c, s);
@@ -148,7 +146,7 @@ struct LoadedModel {
 // are made row-wise only, and nothing records autograd state.
 LoadedModel load_model(const std::string& path, const std::vector<std::string>& sets,
                        const std::optional<std::string>& data_path) {
-  const train::Checkpoint ckpt = train::read_checkpoint(path);
+  const cli::Checkpoint ckpt = cli::read_checkpoint(path);
   config::RunConfig c = checkpoint_config(ckpt, sets);
   if (data_path) {
     OCTET_CHECK(c.data.kind != "task", "--data: checkpoint ", path,
@@ -158,8 +156,8 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
   }
   LoadedModel m;
   m.dataset = data::open_dataset(config::data_options(c));
-  m.model = std::make_unique<modules::GPT>(train::gpt_config(c, *m.dataset));
-  train::load_model_state(*m.model, ckpt);
+  m.model = std::make_unique<modules::GPT>(cli::gpt_config(c, *m.dataset));
+  cli::load_model_state(*m.model, ckpt);
   m.model->eval();
   m.config = std::move(c);
   m.step = ckpt.state.step;
@@ -173,23 +171,20 @@ std::string memory_line(modules::GPT& model) {
       high += static_cast<int64_t>(p.tensor->nbytes());
       continue;
     }
+    // Every byte of the weight: what only one usage reads counts with it, a scale both read
+    // (per-tensor scale_inv) with the row-wise data inference keeps.
     const QuantizedTensor& q = **p.fp8;
-    auto bytes = [](const Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; };
-    if (const auto* f = dynamic_cast<const Float8Tensor*>(&q)) {
-      rowwise += bytes(f->rowwise_data());
-      columnwise += bytes(f->columnwise_data());
-    } else if (const auto* x = dynamic_cast<const MXFP8Tensor*>(&q)) {
-      rowwise += bytes(x->rowwise_data()) + bytes(x->rowwise_scales());
-      columnwise += bytes(x->columnwise_data()) + bytes(x->columnwise_scales());
-    }
+    const auto column = static_cast<int64_t>(q.nbytes(Usage::kColumnwise));
+    rowwise += static_cast<int64_t>(q.nbytes()) - column;
+    columnwise += column;
   }
   const MemoryStats s = memory_stats();
   return fmt::format(
       "memory (inference mode): weights {} FP8 row-wise, {} FP8 column-wise, {} high precision; "
       "peak {} in all, {} saved for backward, {} optimizer state",
-      train::format_bytes(rowwise), train::format_bytes(columnwise), train::format_bytes(high),
-      train::format_bytes(s.total_peak), train::format_bytes(s.peak_of(MemTag::kSaved)),
-      train::format_bytes(s.peak_of(MemTag::kOptimizer)));
+      cli::format_bytes(rowwise), cli::format_bytes(columnwise), cli::format_bytes(high),
+      cli::format_bytes(s.total_peak), cli::format_bytes(s.peak_of(MemTag::kSaved)),
+      cli::format_bytes(s.peak_of(MemTag::kOptimizer)));
 }
 
 }  // namespace
@@ -209,17 +204,17 @@ int run_train(const Args& args, std::ostream& out) {
   }
   no_positional(p, "train");
   const std::vector<std::string> sets = p.values("--set");
-  const train::Resume resume = p.has("--resume") ? train::Resume::kYes : train::Resume::kNo;
+  const cli::Resume resume = p.has("--resume") ? cli::Resume::kYes : cli::Resume::kNo;
   config::RunConfig c;
-  if (resume == train::Resume::kYes && !p.has("--config")) {
+  if (resume == cli::Resume::kYes && !p.has("--config")) {
     // Resuming without a config file continues the run as it was configured (plus --set).
     // Only to find the run directory: the full config is validated once it is assembled.
     config::RunConfig probe;
     for (const std::string& s : sets) config::apply_override(probe, s);
     const std::string dir = p.value("--out").value_or(probe.output.dir);
-    const std::string path = (std::filesystem::path(dir) / train::kCheckpointFile).string();
+    const std::string path = (std::filesystem::path(dir) / cli::kCheckpointFile).string();
     OCTET_CHECK(std::filesystem::exists(path), "--resume: no checkpoint at ", path);
-    c = train::read_checkpoint(path).state.config;
+    c = cli::read_checkpoint(path).state.config;
     for (const std::string& s : sets) config::apply_override(c, s);
     c.output.dir = dir;
   } else {
@@ -227,10 +222,10 @@ int run_train(const Args& args, std::ostream& out) {
     if (p.has("--out")) c.output.dir = *p.value("--out");
   }
   config::validate(c);
-  const train::ProgressStyle style = p.has("--quiet")          ? train::ProgressStyle::kQuiet
-                                     : ::isatty(STDOUT_FILENO) ? train::ProgressStyle::kLive
-                                                               : train::ProgressStyle::kLines;
-  train::train(c, resume, out, style);
+  const cli::ProgressStyle style = p.has("--quiet")          ? cli::ProgressStyle::kQuiet
+                                   : ::isatty(STDOUT_FILENO) ? cli::ProgressStyle::kLive
+                                                             : cli::ProgressStyle::kLines;
+  cli::train(c, resume, out, style);
   return 0;
 }
 
@@ -253,7 +248,7 @@ int run_eval(const Args& args, std::ostream& out) {
   }
   autograd::InferenceModeGuard inference;
   LoadedModel m = load_model(path, sets, p.value("--data"));
-  const train::EvalResult r = train::evaluate(*m.model, *m.dataset, m.config);
+  const cli::EvalResult r = cli::evaluate(*m.model, *m.dataset, m.config);
   if (p.has("--json")) {
     const nlohmann::ordered_json j = {{"checkpoint", path},     {"step", m.step},
                                       {"metric", r.name()},     {"value", r.value},
@@ -298,8 +293,8 @@ int run_generate(const Args& args, std::ostream& out) {
   const Tensor prompts =
       Tensor::from_bytes(ids.data(), {1, static_cast<int64_t>(ids.size())}, DType::kI32);
   Generator gen(seed);
-  const Tensor tokens = train::generate_tokens(*m.model, train::run_recipe(m.config), prompts,
-                                               new_tokens, static_cast<float>(temperature), &gen);
+  const Tensor tokens = cli::generate_tokens(*m.model, cli::run_recipe(m.config), prompts,
+                                             new_tokens, static_cast<float>(temperature), &gen);
   const auto* t = tokens.data_as<int32_t>();
   out << prompt << m.dataset->decode(std::vector<int32_t>(t, t + tokens.numel())) << '\n';
   out << memory_line(*m.model) << '\n';
@@ -314,11 +309,11 @@ int run_inspect(const Args& args, std::ostream& out) {
   }
   OCTET_CHECK(p.positional.size() == 1, "octet inspect: expected one checkpoint path, got ",
               p.positional.size(), " (see octet inspect --help)");
-  const train::Checkpoint ckpt = train::read_checkpoint(p.positional.front());
+  const cli::Checkpoint ckpt = cli::read_checkpoint(p.positional.front());
   if (p.has("--json")) {
-    out << train::inspect_json(ckpt).dump(2) << '\n';
+    out << cli::inspect_json(ckpt).dump(2) << '\n';
   } else {
-    out << train::inspect_text(ckpt);
+    out << cli::inspect_text(ckpt);
   }
   return 0;
 }

@@ -7,14 +7,23 @@
 #include <filesystem>
 #include <map>
 
+#include "kernels/quantized_format.h"
 #include "tools/metrics.h"
 
-namespace octet::train {
+namespace octet::cli {
 namespace {
 
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The format table's description of a quantized format, or a note when this octet lacks it.
+std::string format_layout(const std::string& format) {
+  for (const std::string& known : ops::quantized_format_names()) {
+    if (known == format) return ops::quantized_format(format).layout();
+  }
+  return "a format this octet does not know";
 }
 
 // How many amax history entries the report shows per slot.
@@ -54,11 +63,31 @@ std::vector<MetaSlot> meta_slots(const Checkpoint& c) {
   return out;
 }
 
+// The FP8 primary weights the checkpoint says it holds ("quantized" metadata): name -> entry.
+nlohmann::ordered_json quantized_weights(const Checkpoint& c) {
+  auto it = c.metadata.find("quantized");
+  if (it == c.metadata.end()) return nlohmann::ordered_json::object();
+  auto j = nlohmann::ordered_json::parse(it->second, nullptr, false);
+  OCTET_CHECK(!j.is_discarded() && j.is_object(), "checkpoint ", c.path,
+              ": __metadata__ \"quantized\" is not a JSON object");
+  return j;
+}
+
 std::string usage_of(const Checkpoint& c, const std::string& full_name, const Tensor& t) {
-  if (full_name.starts_with(kOptimizerPrefix)) {
+  if (full_name.starts_with(train::kOptimizerPrefix)) {
     return ends_with(full_name, ".master") ? "master" : "optimizer";
   }
   if (full_name.find("fp8_meta.") != std::string::npos) return "fp8 meta";
+  const nlohmann::ordered_json quantized = quantized_weights(c);
+  if (!quantized.empty()) {
+    for (const auto& [name, entry] : quantized.items()) {
+      for (const auto& member : entry.value("tensors", nlohmann::json::array())) {
+        if (member == full_name) return "fp8 row-wise";
+      }
+    }
+    return "master";
+  }
+  // A checkpoint without the "quantized" entry: FP8 data and the scales beside it.
   if (is_fp8(t.dtype())) return "fp8 row-wise";
   for (std::string_view suffix : {".scale_inv", ".scales"}) {
     if (!ends_with(full_name, suffix)) continue;
@@ -108,6 +137,16 @@ nlohmann::ordered_json inspect_json(const Checkpoint& c) {
                        {"usage", usage_of(c, name, t)}});
   }
   j["tensors"] = std::move(tensors);
+  nlohmann::ordered_json weights = nlohmann::ordered_json::array();
+  const nlohmann::ordered_json quantized = quantized_weights(c);
+  for (const auto& [name, entry] : quantized.items()) {
+    weights.push_back({{"name", name},
+                       {"format", entry.value("format", "")},
+                       {"dtype", entry.value("dtype", "")},
+                       {"shape", entry.value("shape", nlohmann::json::array())},
+                       {"layout", format_layout(entry.value("format", ""))}});
+  }
+  j["quantized_weights"] = std::move(weights);
   nlohmann::ordered_json metas = nlohmann::ordered_json::array();
   for (const MetaSlot& s : meta_slots(c)) {
     metas.push_back({{"slot", s.name},
@@ -136,6 +175,29 @@ std::string inspect_text(const Checkpoint& c) {
                        safetensors_dtype_name(t.dtype()), shape_str(t.shape()), t.nbytes(),
                        usage_of(c, name, t));
   }
+  const nlohmann::ordered_json quantized = quantized_weights(c);
+  if (!quantized.empty()) {
+    out += fmt::format("\nFP8 primary weights ({}), by format:\n", quantized.size());
+    std::vector<std::string> formats;
+    for (const auto& [name, entry] : quantized.items()) {
+      const std::string format = entry.value("format", "");
+      if (std::find(formats.begin(), formats.end(), format) == formats.end()) {
+        formats.push_back(format);
+      }
+    }
+    for (const std::string& format : formats) {
+      out += fmt::format("  {}: {}\n", format, format_layout(format));
+      for (const auto& [name, entry] : quantized.items()) {
+        if (entry.value("format", "") != format) continue;
+        Shape shape;
+        for (const auto& d : entry.value("shape", nlohmann::ordered_json::array())) {
+          shape.push_back(d.get<int64_t>());
+        }
+        out += fmt::format("    {:<{}}  {} {}\n", name, width, entry.value("dtype", ""),
+                           shape_str(shape));
+      }
+    }
+  }
   const std::vector<MetaSlot> slots = meta_slots(c);
   out += fmt::format("\nFP8 metas ({} slots): scale, newest amax, amax history[0:{}]\n",
                      slots.size(), kHistoryHead);
@@ -160,4 +222,4 @@ std::string inspect_text(const Checkpoint& c) {
   return out;
 }
 
-}  // namespace octet::train
+}  // namespace octet::cli

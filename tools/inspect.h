@@ -7,7 +7,7 @@
 
 #include "tools/checkpoint.h"
 
-namespace octet::train {
+namespace octet::cli {
 
 // Bytes of a checkpoint by what they are for. Column-wise FP8 data is never stored (training
 // rebuilds it from row-wise data), so it is always 0 in a file; the field says so explicitly.
@@ -27,4 +27,4 @@ nlohmann::ordered_json inspect_json(const Checkpoint& checkpoint);
 // The same as aligned text for a person.
 std::string inspect_text(const Checkpoint& checkpoint);
 
-}  // namespace octet::train
+}  // namespace octet::cli

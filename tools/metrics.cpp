@@ -10,16 +10,9 @@
 #include <sstream>
 
 #include "runtime/error.h"
-#include "runtime/fp8.h"
-#include "runtime/fp8_meta.h"
 
-namespace octet::train {
+namespace octet::cli {
 namespace {
-
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // JSON has no NaN or infinity; a non-finite number is written as its name so the line still
 // parses and a reader sees what happened.
@@ -30,107 +23,8 @@ nlohmann::ordered_json number(double v) {
 
 }  // namespace
 
-std::vector<SlotHealth> fp8_slot_health(modules::Module& model) {
-  // Buffers come as "<module>.fp8_meta.<direction>.<i>.scale" / ".amax_history".
-  std::map<std::string, SlotHealth> slots;
-  std::vector<std::string> order;
-  for (auto& [name, tensor] : model.buffers()) {
-    const size_t at = name.find("fp8_meta.");
-    if (at == std::string::npos) continue;
-    const size_t last_dot = name.rfind('.');
-    const std::string field = name.substr(last_dot + 1);
-    if (field != "scale" && field != "amax_history") continue;
-    std::string slot = name.substr(0, at) + name.substr(at + 9, last_dot - at - 9);
-    if (!slots.contains(slot)) order.push_back(slot);
-    SlotHealth& health = slots[slot];
-    health.name = slot;
-    const std::vector<float> values = tensor->to_floats();
-    if (field == "scale") {
-      health.scale = values.at(0);
-    } else {
-      float amax = 0.f;
-      for (float a : values) {
-        if (!std::isnan(a)) amax = std::max(amax, a);
-      }
-      health.amax = amax;
-      // After an update the newest amax has rolled to the end (history[0] restarts at 0).
-      health.amax_newest = values.back();
-    }
-  }
-  // The counts live beside the state dict, not in it: found through the modules' metas, named
-  // as above ("<module>.<direction>.<i>").
-  for (const auto& [module, meta] : model.fp8_metas()) {
-    for (FP8Direction d : {FP8Direction::kForward, FP8Direction::kBackward}) {
-      for (int i = 0; i < meta->num_slots(d); ++i) {
-        const std::string slot = (module.empty() ? "" : module + ".") +
-                                 (d == FP8Direction::kForward ? "forward." : "backward.") +
-                                 std::to_string(i);
-        auto it = slots.find(slot);
-        if (it == slots.end()) continue;
-        const FP8CastCounts counts = meta->take_cast_counts({d, i});
-        if (counts.total == 0) continue;
-        const double total = static_cast<double>(counts.total);
-        it->second.saturated_fraction = static_cast<double>(counts.saturated) / total;
-        it->second.flushed_fraction = static_cast<double>(counts.flushed) / total;
-      }
-    }
-  }
-  std::vector<SlotHealth> out;
-  out.reserve(order.size());
-  for (const std::string& slot : order) out.push_back(slots[slot]);
-  return out;
-}
-
-std::vector<WeightHealth> fp8_weight_health(modules::Module& model, const Recipe& recipe) {
-  std::vector<WeightHealth> out;
-  if (recipe.kind != RecipeKind::kDelayed) return out;
-  std::map<std::string, Tensor*> buffers;
-  for (auto& [name, tensor] : model.buffers()) buffers[name] = tensor;
-  const DType dtype = recipe.dtype(FP8Direction::kForward);
-  const float max = fp8_max(dtype);
-  for (const modules::Parameter& p : model.parameters()) {
-    if (p.is_fp8()) continue;
-    // Which module and GEMM the weight feeds: "<m>.weight" is GEMM 0 of <m>, LayerNormMLP's
-    // "<m>.fc1.weight" / "<m>.fc2.weight" are GEMMs 0 and 1; "<m>." is the meta's prefix.
-    const std::string& n = p.name;
-    int gemm = 0;
-    size_t leaf = 0;
-    if (n == "fc2.weight" || ends_with(n, ".fc2.weight")) {
-      gemm = 1;
-      leaf = 10;
-    } else if (n == "fc1.weight" || ends_with(n, ".fc1.weight")) {
-      leaf = 10;
-    } else if (n == "weight" || ends_with(n, ".weight")) {
-      leaf = 6;
-    } else {
-      continue;
-    }
-    const std::string scale_name = n.substr(0, n.size() - leaf) + "fp8_meta.forward." +
-                                   std::to_string(gemm * kForwardSlotsPerGemm + 1) + ".scale";
-    auto it = buffers.find(scale_name);
-    if (it == buffers.end()) continue;  // not an FP8 GEMM weight (norms, embeddings)
-    const float scale = it->second->item();
-    const std::vector<float> w = p.tensor->to_floats();
-    int64_t saturated = 0, flushed = 0, counted = 0;
-    for (float x : w) {
-      if (std::isnan(x)) continue;
-      ++counted;
-      const float scaled = x * scale;
-      if (std::fabs(scaled) > max) ++saturated;
-      if (x != 0.f) {
-        const uint8_t code = dtype == DType::kE4M3 ? to_e4m3(scaled) : to_e5m2(scaled);
-        if ((code & 0x7F) == 0) ++flushed;
-      }
-    }
-    const double total = static_cast<double>(std::max<int64_t>(counted, 1));
-    out.push_back(
-        {p.name, static_cast<double>(saturated) / total, static_cast<double>(flushed) / total});
-  }
-  return out;
-}
-
-nlohmann::ordered_json step_json(const StepRecord& r, const std::vector<SlotHealth>& slots,
-                                 const std::vector<WeightHealth>& weights) {
+nlohmann::ordered_json step_json(const StepRecord& r, const std::vector<train::SlotHealth>& slots,
+                                 const std::vector<train::WeightHealth>& weights) {
   nlohmann::ordered_json line;
   line["step"] = r.step;
   line["loss"] = number(r.loss);
@@ -140,7 +34,7 @@ nlohmann::ordered_json step_json(const StepRecord& r, const std::vector<SlotHeal
   line["skipped_steps"] = r.skipped_steps;
   if (!slots.empty()) {
     nlohmann::ordered_json fp8 = nlohmann::ordered_json::object();
-    for (const SlotHealth& s : slots) {
+    for (const train::SlotHealth& s : slots) {
       // null, not 0, for a slot nothing was cast through since the previous log.
       auto fraction = [](const std::optional<double>& f) {
         return f ? nlohmann::ordered_json(*f) : nlohmann::ordered_json(nullptr);
@@ -155,7 +49,7 @@ nlohmann::ordered_json step_json(const StepRecord& r, const std::vector<SlotHeal
   }
   if (!weights.empty()) {
     nlohmann::ordered_json fp8 = nlohmann::ordered_json::object();
-    for (const WeightHealth& w : weights) {
+    for (const train::WeightHealth& w : weights) {
       fp8[w.name] = {{"saturated", w.saturated}, {"flushed_to_zero", w.flushed_to_zero}};
     }
     line["fp8_weights"] = std::move(fp8);
@@ -283,4 +177,4 @@ std::string memory_summary(const MemoryStats& stats) {
   return out;
 }
 
-}  // namespace octet::train
+}  // namespace octet::cli

@@ -11,36 +11,9 @@
 #include "modules/module.h"
 #include "runtime/memory.h"
 #include "runtime/recipe.h"
+#include "train/fp8_health.h"
 
-namespace octet::train {
-
-// One delayed-scaling slot as the next step will use it: "layers.0.mlp.forward.1" (module, then
-// direction and slot index), its scale, the largest amax in its history window (what the scale
-// came from under amax_compute_algo "max") and the newest recorded amax. Then what the slot's
-// amax-recording casts since the previous call did, counted exactly in the casts themselves
-// (FP8CastCounts): the fraction of elements saturated (|x * scale| above the format's max) and
-// flushed to zero (x != 0 but fp8(x * scale) == +-0); empty when no such cast ran. Taking the
-// counts resets them, so call this once per logged step.
-struct SlotHealth {
-  std::string name;
-  float scale = 1.f;
-  float amax = 0.f;
-  float amax_newest = 0.f;
-  std::optional<double> saturated_fraction;
-  std::optional<double> flushed_fraction;
-};
-std::vector<SlotHealth> fp8_slot_health(modules::Module& model);
-
-// One FP8 GEMM weight: of its elements, the share the next forward cast saturates (|w * scale|
-// above the format's max) and the share it flushes to zero (w != 0 but fp8(w * scale) == 0).
-// Measured exactly on the high-precision weight with its delayed-scaling slot's current scale, so
-// only under delayed scaling and not for FP8 primary weights (their master is the optimizer's).
-struct WeightHealth {
-  std::string name;
-  double saturated = 0.0;
-  double flushed_to_zero = 0.0;
-};
-std::vector<WeightHealth> fp8_weight_health(modules::Module& model, const Recipe& recipe);
+namespace octet::cli {
 
 // What one metrics.jsonl line says about a logged step.
 struct StepRecord {
@@ -51,8 +24,9 @@ struct StepRecord {
   double tokens_per_s = 0.0;
   int64_t skipped_steps = 0;  // non-finite steps skipped so far in this run
 };
-nlohmann::ordered_json step_json(const StepRecord& record, const std::vector<SlotHealth>& slots,
-                                 const std::vector<WeightHealth>& weights);
+nlohmann::ordered_json step_json(const StepRecord& record,
+                                 const std::vector<train::SlotHealth>& slots,
+                                 const std::vector<train::WeightHealth>& weights);
 
 // Appends lines to metrics.jsonl. Opening for a resumed run keeps only the lines whose "step" is
 // at most `keep_through_step`, so steps redone after an interruption are not listed twice.
@@ -84,4 +58,4 @@ std::string format_bytes(int64_t bytes);
 // "peak memory: total 1.2 MiB; weights 120 KiB, grads 120 KiB, ..." (every tag, peak bytes).
 std::string memory_summary(const MemoryStats& stats);
 
-}  // namespace octet::train
+}  // namespace octet::cli

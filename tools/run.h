@@ -15,7 +15,7 @@
 #include "tools/config.h"
 #include "tools/data.h"
 
-namespace octet::train {
+namespace octet::cli {
 
 // ---- the model a config describes (shared by train, eval and generate) ----
 
@@ -84,4 +84,4 @@ struct TrainResult {
 TrainResult train(const config::RunConfig& config, Resume resume, std::ostream& out,
                   ProgressStyle style, const TrainHooks& hooks = {});
 
-}  // namespace octet::train
+}  // namespace octet::cli

@@ -1,5 +1,5 @@
 // The training loop, evaluation and generation helpers of `octet train` / `eval` / `generate`.
-#include "tools/trainer.h"
+#include "tools/run.h"
 
 #include <fmt/format.h>
 
@@ -22,8 +22,10 @@
 #include "tools/checkpoint.h"
 #include "tools/metrics.h"
 #include "tools/task_data.h"
+#include "train/fp8_health.h"
+#include "train/trainer.h"
 
-namespace octet::train {
+namespace octet::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -236,6 +238,24 @@ class Progress {
 
 }  // namespace
 
+train::TrainerOptions trainer_options(const config::RunConfig& c) {
+  train::TrainerOptions o;
+  o.optimizer.kind =
+      c.optimizer.kind == "sgd" ? modules::OptimizerKind::kSGD : modules::OptimizerKind::kAdamW;
+  o.optimizer.beta1 = static_cast<float>(c.optimizer.betas[0]);
+  o.optimizer.beta2 = static_cast<float>(c.optimizer.betas[1]);
+  o.optimizer.eps = static_cast<float>(c.optimizer.eps);
+  o.optimizer.weight_decay = static_cast<float>(c.optimizer.weight_decay);
+  o.optimizer.momentum = static_cast<float>(c.optimizer.momentum);
+  o.schedule = {static_cast<float>(c.optimizer.lr), c.schedule.warmup_steps,
+                config::total_schedule_steps(c), static_cast<float>(c.schedule.min_lr_ratio)};
+  o.recipe = run_recipe(c);
+  o.grad_accum = c.training.grad_accum;
+  o.grad_clip = c.optimizer.grad_clip;
+  o.max_nonfinite_steps = 0;  // the run stops itself, naming its config key and checkpoint
+  return o;
+}
+
 TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, ProgressStyle style,
                   const TrainHooks& hooks) {
   const auto t0 = Clock::now();
@@ -255,20 +275,8 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
   reset_peak_memory(device);
 
   modules::GPT model(gpt_config(c, *dataset));
-  model.to(device);  // before the optimizer, whose state is made where the parameters live
-  modules::OptimizerOptions opt_options;
-  opt_options.kind =
-      c.optimizer.kind == "sgd" ? modules::OptimizerKind::kSGD : modules::OptimizerKind::kAdamW;
-  opt_options.beta1 = static_cast<float>(c.optimizer.betas[0]);
-  opt_options.beta2 = static_cast<float>(c.optimizer.betas[1]);
-  opt_options.eps = static_cast<float>(c.optimizer.eps);
-  opt_options.weight_decay = static_cast<float>(c.optimizer.weight_decay);
-  opt_options.momentum = static_cast<float>(c.optimizer.momentum);
-  const std::vector<modules::Parameter> params = model.parameters();
-  modules::Optimizer optimizer(params, opt_options);
-  const modules::LrSchedule schedule{static_cast<float>(c.optimizer.lr), c.schedule.warmup_steps,
-                                     config::total_schedule_steps(c),
-                                     static_cast<float>(c.schedule.min_lr_ratio)};
+  model.to(device);  // before the trainer's optimizer, whose state is made where parameters live
+  train::Trainer trainer(model, trainer_options(c));
   Generator rng(static_cast<uint64_t>(c.training.seed));
 
   TrainerState state;
@@ -278,19 +286,13 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
                 c.output.dir, ")");
     const Checkpoint ckpt = read_checkpoint(ckpt_path);
     check_resumable(ckpt.state.config, c, ckpt_path);
-    load_model_state(model, ckpt);
-    try {
-      optimizer.load_state_dict(ckpt.optimizer);
-    } catch (const Error& e) {
-      OCTET_FAIL("checkpoint ", ckpt_path, ": optimizer state does not fit: ", e.what());
-    }
+    trainer.load(ckpt);
     dataset->set_state(ckpt.state.data);
     rng.set_state(ckpt.state.rng);
     state.step = ckpt.state.step;
     state.skipped_steps = ckpt.state.skipped_steps;
-    OCTET_CHECK(state.step < c.training.steps || state.step == c.training.steps,
-                "--resume: checkpoint ", ckpt_path, " is at step ", state.step,
-                ", past training.steps ", c.training.steps);
+    OCTET_CHECK(state.step <= c.training.steps, "--resume: checkpoint ", ckpt_path, " is at step ",
+                state.step, ", past training.steps ", c.training.steps);
   }
   fs::create_directories(c.output.dir);
   write_text_file((fs::path(c.output.dir) / "config.json").string(),
@@ -301,11 +303,7 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
   result.start_step = state.step;
 
   const int64_t total = c.training.steps;
-  const int64_t accum = c.training.grad_accum;
-  const int64_t tokens_per_step = c.training.batch_size * seq_len * accum;
-  // Weight caching across micro-batches only pays when there are several and weights are cast
-  // from high precision (FP8 primary weights are already FP8).
-  const bool cache_weights = recipe.has_value() && accum > 1 && !c.model.fp8_primary_weights;
+  const int64_t tokens_per_step = c.training.batch_size * seq_len * c.training.grad_accum;
   const int64_t print_every = std::max<int64_t>(
       c.training.log_interval, (total / 40 + c.training.log_interval - 1) /
                                    c.training.log_interval * c.training.log_interval);
@@ -321,7 +319,7 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
   auto save = [&] {
     state.rng = rng.state();
     state.data = dataset->state();
-    save_checkpoint(ckpt_path, model, &optimizer, state);
+    trainer.save(ckpt_path, run_metadata(state));
   };
   int64_t last_saved = resume == Resume::kYes ? state.step : -1;
   auto run_eval = [&](int64_t step) {
@@ -331,63 +329,32 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
     return e;
   };
 
-  int64_t nonfinite_run = 0;
   auto interval_start = Clock::now();
   int64_t interval_tokens = 0;
   const auto loop_start = Clock::now();
   const int64_t loop_first = state.step;
   while (state.step < total) {
     const int64_t step = state.step + 1;  // 1-based: the step being run
-    const float lr = schedule.at(state.step);
-    double loss_sum = 0.0;
-    bool finite = true;
-    for (int64_t micro = 0; micro < accum && finite; ++micro) {
+    const train::StepResult r = trainer.step([&](int64_t, modules::FirstMicrobatch first) {
       const data::Batch batch =
           dataset->next_batch(data::Split::kTrain, c.training.batch_size, seq_len);
-      const modules::FirstMicrobatch first =
-          !cache_weights
-              ? modules::FirstMicrobatch::kUnset
-              : (micro == 0 ? modules::FirstMicrobatch::kYes : modules::FirstMicrobatch::kNo);
-      Tensor loss;
-      {
-        MaybeAutocast fp8(recipe);
-        loss = model.loss(batch.inputs, batch.targets, first);
-      }
-      double value = loss.item();
-      if (hooks.poison_loss && hooks.poison_loss(step)) value = NAN;
-      if (!std::isfinite(value)) {
-        finite = false;
-        break;  // the graph is dropped unused; nothing it holds touches a weight
-      }
-      autograd::backward(accum > 1 ? autograd::scale(loss, 1.f / static_cast<float>(accum)) : loss);
-      loss_sum += value;
-    }
-    double grad_norm = NAN;
-    if (finite) {
-      grad_norm = modules::clip_grad_norm(params, c.optimizer.grad_clip);
-      finite = std::isfinite(grad_norm);
-    }
-    const double loss = finite ? loss_sum / static_cast<double>(accum) : NAN;
-    if (finite) {
-      optimizer.step(lr);
-      nonfinite_run = 0;
-    } else {
-      ++nonfinite_run;
-      ++state.skipped_steps;
-      OCTET_LOG_WARN(
-          "step {}: the loss or gradient norm is NaN/inf; step skipped ({} in a row, "
-          "training.max_nonfinite_steps {})",
-          step, nonfinite_run, c.training.max_nonfinite_steps);
-    }
-    optimizer.zero_grad();
-    state.step = step;
+      Tensor loss = model.loss(batch.inputs, batch.targets, first);
+      if (hooks.poison_loss && hooks.poison_loss(step)) loss = autograd::scale(loss, NAN);
+      return loss;
+    });
+    state.step = r.step;
+    state.skipped_steps = trainer.skipped_steps();
     interval_tokens += tokens_per_step;
-    result.losses.emplace_back(step, loss);
-    if (nonfinite_run >= c.training.max_nonfinite_steps) {
+    result.losses.emplace_back(step, r.loss);
+    if (r.skipped) {
+      OCTET_LOG_WARN("step {}: skipped ({} in a row, training.max_nonfinite_steps {})", step,
+                     r.nonfinite_run, c.training.max_nonfinite_steps);
+    }
+    if (r.nonfinite_run >= c.training.max_nonfinite_steps) {
       progress.finish();
-      OCTET_FAIL("training stopped at step ", step, ": the loss was NaN or inf for ", nonfinite_run,
-                 " steps in a row (training.max_nonfinite_steps ", c.training.max_nonfinite_steps,
-                 "); try a lower optimizer.lr or grad clipping. ",
+      OCTET_FAIL("training stopped at step ", step, ": the loss was NaN or inf for ",
+                 r.nonfinite_run, " steps in a row (training.max_nonfinite_steps ",
+                 c.training.max_nonfinite_steps, "); try a lower optimizer.lr or grad clipping. ",
                  last_saved >= 0 ? fmt::format("The last good checkpoint, {} (step {}), is kept",
                                                ckpt_path, last_saved)
                                  : std::string("No checkpoint was written yet"));
@@ -398,18 +365,18 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
         static_cast<double>((step - loop_first) * tokens_per_step) / std::max(elapsed, 1e-9);
     const double eta =
         elapsed / static_cast<double>(step - loop_first) * static_cast<double>(total - step);
-    progress.step(step, loss, lr, rate, eta);
+    progress.step(step, r.loss, r.lr, rate, eta);
     if (step % c.training.log_interval == 0 || step == total) {
       StepRecord record{
           step,
-          loss,
-          lr,
-          grad_norm,
+          r.loss,
+          r.lr,
+          r.grad_norm,
           static_cast<double>(interval_tokens) / std::max(seconds_since(interval_start), 1e-9),
           state.skipped_steps};
       metrics.append(
-          step_json(record, fp8_slot_health(model),
-                    recipe ? fp8_weight_health(model, *recipe) : std::vector<WeightHealth>{}));
+          step_json(record, train::fp8_slot_health(model),
+                    recipe ? train::fp8_weight_health(model) : std::vector<train::WeightHealth>{}));
       interval_start = Clock::now();
       interval_tokens = 0;
     }
@@ -425,7 +392,7 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
       run_eval(step);
     }
     if (c.training.checkpoint_interval > 0 && step % c.training.checkpoint_interval == 0 &&
-        step != total && finite) {
+        step != total && !r.skipped) {
       save();
       last_saved = step;
     }
@@ -453,4 +420,4 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
   return result;
 }
 
-}  // namespace octet::train
+}  // namespace octet::cli

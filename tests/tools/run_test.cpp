@@ -1,7 +1,7 @@
 // The trainer on tiny configs: an interrupted run resumed from its checkpoint gives bit-identical
 // losses, non-finite steps are skipped and too many stop the run keeping the last good
 // checkpoint, and the run directory holds what it promises.
-#include "tools/trainer.h"
+#include "tools/run.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 #include "tools/checkpoint.h"
 #include "tools/metrics.h"
 
-namespace octet::train {
+namespace octet::cli {
 namespace {
 
 using ::testing::AllOf;
@@ -216,29 +216,5 @@ TEST(Trainer, RunDirectoryHoldsConfigMetricsCurveAndFp8Health) {
   }
 }
 
-TEST(Metrics, WeightHealthCountsSaturatedAndFlushedValues) {
-  // A weight slot scale of 1000 on e4m3: 0.5 -> 500 saturates (max 448); 1e-7 -> 1e-4 is below
-  // half the smallest subnormal (2^-10 ~ 9.8e-4) and flushes; 0 is not counted as flushed.
-  modules::LinearOptions options;
-  options.recipe = Recipe::delayed();
-  options.bias = modules::Bias::kNo;
-  modules::Linear linear(16, 16, options);
-  std::vector<float> w(256, 0.01f);
-  w[0] = 0.5f;
-  w[1] = -0.6f;
-  w[2] = 1e-7f;
-  w[3] = 0.f;
-  std::memcpy(const_cast<Tensor&>(linear.weight()).data(), w.data(), w.size() * sizeof(float));
-  linear.fp8_state()
-      .meta()
-      ->slot(forward_slot(0, ForwardTensor::kWeight))
-      .scale.data_as<float>()[0] = 1000.f;
-  const auto health = fp8_weight_health(linear, Recipe::delayed());
-  ASSERT_EQ(health.size(), 1u);
-  EXPECT_EQ(health[0].name, "weight");
-  EXPECT_DOUBLE_EQ(health[0].saturated, 2.0 / 256);
-  EXPECT_DOUBLE_EQ(health[0].flushed_to_zero, 1.0 / 256);
-}
-
 }  // namespace
-}  // namespace octet::train
+}  // namespace octet::cli

@@ -1,0 +1,152 @@
+// Checkpoint save and load on top of the safetensors reader and writer.
+#include "train/checkpoint.h"
+
+#include <charconv>
+#include <nlohmann/json.hpp>
+
+#include "modules/fp8_state.h"
+#include "runtime/error.h"
+
+namespace octet::train {
+namespace {
+
+constexpr const char* kFormatKey = "format";
+constexpr const char* kVersionKey = "version";
+constexpr const char* kRecipesKey = "fp8_recipes";
+constexpr const char* kQuantizedKey = "quantized";
+
+// Each FP8 module's recipe, by module name ("" for a root that is itself an FP8 module).
+nlohmann::ordered_json fp8_recipes(modules::Module& model) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (auto& [name, state] : model.fp8_states()) {
+    if (state->has_recipe()) out[name] = recipe_to_json(state->recipe());
+  }
+  return out;
+}
+
+// Per FP8 primary weight: its format, dtype, logical shape and the tensors of its checkpoint form.
+nlohmann::ordered_json quantized_weights(modules::Module& model) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const modules::Parameter& p : model.parameters()) {
+    if (!p.is_fp8()) continue;
+    const QuantizedTensor& q = **p.fp8;
+    nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+    for (const auto& [suffix, t] : q.rowwise_state()) {
+      tensors.push_back(std::string(kModelPrefix) + p.name + suffix);
+    }
+    out[std::string(kModelPrefix) + p.name] = {{"format", std::string(q.format())},
+                                               {"dtype", std::string(dtype_name(q.dtype()))},
+                                               {"shape", q.shape()},
+                                               {"tensors", std::move(tensors)}};
+  }
+  return out;
+}
+
+void check_recipes(const Checkpoint& c, modules::Module& model) {
+  auto it = c.metadata.find(kRecipesKey);
+  if (it == c.metadata.end()) return;  // written before recipes were recorded
+  const auto saved = nlohmann::json::parse(it->second, nullptr, false);
+  OCTET_CHECK(!saved.is_discarded() && saved.is_object(), "checkpoint ", c.path,
+              ": __metadata__ \"", kRecipesKey, "\" is not a JSON object");
+  for (auto& [name, state] : model.fp8_states()) {
+    if (!state->has_recipe() || !saved.contains(name)) continue;
+    const nlohmann::json live = recipe_to_json(state->recipe());
+    OCTET_CHECK(saved[name] == live, "checkpoint ", c.path, " was trained with recipe ",
+                saved[name].dump(), " for module \"", name, "\", but the model runs it under ",
+                live.dump(), " (build the model with the checkpoint's recipe)");
+  }
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, modules::Module& model, modules::Optimizer* optimizer,
+                     const SafetensorsMetadata& metadata) {
+  NamedTensors tensors;
+  for (auto& [name, t] : model.state_dict()) {
+    tensors.emplace_back(std::string(kModelPrefix) + name, t);
+  }
+  if (optimizer != nullptr) {
+    for (auto& [name, t] : optimizer->state_dict()) {
+      tensors.emplace_back(std::string(kOptimizerPrefix) + name, t);
+    }
+  }
+  SafetensorsMetadata all = {
+      {kFormatKey, std::string(kCheckpointFormat)},
+      {kVersionKey, std::to_string(kCheckpointVersion)},
+      {kRecipesKey, fp8_recipes(model).dump()},
+      {kQuantizedKey, quantized_weights(model).dump()},
+  };
+  for (const auto& [key, value] : metadata) {
+    OCTET_CHECK(all.find(key) == all.end(), "save_checkpoint: metadata key \"", key,
+                "\" is written by octet itself");
+    all.emplace(key, value);
+  }
+  save_safetensors(path, tensors, all);
+}
+
+Checkpoint read_checkpoint(const std::string& path) {
+  SafetensorsFile file = load_safetensors(path);
+  Checkpoint c;
+  c.path = path;
+  c.metadata = std::move(file.metadata);
+  c.tensors = std::move(file.tensors);
+  auto format = c.metadata.find(kFormatKey);
+  OCTET_CHECK(format != c.metadata.end() && format->second == kCheckpointFormat, "checkpoint ",
+              path, " is a safetensors file but not an octet checkpoint (its __metadata__ has no ",
+              "\"format\": \"", kCheckpointFormat, "\")");
+  const int64_t version = metadata_int(c, kVersionKey);
+  OCTET_CHECK(version == kCheckpointVersion, "checkpoint ", path, " has format version ", version,
+              "; this octet reads version ", kCheckpointVersion);
+  for (const auto& [name, t] : c.tensors) {
+    if (name.starts_with(kModelPrefix)) {
+      c.model.emplace_back(name.substr(kModelPrefix.size()), t);
+    } else if (name.starts_with(kOptimizerPrefix)) {
+      c.optimizer.emplace_back(name.substr(kOptimizerPrefix.size()), t);
+    } else {
+      OCTET_FAIL("checkpoint ", path, " holds tensor \"", name, "\", which is neither \"",
+                 kModelPrefix, "...\" nor \"", kOptimizerPrefix, "...\"");
+    }
+  }
+  OCTET_CHECK(!c.model.empty(), "checkpoint ", path, " holds no model tensors");
+  return c;
+}
+
+void load_checkpoint(const Checkpoint& c, modules::Module& model, modules::Optimizer* optimizer) {
+  check_recipes(c, model);
+  try {
+    model.load_state_dict(c.model);
+  } catch (const Error& e) {
+    OCTET_FAIL("checkpoint ", c.path, " does not fit the model: ", e.what());
+  }
+  if (optimizer == nullptr) return;
+  try {
+    optimizer->load_state_dict(c.optimizer);
+  } catch (const Error& e) {
+    OCTET_FAIL("checkpoint ", c.path, ": optimizer state does not fit: ", e.what());
+  }
+}
+
+SafetensorsMetadata load_checkpoint(const std::string& path, modules::Module& model,
+                                    modules::Optimizer* optimizer) {
+  const Checkpoint c = read_checkpoint(path);
+  load_checkpoint(c, model, optimizer);
+  return c.metadata;
+}
+
+const std::string& metadata_at(const Checkpoint& c, const std::string& key) {
+  auto it = c.metadata.find(key);
+  OCTET_CHECK(it != c.metadata.end(), "checkpoint ", c.path, ": __metadata__ lacks \"", key, "\"");
+  return it->second;
+}
+
+int64_t metadata_int(const Checkpoint& c, const std::string& key) {
+  const std::string& text = metadata_at(c, key);
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  OCTET_CHECK(ec == std::errc() && end == text.data() + text.size() && value >= 0, "checkpoint ",
+              c.path, ": __metadata__ \"", key, "\" is \"", text,
+              "\", expected a non-negative integer");
+  return value;
+}
+
+}  // namespace octet::train

@@ -1,0 +1,99 @@
+// The training loop as a library class: one optimizer step from gradient-accumulated
+// micro-batches under the recipe's FP8 scope (weights cached across micro-batches), global
+// gradient clipping, NaN/inf steps skipped (too many in a row stop the run), the learning-rate
+// schedule, evaluation with gradients off, and checkpoints that restore all of it exactly.
+// `octet train` is a caller of this class; so is an application that embeds octet.
+//
+//   train::Trainer trainer(model, options);
+//   for (...) {
+//     const train::StepResult r = trainer.step([&](int64_t micro, modules::FirstMicrobatch first) {
+//       return model.loss(inputs[micro], targets[micro], first);  // inside the FP8 scope
+//     });
+//   }
+//   trainer.save("run/checkpoint.safetensors");   // model, optimizer, FP8 metas, step
+//   trainer.load("run/checkpoint.safetensors");   // and back, bit for bit
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "modules/fp8_state.h"
+#include "modules/module.h"
+#include "modules/optimizer.h"
+#include "runtime/recipe.h"
+#include "runtime/safetensors.h"
+#include "train/checkpoint.h"
+
+namespace octet::train {
+
+struct TrainerOptions {
+  modules::OptimizerOptions optimizer;
+  modules::LrSchedule schedule;
+  std::optional<Recipe> recipe;  // the FP8 scope around every forward; none: high precision
+  int64_t grad_accum = 1;        // micro-batches per optimizer step (the loss is averaged)
+  double grad_clip = 1.0;        // max global L2 norm of the gradients; <= 0 only measures
+  // Steps in a row whose loss or gradient norm is NaN/inf before step() throws.
+  int64_t max_nonfinite_steps = 10;
+  // Quantize each FP8 weight once per step (first micro-batch) and reuse it for the others; only
+  // with several micro-batches, and never for FP8 primary weights (already FP8).
+  bool cache_fp8_weights = true;
+};
+
+struct StepResult {
+  int64_t step = 0;           // 1-based: the step just run
+  double loss = 0.0;          // mean over the micro-batches; NaN when the step was skipped
+  double grad_norm = 0.0;     // before clipping; NaN when the step was skipped
+  float lr = 0.f;             // the learning rate the step used (or would have)
+  bool skipped = false;       // the loss or the gradient norm was NaN/inf: no update
+  int64_t nonfinite_run = 0;  // skipped steps in a row, this one included
+};
+
+class Trainer {
+ public:
+  // The loss of micro-batch `micro` of the step (0-based), called inside the FP8 scope; `first`
+  // is the weight-caching flag to pass to the model's forward.
+  using MicroBatchLoss = std::function<Tensor(int64_t micro, modules::FirstMicrobatch first)>;
+
+  // Optimizes every parameter of `model`, which must outlive the trainer (and be on its device
+  // already: the optimizer's state is made where the parameters live).
+  Trainer(modules::Module& model, TrainerOptions options);
+
+  // One optimizer step: grad_accum micro-batches (forward in the FP8 scope, backward of
+  // loss / grad_accum), clipping, the update at schedule.at(step), zero_grad. A NaN/inf loss
+  // ends the step at once (the remaining micro-batches are not asked for) and skips the update;
+  // max_nonfinite_steps such steps in a row throw octet::Error. The gradient's global norm and
+  // the loss are reported.
+  StepResult step(const MicroBatchLoss& loss);
+
+  // Runs `f` with the model in eval mode and gradients disabled (no FP8 scale moves), then
+  // restores the mode; `f` opens FP8 scopes with recipe() where it runs the model.
+  double evaluate(const std::function<double()>& f);
+
+  // Writes the model, the optimizer, every FP8 meta and the trainer's own state ("step",
+  // "skipped_steps", "nonfinite_run") with the caller's `metadata` (train/checkpoint.h).
+  void save(const std::string& path, const SafetensorsMetadata& metadata = {});
+  // Restores all of it; returns the checkpoint's metadata for the caller's own entries.
+  SafetensorsMetadata load(const std::string& path);
+  void load(const Checkpoint& checkpoint);  // a checkpoint already read
+
+  int64_t steps_done() const { return step_; }
+  int64_t skipped_steps() const { return skipped_; }
+  const std::optional<Recipe>& recipe() const { return options_.recipe; }
+  const TrainerOptions& options() const { return options_; }
+  modules::Optimizer& optimizer() { return optimizer_; }
+  modules::Module& model() { return model_; }
+
+ private:
+  modules::Module& model_;
+  TrainerOptions options_;
+  std::vector<modules::Parameter> params_;
+  modules::Optimizer optimizer_;
+  bool cache_weights_ = false;
+  int64_t step_ = 0;
+  int64_t skipped_ = 0;
+  int64_t nonfinite_run_ = 0;
+};
+
+}  // namespace octet::train
