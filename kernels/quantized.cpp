@@ -2,14 +2,14 @@
 // in-place requantization and the FP8 GEMM layouts.
 #include "kernels/quantized.h"
 
-#include "kernels/backend.h"
-#include "kernels/cpu/mxfp8_cpu.h"
+#include "kernels/device_policy.h"
 #include "runtime/memory.h"
 
 namespace octet::ops {
 namespace {
 
-using detail::Backend;
+using detail::on_device;
+using detail::op_device;
 
 void check_high_precision(const char* op, const Tensor& x, const char* name) {
   OCTET_CHECK(x.defined(), op, ": ", name, " is an undefined tensor");
@@ -135,16 +135,11 @@ void quantize_mxfp8(const Tensor& x, Usage direction, Tensor& data, Tensor& scal
   OCTET_CHECK(scales.defined() && scales.dtype() == DType::kE8M0 && scales.shape() == scale_shape,
               op, ": ", usage_name(direction), " exponents must be e8m0", shape_str(scale_shape),
               ", got ", scales);
-  OCTET_CHECK(data.device() == x.device() && scales.device() == x.device(), op,
-              ": input and outputs on different devices");
-  const Backend on(x);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(row ? cuda::quantize_mxfp8_rowwise(x, data, scales)
-                        : cuda::quantize_mxfp8_columnwise(x, data, scales));
-  } else if (row) {
-    cpu::quantize_mxfp8_rowwise(x, data, scales);
+  const Device device = op_device(op, {{x, "x"}, {data, "data"}, {scales, "exponents"}});
+  if (row) {
+    on_device(device)->quantize_mxfp8_rowwise(x, data, scales);
   } else {
-    cpu::quantize_mxfp8_columnwise(x, data, scales);
+    on_device(device)->quantize_mxfp8_columnwise(x, data, scales);
   }
   data.bump_version();
   scales.bump_version();
@@ -160,15 +155,9 @@ Tensor dequantize_mxfp8(const Tensor& data, const Tensor& scales, DType dtype) {
               scales);
   OCTET_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, op,
               ": output dtype must be f32 or bf16, got ", dtype);
-  OCTET_CHECK(scales.device() == data.device(), op, ": data on ", data.device(),
-              " but exponents on ", scales.device());
-  Tensor out = Tensor::empty(data.shape(), dtype, data.device());
-  const Backend on(data);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::dequantize_mxfp8(data, scales, out));
-  } else {
-    cpu::dequantize_mxfp8(data, scales, out);
-  }
+  const Device device = op_device(op, {{data, "data"}, {scales, "exponents"}});
+  Tensor out = Tensor::empty(data.shape(), dtype, device);
+  on_device(device)->dequantize_mxfp8(data, scales, out);
   return out;
 }
 
@@ -234,40 +223,28 @@ void quantize_into(QuantizedTensor& dst, const Tensor& src, AmaxRecording amax) 
 }
 
 void update_fp8_metas(const std::vector<FP8Meta*>& metas, FP8Direction direction) {
-#if OCTET_WITH_CUDA
-  std::vector<cuda::SlotUpdate> slots;
+  // One batch for the host's slots and one for the GPU's (one launch there).
+  std::vector<detail::SlotUpdate> host, device_slots;
   Device device;
-#endif
   for (FP8Meta* meta : metas) {
     OCTET_CHECK(meta != nullptr, "update_fp8_metas: null FP8Meta");
-    std::vector<FP8Slot>& own = meta->slots(direction);
-    const bool on_cuda = !own.empty() && own.front().scale.device().is_cuda();
-    if (!on_cuda) {
-      meta->update(direction);
-      continue;
-    }
-#if OCTET_WITH_CUDA
     const Recipe& r = meta->recipe();
-    for (FP8Slot& s : own) {
-      OCTET_CHECK(slots.empty() || s.scale.device() == device,
+    for (FP8Slot& s : meta->slots(direction)) {
+      const detail::SlotUpdate u{&s, fp8_max(r.dtype(direction)), r.margin, r.amax_compute_algo};
+      if (s.scale.device().is_cpu()) {
+        host.push_back(u);
+        continue;
+      }
+      OCTET_CHECK(device_slots.empty() || s.scale.device() == device,
                   "update_fp8_metas: FP8 metas on more than one CUDA device (", device, " and ",
                   s.scale.device(), ")");
       device = s.scale.device();
-      slots.push_back({&s, fp8_max(r.dtype(direction)), r.margin, r.amax_compute_algo});
+      device_slots.push_back(u);
     }
     meta->count_update(direction);
-#endif
   }
-#if OCTET_WITH_CUDA
-  if (slots.empty()) return;
-  cuda::DeviceGuard guard(device);
-  cuda::update_fp8_slots(slots);
-  for (const cuda::SlotUpdate& u : slots) {
-    u.slot->amax_history.bump_version();
-    u.slot->scale.bump_version();
-    u.slot->scale_inv.bump_version();
-  }
-#endif
+  if (!host.empty()) on_device(Device::cpu())->update_fp8_slots(host);
+  if (!device_slots.empty()) on_device(device)->update_fp8_slots(device_slots);
 }
 
 std::string_view gemm_layout_name(GemmLayout layout) {

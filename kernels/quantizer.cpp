@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/backend.h"
+#include "kernels/device_policy.h"
 #include "kernels/ops.h"
 #include "runtime/fp8_scaling.h"
 
@@ -46,12 +46,7 @@ Cast cast_per_tensor(const Tensor& x, const Tensor& scale, DType dtype, Usage us
 // scale_inv[0] = 1 / scale[0] rounded to nearest, in place, on scale's device (a CUDA scale is
 // never read back by the host: the GPU computes the inverse in-stream).
 void write_inverse(const Tensor& scale, Tensor& scale_inv) {
-  const ops::detail::Backend on(scale);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::reciprocal(scale, scale_inv));
-  } else {
-    *scale_inv.data_as<float>() = 1.f / scale.item();
-  }
+  ops::detail::on_device(scale.device())->reciprocal(scale, scale_inv);
   scale_inv.bump_version();
 }
 
@@ -171,16 +166,11 @@ float CurrentScalingQuantizer::scale_for(float amax) const {
 
 std::pair<Tensor, Tensor> CurrentScalingQuantizer::scales_for(const Tensor& x) const {
   const Tensor amax = ops::amax(x);
-  const ops::detail::Backend on(x);
-  if (!on.cuda()) {
-    const Tensor scale = Tensor::from_floats({scale_for(amax.item())}, {1});
-    return {scale, inverse_of(scale)};
-  }
   // On the GPU the amax, the scale and its inverse never leave the device: no launch waits.
   Tensor scale = Tensor::empty({1}, DType::kF32, x.device());
   Tensor scale_inv = Tensor::empty({1}, DType::kF32, x.device());
-  OCTET_CUDA_CALL(
-      cuda::current_scale(amax, fp8_max(dtype_), amax_epsilon_, power_2_scale_, scale, scale_inv));
+  ops::detail::on_device(x.device())
+      ->current_scale(amax, fp8_max(dtype_), amax_epsilon_, power_2_scale_, scale, scale_inv);
   return {scale, scale_inv};
 }
 
