@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/backend.h"
+#include "kernels/device_policy.h"
 #include "kernels/ops.h"
 #include "kernels/quantized_format.h"
 #include "runtime/fp8_scaling.h"
@@ -34,12 +34,7 @@ Cast cast_per_tensor(const Tensor& x, const Tensor& scale, DType dtype, Usage us
 // scale_inv[0] = 1 / scale[0] rounded to nearest, in place, on scale's device (a CUDA scale is
 // never read back by the host: the GPU computes the inverse in-stream).
 void write_inverse(const Tensor& scale, Tensor& scale_inv) {
-  const ops::detail::Backend on(scale);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::reciprocal(scale, scale_inv));
-  } else {
-    *scale_inv.data_as<float>() = 1.f / scale.item();
-  }
+  ops::detail::on_device(scale.device())->reciprocal(scale, scale_inv);
   scale_inv.bump_version();
 }
 
@@ -159,16 +154,11 @@ float CurrentScalingQuantizer::scale_for(float amax) const {
 
 std::pair<Tensor, Tensor> CurrentScalingQuantizer::scales_for(const Tensor& x) const {
   const Tensor amax = ops::amax(x);
-  const ops::detail::Backend on(x);
-  if (!on.cuda()) {
-    const Tensor scale = Tensor::from_floats({scale_for(amax.item())}, {1});
-    return {scale, inverse_of(scale)};
-  }
   // On the GPU the amax, the scale and its inverse never leave the device: no launch waits.
   Tensor scale = Tensor::empty({1}, DType::kF32, x.device());
   Tensor scale_inv = Tensor::empty({1}, DType::kF32, x.device());
-  OCTET_CUDA_CALL(
-      cuda::current_scale(amax, fp8_max(dtype_), amax_epsilon_, power_2_scale_, scale, scale_inv));
+  ops::detail::on_device(x.device())
+      ->current_scale(amax, fp8_max(dtype_), amax_epsilon_, power_2_scale_, scale, scale_inv);
   return {scale, scale_inv};
 }
 
@@ -198,8 +188,6 @@ std::string CurrentScalingQuantizer::describe() const {
 
 namespace ops {
 namespace {
-
-using detail::Backend;
 
 // One f32 scale per tensor; column-wise data is the byte transpose of the row-wise data.
 class PerTensorFormat final : public QuantizedFormat {
@@ -276,40 +264,28 @@ std::shared_ptr<const QuantizedFormat> make_per_tensor_format() {
 }
 
 void update_fp8_metas(const std::vector<FP8Meta*>& metas, FP8Direction direction) {
-#if OCTET_WITH_CUDA
-  std::vector<cuda::SlotUpdate> slots;
+  // One batch for the host's slots and one for the GPU's (one launch there).
+  std::vector<detail::SlotUpdate> host, device_slots;
   Device device;
-#endif
   for (FP8Meta* meta : metas) {
     OCTET_CHECK(meta != nullptr, "update_fp8_metas: null FP8Meta");
-    std::vector<FP8Slot>& own = meta->slots(direction);
-    const bool on_cuda = !own.empty() && own.front().scale.device().is_cuda();
-    if (!on_cuda) {
-      meta->update(direction);
-      continue;
-    }
-#if OCTET_WITH_CUDA
     const Recipe& r = meta->recipe();
-    for (FP8Slot& s : own) {
-      OCTET_CHECK(slots.empty() || s.scale.device() == device,
+    for (FP8Slot& s : meta->slots(direction)) {
+      const detail::SlotUpdate u{&s, fp8_max(r.dtype(direction)), r.margin, r.amax_compute_algo};
+      if (s.scale.device().is_cpu()) {
+        host.push_back(u);
+        continue;
+      }
+      OCTET_CHECK(device_slots.empty() || s.scale.device() == device,
                   "update_fp8_metas: FP8 metas on more than one CUDA device (", device, " and ",
                   s.scale.device(), ")");
       device = s.scale.device();
-      slots.push_back({&s, fp8_max(r.dtype(direction)), r.margin, r.amax_compute_algo});
+      device_slots.push_back(u);
     }
     meta->count_update(direction);
-#endif
   }
-#if OCTET_WITH_CUDA
-  if (slots.empty()) return;
-  cuda::DeviceGuard guard(device);
-  cuda::update_fp8_slots(slots);
-  for (const cuda::SlotUpdate& u : slots) {
-    u.slot->amax_history.bump_version();
-    u.slot->scale.bump_version();
-    u.slot->scale_inv.bump_version();
-  }
-#endif
+  if (!host.empty()) detail::on_device(Device::cpu())->update_fp8_slots(host);
+  if (!device_slots.empty()) detail::on_device(device)->update_fp8_slots(device_slots);
 }
 
 }  // namespace ops

@@ -1,15 +1,15 @@
 // The MXFP8 block cast and its inverse, the MXFP8 quantizer, and the MXFP8 format entry.
 #include "kernels/mxfp8.h"
 
-#include "kernels/backend.h"
-#include "kernels/cpu/mxfp8_cpu.h"
+#include "kernels/device_policy.h"
 #include "kernels/quantized_format.h"
 #include "runtime/memory.h"
 
 namespace octet {
 namespace ops {
 
-using detail::Backend;
+using detail::on_device;
+using detail::op_device;
 
 void quantize_mxfp8(const Tensor& x, Usage direction, Tensor& data, Tensor& scales) {
   constexpr const char* op = "quantize_mxfp8";
@@ -26,16 +26,11 @@ void quantize_mxfp8(const Tensor& x, Usage direction, Tensor& data, Tensor& scal
   OCTET_CHECK(scales.defined() && scales.dtype() == DType::kE8M0 && scales.shape() == scale_shape,
               op, ": ", usage_name(direction), " exponents must be e8m0", shape_str(scale_shape),
               ", got ", scales);
-  OCTET_CHECK(data.device() == x.device() && scales.device() == x.device(), op,
-              ": input and outputs on different devices");
-  const Backend on(x);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(row ? cuda::quantize_mxfp8_rowwise(x, data, scales)
-                        : cuda::quantize_mxfp8_columnwise(x, data, scales));
-  } else if (row) {
-    cpu::quantize_mxfp8_rowwise(x, data, scales);
+  const Device device = op_device(op, {{x, "x"}, {data, "data"}, {scales, "exponents"}});
+  if (row) {
+    on_device(device)->quantize_mxfp8_rowwise(x, data, scales);
   } else {
-    cpu::quantize_mxfp8_columnwise(x, data, scales);
+    on_device(device)->quantize_mxfp8_columnwise(x, data, scales);
   }
   data.bump_version();
   scales.bump_version();
@@ -51,15 +46,9 @@ Tensor dequantize_mxfp8(const Tensor& data, const Tensor& scales, DType dtype) {
               scales);
   OCTET_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, op,
               ": output dtype must be f32 or bf16, got ", dtype);
-  OCTET_CHECK(scales.device() == data.device(), op, ": data on ", data.device(),
-              " but exponents on ", scales.device());
-  Tensor out = Tensor::empty(data.shape(), dtype, data.device());
-  const Backend on(data);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::dequantize_mxfp8(data, scales, out));
-  } else {
-    cpu::dequantize_mxfp8(data, scales, out);
-  }
+  const Device device = op_device(op, {{data, "data"}, {scales, "exponents"}});
+  Tensor out = Tensor::empty(data.shape(), dtype, device);
+  on_device(device)->dequantize_mxfp8(data, scales, out);
   return out;
 }
 

@@ -5,38 +5,23 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/backend.h"
-#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/nn_cpu.h"
+#include "kernels/device_policy.h"
 #include "runtime/memory.h"
 
 namespace octet::ops {
 namespace {
 
-using detail::Backend;
+using detail::on_device;
+using detail::op_device;
 
 void check_defined(const char* op, const Tensor& t, const char* name) {
   OCTET_CHECK(t.defined(), op, ": ", name, " is an undefined tensor");
 }
 
-// All inputs of one operation live on one device: the first checked input's, remembered per
-// thread for the checks of the same call.
-thread_local Device t_op_device;
-
-void check_device(const char* op, const Tensor& t, const char* name, bool first) {
-  if (first) {
-    t_op_device = t.device();
-    return;
-  }
-  OCTET_CHECK(t.device() == t_op_device, op, ": ", name, " is on ", t.device(),
-              " but the operation's other inputs are on ", t_op_device);
-}
-
-// Defined, on the operation's device, and f32/bf16/f16. `first` marks the input whose device the
-// others must share.
-void check_float(const char* op, const Tensor& t, const char* name, bool first = false) {
+// Defined and f32/bf16/f16.
+void check_float(const char* op, const Tensor& t, const char* name) {
   check_defined(op, t, name);
-  check_device(op, t, name, first);
   const DType d = t.dtype();
   OCTET_CHECK(d == DType::kF32 || d == DType::kBF16 || d == DType::kF16, op, ": ", name,
               " must be f32, bf16 or f16, got ", t);
@@ -53,12 +38,7 @@ Tensor as_f32(const Tensor& t) {
   if (t.dtype() == DType::kF32) return t;
   MemTagScope tag(MemTag::kWorkspace);
   Tensor out = Tensor::empty(t.shape(), DType::kF32, t.device());
-  const Backend on(t);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::convert(t, out));
-  } else {
-    cpu::convert(t, out);
-  }
+  on_device(t.device())->convert(t, out);
   return out;
 }
 
@@ -78,7 +58,6 @@ Tensor channel_param(const char* op, const Tensor& t, const char* name, int64_t 
 // A (rows,) f32 statistic saved by a norm's forward.
 void check_row_stat(const char* op, const Tensor& t, const char* name, int64_t rows) {
   check_defined(op, t, name);
-  check_device(op, t, name, false);
   OCTET_CHECK(t.dtype() == DType::kF32 && t.numel() == rows, op, ": ", name, " must be an f32 (",
               rows, ",) tensor (one per row of x), got ", t);
 }
@@ -87,19 +66,9 @@ void check_row_stat(const char* op, const Tensor& t, const char* name, int64_t r
 // kilobytes per step, and an out-of-range id must be a clear error, not a wild read).
 std::vector<int64_t> indices_of(const char* op, const Tensor& t, const char* name) {
   check_defined(op, t, name);
-  check_device(op, t, name, false);
   OCTET_CHECK(t.dtype() == DType::kI32 || t.dtype() == DType::kI64, op, ": ", name,
               " must be i32 or i64, got ", t);
-  const Tensor host = t.device().is_cpu() ? t : t.to(Device::cpu());
-  std::vector<int64_t> out(static_cast<size_t>(host.numel()));
-  if (host.dtype() == DType::kI32) {
-    const int32_t* p = host.data_as<int32_t>();
-    for (size_t i = 0; i < out.size(); ++i) out[i] = p[i];
-  } else {
-    const int64_t* p = host.data_as<int64_t>();
-    for (size_t i = 0; i < out.size(); ++i) out[i] = p[i];
-  }
-  return out;
+  return cpu::index_values(t.device().is_cpu() ? t : t.to(Device::cpu()));
 }
 
 void check_ids_in_range(const char* op, const std::vector<int64_t>& ids, int64_t rows) {
@@ -135,103 +104,76 @@ const char* activation_name(Activation act) {
 // ---- activations ----
 
 Tensor activation(Activation act, const Tensor& x) {
-  check_float("activation", x, "x", true);
+  check_float("activation", x, "x");
   Tensor y = f32_like(x, x.shape());
   const Tensor xf = as_f32(x);
-  const Backend on(x);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::activation(act, xf, y));
-  } else {
-    cpu::activation(act, xf, y);
-  }
+  on_device(x.device())->activation(act, xf, y);
   return y;
 }
 
 Tensor activation_backward(Activation act, const Tensor& dy, const Tensor& x) {
   constexpr const char* op = "activation_backward";
-  check_float(op, dy, "dy", true);
+  check_float(op, dy, "dy");
   check_float(op, x, "x");
+  const Device device = op_device(op, {{dy, "dy"}, {x, "x"}});
   check_same_shape(op, dy, "dy", x, "x");
   Tensor dx = f32_like(x, x.shape());
   const Tensor dyf = as_f32(dy), xf = as_f32(x);
-  const Backend on(x);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::activation_backward(act, dyf, xf, dx));
-  } else {
-    cpu::activation_backward(act, dyf, xf, dx);
-  }
+  on_device(device)->activation_backward(act, dyf, xf, dx);
   return dx;
 }
 
 namespace {
-void check_gated_input(const char* op, const Tensor& x, bool first) {
-  check_float(op, x, "x", first);
+void check_gated_input(const char* op, const Tensor& x) {
+  check_float(op, x, "x");
   OCTET_CHECK(x.dim() >= 1 && x.cols() % 2 == 0, op, ": the last dimension of x ",
               shape_str(x.shape()), " must be even (it holds [a | g] halves)");
 }
 }  // namespace
 
 Tensor gated_activation(Activation act, const Tensor& x) {
-  check_gated_input("gated_activation", x, true);
+  check_gated_input("gated_activation", x);
   Tensor y = f32_like(x, with_last(x.shape(), x.cols() / 2));
   const Tensor xf = as_f32(x);
-  const Backend on(x);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::gated_activation(act, xf, y));
-  } else {
-    cpu::gated_activation(act, xf, y);
-  }
+  on_device(x.device())->gated_activation(act, xf, y);
   return y;
 }
 
 Tensor gated_activation_backward(Activation act, const Tensor& dy, const Tensor& x) {
   constexpr const char* op = "gated_activation_backward";
-  check_gated_input(op, x, true);
+  check_gated_input(op, x);
   check_float(op, dy, "dy");
+  const Device device = op_device(op, {{x, "x"}, {dy, "dy"}});
   const Shape want = with_last(x.shape(), x.cols() / 2);
   OCTET_CHECK(dy.shape() == want, op, ": dy ", shape_str(dy.shape()), " must be ", shape_str(want),
               " (x ", shape_str(x.shape()), " with its last dimension halved)");
   Tensor dx = f32_like(x, x.shape());
   const Tensor dyf = as_f32(dy), xf = as_f32(x);
-  const Backend on(x);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::gated_activation_backward(act, dyf, xf, dx));
-  } else {
-    cpu::gated_activation_backward(act, dyf, xf, dx);
-  }
+  on_device(device)->gated_activation_backward(act, dyf, xf, dx);
   return dx;
 }
 
 // ---- softmax ----
 
 Tensor softmax(const Tensor& x) {
-  check_float("softmax", x, "x", true);
+  check_float("softmax", x, "x");
   OCTET_CHECK(x.dim() >= 1, "softmax: x must have at least one dimension, got ", x);
   Tensor y = f32_like(x, x.shape());
   const Tensor xf = as_f32(x);
-  const Backend on(x);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::softmax(xf, y));
-  } else {
-    cpu::softmax(xf, y);
-  }
+  on_device(x.device())->softmax(xf, y);
   return y;
 }
 
 Tensor softmax_backward(const Tensor& dy, const Tensor& y) {
   constexpr const char* op = "softmax_backward";
-  check_float(op, dy, "dy", true);
+  check_float(op, dy, "dy");
   check_float(op, y, "y");
+  const Device device = op_device(op, {{dy, "dy"}, {y, "y"}});
   check_same_shape(op, dy, "dy", y, "y");
   OCTET_CHECK(y.dim() >= 1, op, ": y must have at least one dimension, got ", y);
   Tensor dx = f32_like(y, y.shape());
   const Tensor dyf = as_f32(dy), yf = as_f32(y);
-  const Backend on(y);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::softmax_backward(dyf, yf, dx));
-  } else {
-    cpu::softmax_backward(dyf, yf, dx);
-  }
+  on_device(device)->softmax_backward(dyf, yf, dx);
   return dx;
 }
 
@@ -239,7 +181,7 @@ Tensor softmax_backward(const Tensor& dy, const Tensor& y) {
 
 namespace {
 void check_norm_input(const char* op, const Tensor& x, float eps) {
-  check_float(op, x, "x", true);
+  check_float(op, x, "x");
   OCTET_CHECK(x.dim() >= 1 && x.cols() > 0, op, ": x must have a non-empty last dimension, got ",
               x);
   OCTET_CHECK(std::isfinite(eps) && eps >= 0.f, op, ": eps must be finite and >= 0, got ", eps);
@@ -250,22 +192,15 @@ NormForward norm_forward(NormKind kind, const Tensor& x, const Tensor& gamma, co
   const bool layer = kind == NormKind::kLayerNorm;
   const char* op = layer ? "layernorm" : "rmsnorm";
   check_norm_input(op, x, eps);
+  const Device device = op_device(op, {{x, "x"}, {gamma, "gamma"}, {beta, "beta"}});
   const Tensor g = channel_param(op, gamma, "gamma", x.cols());
   Tensor b;
   if (beta != nullptr) b = channel_param(op, *beta, "beta", x.cols());
   NormForward f{f32_like(x, x.shape()), layer ? f32_like(x, {x.rows()}) : Tensor(),
                 f32_like(x, {x.rows()})};
   const Tensor xf = as_f32(x);
-  const Backend on(x);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::norm_forward(kind, xf, g, beta ? &b : nullptr, eps, zc, f.y,
-                                       layer ? &f.mean : nullptr, f.rsigma));
-  } else if (layer) {
-    cpu::layernorm(xf, g.data_as<float>(), beta ? b.data_as<float>() : nullptr, eps, zc, f.y,
-                   f.mean.data_as<float>(), f.rsigma.data_as<float>());
-  } else {
-    cpu::rmsnorm(xf, g.data_as<float>(), eps, zc, f.y, f.rsigma.data_as<float>());
-  }
+  on_device(device)->norm_forward(kind, xf, g, beta ? &b : nullptr, eps, zc, f.y,
+                                  layer ? &f.mean : nullptr, f.rsigma);
   return f;
 }
 }  // namespace
@@ -285,6 +220,13 @@ NormForward norm_fp8(NormKind kind, const Tensor& x, const Tensor& gamma, const 
   const bool layer = kind == NormKind::kLayerNorm;
   const char* op = layer ? "layernorm_fp8" : "rmsnorm_fp8";
   check_norm_input(op, x, eps);
+  const Device device = op_device(op, {{x, "x"},
+                                       {gamma, "gamma"},
+                                       {beta, "beta"},
+                                       {scale, "scale"},
+                                       {rowwise, "row-wise output"},
+                                       {columnwise, "column-wise output"},
+                                       {amax, "amax"}});
   const Tensor g = channel_param(op, gamma, "gamma", x.cols());
   Tensor b;
   if (beta != nullptr) b = channel_param(op, *beta, "beta", x.cols());
@@ -292,41 +234,27 @@ NormForward norm_fp8(NormKind kind, const Tensor& x, const Tensor& gamma, const 
               ": asked for neither row-wise nor column-wise output");
   OCTET_CHECK(scale.defined() && scale.numel() == 1 && scale.dtype() == DType::kF32, op,
               ": scale must be a one-element f32 tensor, got ", scale);
-  check_device(op, scale, "scale", false);
   const DType fp8 = rowwise ? rowwise->dtype() : columnwise->dtype();
   OCTET_CHECK(is_fp8(fp8), op, ": output dtype must be e4m3 or e5m2, got ", fp8);
   if (rowwise != nullptr) {
     OCTET_CHECK(rowwise->shape() == x.shape() && rowwise->dtype() == fp8, op, ": row-wise output ",
                 *rowwise, " must be ", fp8, " of shape ", shape_str(x.shape()));
-    check_device(op, *rowwise, "row-wise output", false);
   }
   if (columnwise != nullptr) {
     const Shape want = {x.cols(), x.rows()};
     OCTET_CHECK(columnwise->shape() == want && columnwise->dtype() == fp8, op,
                 ": column-wise output ", *columnwise, " must be ", fp8, " of shape ",
                 shape_str(want));
-    check_device(op, *columnwise, "column-wise output", false);
   }
   if (amax != nullptr) {
     OCTET_CHECK(amax->numel() == 1 && amax->dtype() == DType::kF32, op,
                 ": amax must be a one-element f32 tensor, got ", *amax);
-    check_device(op, *amax, "amax", false);
   }
   NormForward f{Tensor(), layer ? f32_like(x, {x.rows()}) : Tensor(), f32_like(x, {x.rows()})};
   const Tensor xf = as_f32(x);
-  const Backend on(x);
-  if (on.cuda()) {
-    // The cast counts are CPU diagnostics (host memory); a CUDA cast leaves them untouched.
-    OCTET_CUDA_CALL(cuda::norm_quantize_fp8(kind, xf, g, beta ? &b : nullptr, eps, zc, scale,
-                                            rowwise, columnwise, amax, layer ? &f.mean : nullptr,
-                                            f.rsigma));
-  } else {
-    const cpu::NormRow norm(kind, g.data_as<float>(), beta ? b.data_as<float>() : nullptr, eps, zc,
-                            x.cols());
-    cpu::norm_quantize_fp8(
-        xf, norm, scale.item(), rowwise, columnwise, amax ? amax->data_as<float>() : nullptr,
-        layer ? f.mean.data_as<float>() : nullptr, f.rsigma.data_as<float>(), counts);
-  }
+  on_device(device)->norm_quantize_fp8(kind, xf, g, beta ? &b : nullptr, eps, zc, scale, rowwise,
+                                       columnwise, amax, layer ? &f.mean : nullptr, f.rsigma,
+                                       counts);
   for (Tensor* t : {rowwise, columnwise, amax}) {
     if (t != nullptr) t->bump_version();
   }
@@ -338,6 +266,8 @@ NormBackward norm_backward(const char* op, const Tensor& dy, const Tensor& x, co
                            const Tensor& rsigma, const Tensor& gamma, ZeroCenteredGamma zc) {
   check_norm_input(op, x, 0.f);
   check_float(op, dy, "dy");
+  const Device device =
+      op_device(op, {{x, "x"}, {dy, "dy"}, {mean, "mean"}, {rsigma, "rsigma"}, {gamma, "gamma"}});
   check_same_shape(op, dy, "dy", x, "x");
   if (mean != nullptr) check_row_stat(op, *mean, "mean", x.rows());
   check_row_stat(op, rsigma, "rsigma", x.rows());
@@ -345,16 +275,8 @@ NormBackward norm_backward(const char* op, const Tensor& dy, const Tensor& x, co
   NormBackward r{f32_like(x, x.shape()), f32_like(x, {x.cols()}),
                  mean != nullptr ? f32_like(x, {x.cols()}) : Tensor()};
   const Tensor dyf = as_f32(dy), xf = as_f32(x);
-  const Backend on(x);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::norm_backward(dyf, xf, mean, rsigma, g, zc, r.dx, r.dgamma,
-                                        mean != nullptr ? &r.dbeta : nullptr));
-  } else {
-    cpu::norm_backward(dyf, xf, mean != nullptr ? mean->data_as<float>() : nullptr,
-                       rsigma.data_as<float>(), g.data_as<float>(), zc, r.dx,
-                       r.dgamma.data_as<float>(),
-                       mean != nullptr ? r.dbeta.data_as<float>() : nullptr);
-  }
+  on_device(device)->norm_backward(dyf, xf, mean, rsigma, g, zc, r.dx, r.dgamma,
+                                   mean != nullptr ? &r.dbeta : nullptr);
   return r;
 }
 }  // namespace
@@ -373,25 +295,21 @@ NormBackward rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& r
 
 Tensor embedding(const Tensor& table, const Tensor& ids) {
   constexpr const char* op = "embedding";
-  check_float(op, table, "table", true);
+  check_float(op, table, "table");
   OCTET_CHECK(table.dim() == 2, op, ": table must be (V, C), got ", table);
-  const std::vector<int64_t> idx = indices_of(op, ids, "ids");
-  check_ids_in_range(op, idx, table.rows());
+  const Device device = op_device(op, {{table, "table"}, {ids, "ids"}});
+  check_ids_in_range(op, indices_of(op, ids, "ids"), table.rows());
   Shape shape = ids.shape();
   shape.push_back(table.cols());
   Tensor out = f32_like(table, shape);
-  const Backend on(table);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::embedding(table, ids, out));
-  } else {
-    cpu::embedding(table, idx, out);
-  }
+  on_device(device)->embedding(table, ids, out);
   return out;
 }
 
 Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t num_embeddings) {
   constexpr const char* op = "embedding_backward";
-  check_float(op, dy, "dy", true);
+  check_float(op, dy, "dy");
+  const Device device = op_device(op, {{dy, "dy"}, {ids, "ids"}});
   const std::vector<int64_t> idx = indices_of(op, ids, "ids");
   OCTET_CHECK(num_embeddings > 0, op, ": num_embeddings must be positive, got ", num_embeddings);
   OCTET_CHECK(dy.dim() == ids.dim() + 1 && leading(dy.shape()) == ids.shape(), op, ": dy ",
@@ -400,49 +318,34 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t num_embed
   check_ids_in_range(op, idx, num_embeddings);
   Tensor dtable = f32_like(dy, {num_embeddings, dy.cols()});
   const Tensor dy2 = as_f32(dy).reshape({dy.rows(), dy.cols()});
-  const Backend on(dy);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::embedding_backward(dy2, ids, dtable));
-  } else {
-    cpu::embedding_backward(dy2, idx, dtable);
-  }
+  on_device(device)->embedding_backward(dy2, ids, dtable);
   return dtable;
 }
 
 // ---- dropout ----
 
 DropoutForward dropout(const Tensor& x, float p, Generator& gen) {
-  check_float("dropout", x, "x", true);
+  check_float("dropout", x, "x");
   OCTET_CHECK(p >= 0.f && p <= 1.f, "dropout: p must be in [0, 1], got ", p);
   const RngState s = gen.state();
   DropoutForward f{f32_like(x, x.shape()), Tensor::empty(x.shape(), DType::kU8, x.device())};
   const Tensor xf = as_f32(x);
-  const Backend on(x);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::dropout(xf, p, s.seed, s.offset, f.y, f.mask));
-  } else {
-    cpu::dropout(xf, p, s.seed, s.offset, f.y, f.mask);
-  }
+  on_device(x.device())->dropout(xf, p, s.seed, s.offset, f.y, f.mask);
   gen.set_state({s.seed, s.offset + static_cast<uint64_t>(x.numel())});
   return f;
 }
 
 Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float p) {
   constexpr const char* op = "dropout_backward";
-  check_float(op, dy, "dy", true);
+  check_float(op, dy, "dy");
   check_defined(op, mask, "mask");
-  check_device(op, mask, "mask", false);
+  const Device device = op_device(op, {{dy, "dy"}, {mask, "mask"}});
   OCTET_CHECK(mask.dtype() == DType::kU8, op, ": mask must be u8, got ", mask);
   check_same_shape(op, dy, "dy", mask, "mask");
   OCTET_CHECK(p >= 0.f && p <= 1.f, op, ": p must be in [0, 1], got ", p);
   Tensor dx = f32_like(dy, dy.shape());
   const Tensor dyf = as_f32(dy);
-  const Backend on(dy);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::dropout_backward(dyf, mask, p, dx));
-  } else {
-    cpu::dropout_backward(dyf, mask, p, dx);
-  }
+  on_device(device)->dropout_backward(dyf, mask, p, dx);
   return dx;
 }
 
@@ -451,7 +354,7 @@ Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float p) {
 namespace {
 // Checks qkv (B, T, 3*H*D); returns C = H*D.
 int64_t check_qkv(const char* op, const Tensor& qkv, int64_t heads, float scale) {
-  check_float(op, qkv, "qkv", true);
+  check_float(op, qkv, "qkv");
   OCTET_CHECK(heads >= 1, op, ": heads must be >= 1, got ", heads);
   OCTET_CHECK(qkv.dim() == 3 && qkv.size(2) > 0 && qkv.size(2) % (3 * heads) == 0, op, ": qkv ",
               shape_str(qkv.shape()), " must be (B, T, 3 * heads * head_dim) with heads = ", heads);
@@ -465,12 +368,7 @@ AttentionForward causal_attention(const Tensor& qkv, int64_t heads, float scale)
   const int64_t B = qkv.size(0), T = qkv.size(1);
   AttentionForward f{f32_like(qkv, {B, T, C}), f32_like(qkv, {B, heads, T})};
   const Tensor qkvf = as_f32(qkv);
-  const Backend on(qkv);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::causal_attention(qkvf, heads, scale, f.out, f.lse));
-  } else {
-    cpu::causal_attention(qkvf, heads, scale, f.out, f.lse);
-  }
+  on_device(qkv.device())->causal_attention(qkvf, heads, scale, f.out, f.lse);
   return f;
 }
 
@@ -482,21 +380,16 @@ Tensor causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Te
   const Shape want = {B, T, C};
   check_float(op, dout, "dout");
   check_float(op, out, "out");
+  check_defined(op, lse, "lse");
+  const Device device = op_device(op, {{qkv, "qkv"}, {dout, "dout"}, {out, "out"}, {lse, "lse"}});
   OCTET_CHECK(dout.shape() == want && out.shape() == want, op, ": dout ", shape_str(dout.shape()),
               " and out ", shape_str(out.shape()), " must be ", shape_str(want), " for qkv ",
               shape_str(qkv.shape()));
-  check_defined(op, lse, "lse");
-  check_device(op, lse, "lse", false);
   OCTET_CHECK(lse.dtype() == DType::kF32 && lse.shape() == Shape({B, heads, T}), op,
               ": lse must be f32 (", B, ", ", heads, ", ", T, "), got ", lse);
   Tensor dqkv = f32_like(qkv, qkv.shape());
   const Tensor doutf = as_f32(dout), qkvf = as_f32(qkv), outf = as_f32(out);
-  const Backend on(qkv);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::causal_attention_backward(doutf, qkvf, outf, lse, heads, scale, dqkv));
-  } else {
-    cpu::causal_attention_backward(doutf, qkvf, outf, lse, heads, scale, dqkv);
-  }
+  on_device(device)->causal_attention_backward(doutf, qkvf, outf, lse, heads, scale, dqkv);
   return dqkv;
 }
 
@@ -505,7 +398,7 @@ Tensor causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Te
 namespace {
 std::vector<int64_t> check_targets(const char* op, const Tensor& logits, const Tensor& targets,
                                    int64_t ignore_index) {
-  check_float(op, logits, "logits", true);
+  check_float(op, logits, "logits");
   OCTET_CHECK(logits.dim() >= 2 && logits.cols() > 0, op,
               ": logits must be (N, V) with V > 0, got ", logits);
   std::vector<int64_t> t = indices_of(op, targets, "targets");
@@ -524,28 +417,24 @@ std::vector<int64_t> check_targets(const char* op, const Tensor& logits, const T
 
 CrossEntropyForward cross_entropy(const Tensor& logits, const Tensor& targets,
                                   int64_t ignore_index) {
-  const std::vector<int64_t> t = check_targets("cross_entropy", logits, targets, ignore_index);
+  constexpr const char* op = "cross_entropy";
+  const std::vector<int64_t> t = check_targets(op, logits, targets, ignore_index);
+  const Device device = op_device(op, {{logits, "logits"}, {targets, "targets"}});
   int64_t count = 0;
   for (const int64_t v : t) count += v != ignore_index ? 1 : 0;
   Tensor lse = f32_like(logits, targets.shape());
   const Tensor logitsf = as_f32(logits);
-  const Backend on(logits);
-  if (on.cuda()) {
-    Tensor loss = f32_like(logits, {1});
-    OCTET_CUDA_CALL(cuda::cross_entropy(logitsf, targets, ignore_index, count, loss, lse));
-    return {loss, lse, count};
-  }
-  const double total = cpu::cross_entropy(logitsf, t, ignore_index, lse.data_as<float>());
-  const float loss = count > 0 ? static_cast<float>(total / static_cast<double>(count)) : 0.f;
-  return {Tensor::from_floats({loss}, {1}), lse, count};
+  Tensor loss = f32_like(logits, {1});
+  on_device(device)->cross_entropy(logitsf, targets, ignore_index, count, loss, lse);
+  return {loss, lse, count};
 }
 
 Tensor cross_entropy_backward(float dloss, const Tensor& logits, const Tensor& targets,
                               const Tensor& lse, int64_t ignore_index, int64_t count) {
   constexpr const char* op = "cross_entropy_backward";
-  const std::vector<int64_t> t = check_targets(op, logits, targets, ignore_index);
+  check_targets(op, logits, targets, ignore_index);
   check_defined(op, lse, "lse");
-  check_device(op, lse, "lse", false);
+  const Device device = op_device(op, {{logits, "logits"}, {targets, "targets"}, {lse, "lse"}});
   OCTET_CHECK(lse.dtype() == DType::kF32 && lse.shape() == targets.shape(), op,
               ": lse must be f32 with targets' shape ", shape_str(targets.shape()), ", got ", lse);
   OCTET_CHECK(count >= 0, op, ": count must be >= 0, got ", count);
@@ -553,12 +442,7 @@ Tensor cross_entropy_backward(float dloss, const Tensor& logits, const Tensor& t
       count > 0 ? static_cast<float>(static_cast<double>(dloss) / static_cast<double>(count)) : 0.f;
   Tensor dlogits = f32_like(logits, logits.shape());
   const Tensor logitsf = as_f32(logits);
-  const Backend on(logits);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::cross_entropy_backward(g, logitsf, targets, lse, ignore_index, dlogits));
-  } else {
-    cpu::cross_entropy_backward(g, logitsf, t, lse.data_as<float>(), ignore_index, dlogits);
-  }
+  on_device(device)->cross_entropy_backward(g, logitsf, targets, lse, ignore_index, dlogits);
   return dlogits;
 }
 

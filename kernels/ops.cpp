@@ -3,22 +3,18 @@
 
 #include <cmath>
 
-#include "kernels/backend.h"
-#include "kernels/cpu/cpu_ops.h"
+#include "kernels/device_policy.h"
 #include "runtime/memory.h"
 
 namespace octet::ops {
 namespace {
 
-using detail::Backend;
+using detail::BinaryOp;
+using detail::on_device;
+using detail::op_device;
 
 void check_defined(const char* op, const Tensor& t, const char* name) {
   OCTET_CHECK(t.defined(), op, ": ", name, " is an undefined tensor");
-}
-
-void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
-  OCTET_CHECK(a.device() == b.device(), op, ": tensors on different devices (", a.device(), " and ",
-              b.device(), ")");
 }
 
 void check_arith_dtype(const char* op, const Tensor& t) {
@@ -33,114 +29,74 @@ void check_scalar(const char* op, const Tensor* t, const char* name) {
               " must be a one-element f32 tensor, got ", *t);
 }
 
-Tensor scalar_tensor(float value) { return Tensor::from_floats({value}, {1}); }
+// A reduction's one-element f32 result, on x's device: a GPU's result stays there, no wait.
+Tensor scalar_result(const Tensor& x) { return Tensor::empty({1}, DType::kF32, x.device()); }
 
-// A one-element f32 result on x's device: CPU reductions return a host float, CUDA ones write a
-// device tensor (no wait for the host).
-template <typename CpuFn, typename CudaFn>
-Tensor reduction(const Tensor& x, CpuFn on_cpu, [[maybe_unused]] CudaFn on_cuda) {
-  const Backend on(x);
-  if (!on.cuda()) return scalar_tensor(on_cpu());
-  Tensor out = Tensor::empty({1}, DType::kF32, x.device());
-  OCTET_CUDA_CALL(on_cuda(out));
-  return out;
-}
-
-Tensor binary(cpu::BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
+Tensor binary(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
   check_defined(name, a, "a");
   check_defined(name, b, "b");
-  check_same_device(name, a, b);
+  const Device device = op_device(name, {{a, "a"}, {b, "b"}});
   check_arith_dtype(name, a);
   check_arith_dtype(name, b);
   const bool row = b.dim() == 1 && a.dim() >= 1 && b.numel() == a.cols();
   OCTET_CHECK(a.shape() == b.shape() || row, name, ": shapes ", shape_str(a.shape()), " and ",
               shape_str(b.shape()), " do not match (b must have a's shape or be a row of ",
               a.dim() >= 1 ? a.cols() : 1, " elements)");
-  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
-  const Backend on(a);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::binary(op, a, b, out));
-  } else {
-    cpu::binary(op, a, b, out);
-  }
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), device);
+  on_device(device)->binary(op, a, b, out);
   return out;
 }
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) { return binary(cpu::BinaryOp::kAdd, "add", a, b); }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary(cpu::BinaryOp::kSub, "sub", a, b); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary(cpu::BinaryOp::kMul, "mul", a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary(cpu::BinaryOp::kDiv, "div", a, b); }
+Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::kAdd, "add", a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary(BinaryOp::kSub, "sub", a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::kMul, "mul", a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::kDiv, "div", a, b); }
 
 Tensor scale(const Tensor& x, float s) {
   check_defined("scale", x, "x");
   check_arith_dtype("scale", x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  const Backend on(x);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::scale(x, s, out));
-  } else {
-    cpu::scale(x, s, out);
-  }
+  on_device(x.device())->scale(x, s, out);
   return out;
 }
 
 void add_(Tensor& dst, const Tensor& src, float alpha) {
   check_defined("add_", dst, "dst");
   check_defined("add_", src, "src");
-  check_same_device("add_", dst, src);
+  const Device device = op_device("add_", {{dst, "dst"}, {src, "src"}});
   check_arith_dtype("add_", dst);
   check_arith_dtype("add_", src);
   OCTET_CHECK(dst.shape() == src.shape(), "add_: shapes ", shape_str(dst.shape()), " and ",
               shape_str(src.shape()), " differ");
-  const Backend on(dst);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::axpy(dst, src, alpha));
-  } else {
-    cpu::axpy(dst, src, alpha);
-  }
+  on_device(device)->axpy(dst, src, alpha);
   dst.bump_version();
 }
 
 void scale_(Tensor& dst, float s) {
   check_defined("scale_", dst, "dst");
   check_arith_dtype("scale_", dst);
-  const Backend on(dst);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::scale(dst, s, dst));
-  } else {
-    cpu::scale(dst, s, dst);
-  }
+  on_device(dst.device())->scale(dst, s, dst);
   dst.bump_version();
 }
 
 void fill_(Tensor& dst, float value) {
   check_defined("fill_", dst, "dst");
   OCTET_CHECK(!is_fp8(dst.dtype()), "fill_: ", dst, " is FP8; quantize_fp8 writes FP8 data");
-  const Backend on(dst);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::fill(dst, value));
-  } else {
-    cpu::fill(dst, value);
-  }
+  on_device(dst.device())->fill(dst, value);
   dst.bump_version();
 }
 
 void copy_(Tensor& dst, const Tensor& src) {
   check_defined("copy_", dst, "dst");
   check_defined("copy_", src, "src");
-  check_same_device("copy_", dst, src);
+  const Device device = op_device("copy_", {{dst, "dst"}, {src, "src"}});
   check_arith_dtype("copy_", dst);
   check_arith_dtype("copy_", src);
   OCTET_CHECK(dst.shape() == src.shape(), "copy_: shapes ", shape_str(dst.shape()), " and ",
               shape_str(src.shape()), " differ");
-  const Backend on(dst);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::convert(src, dst));
-  } else {
-    cpu::convert(src, dst);
-  }
+  on_device(device)->convert(src, dst);
   dst.bump_version();
 }
 
@@ -150,48 +106,42 @@ Tensor cast(const Tensor& x, DType dtype) {
   OCTET_CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16,
               "cast: target dtype ", dtype, " is not f32, bf16 or f16 (FP8: use quantize_fp8)");
   Tensor out = Tensor::empty(x.shape(), dtype, x.device());
-  const Backend on(x);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::convert(x, out));
-  } else {
-    cpu::convert(x, out);
-  }
+  on_device(x.device())->convert(x, out);
   return out;
 }
 
 Tensor sum(const Tensor& x) {
   check_defined("sum", x, "x");
   check_arith_dtype("sum", x);
-  return reduction(
-      x, [&] { return cpu::sum(x); }, [&](Tensor& out) { OCTET_CUDA_CALL(cuda::sum(x, out)); });
+  Tensor out = scalar_result(x);
+  on_device(x.device())->sum(x, out);
+  return out;
 }
 
 Tensor mean(const Tensor& x) {
   check_defined("mean", x, "x");
   OCTET_CHECK(x.numel() > 0, "mean of an empty tensor ", x);
   check_arith_dtype("mean", x);
-  const double n = static_cast<double>(x.numel());
-  return reduction(
-      x, [&] { return static_cast<float>(static_cast<double>(cpu::sum(x)) / n); },
-      [&](Tensor& out) {
-        OCTET_CUDA_CALL(cuda::sum(x, out));
-        OCTET_CUDA_CALL(cuda::scale(out, static_cast<float>(1.0 / n), out));
-      });
+  Tensor out = scalar_result(x);
+  on_device(x.device())->mean(x, out);
+  return out;
 }
 
 Tensor max(const Tensor& x) {
   check_defined("max", x, "x");
   OCTET_CHECK(x.numel() > 0, "max of an empty tensor ", x);
   check_arith_dtype("max", x);
-  return reduction(
-      x, [&] { return cpu::max(x); }, [&](Tensor& out) { OCTET_CUDA_CALL(cuda::max(x, out)); });
+  Tensor out = scalar_result(x);
+  on_device(x.device())->max(x, out);
+  return out;
 }
 
 Tensor amax(const Tensor& x) {
   check_defined("amax", x, "x");
   check_arith_dtype("amax", x);
-  return reduction(
-      x, [&] { return cpu::amax(x); }, [&](Tensor& out) { OCTET_CUDA_CALL(cuda::amax(x, out)); });
+  Tensor out = scalar_result(x);
+  on_device(x.device())->amax(x, out);
+  return out;
 }
 
 Tensor sum_rows(const Tensor& x) {
@@ -199,12 +149,7 @@ Tensor sum_rows(const Tensor& x) {
   check_arith_dtype("sum_rows", x);
   OCTET_CHECK(x.dim() >= 1, "sum_rows: needs at least one dimension, got ", x);
   Tensor out = Tensor::empty({x.cols()}, x.dtype(), x.device());
-  const Backend on(x);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::sum_rows(x, out));
-  } else {
-    cpu::sum_rows(x, out);
-  }
+  on_device(x.device())->sum_rows(x, out);
   return out;
 }
 
@@ -218,13 +163,16 @@ void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor*
               ": asked for neither row-wise nor column-wise output");
   OCTET_CHECK(scale.defined() && scale.numel() == 1 && scale.dtype() == DType::kF32, op,
               ": scale must be a one-element f32 tensor, got ", scale);
-  check_same_device(op, x, scale);
+  const Device device = op_device(op, {{x, "x"},
+                                       {scale, "scale"},
+                                       {rowwise, "row-wise output"},
+                                       {columnwise, "column-wise output"},
+                                       {amax, "amax"}});
   DType fp8 = rowwise ? rowwise->dtype() : columnwise->dtype();
   OCTET_CHECK(is_fp8(fp8), op, ": output dtype must be e4m3 or e5m2, got ", fp8);
   if (rowwise != nullptr) {
     OCTET_CHECK(rowwise->shape() == x.shape(), op, ": row-wise output ", *rowwise,
                 " must have the input's shape ", shape_str(x.shape()));
-    check_same_device(op, x, *rowwise);
   }
   if (columnwise != nullptr) {
     const Shape want = {x.cols(), x.rows()};
@@ -232,21 +180,12 @@ void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor*
                 ": row-wise and column-wise outputs differ in dtype");
     OCTET_CHECK(columnwise->shape() == want, op, ": column-wise output ", *columnwise,
                 " must have shape ", shape_str(want), " (last dim, prod(leading dims))");
-    check_same_device(op, x, *columnwise);
   }
   if (amax != nullptr) {
     OCTET_CHECK(amax->numel() == 1 && amax->dtype() == DType::kF32, op,
                 ": amax must be a one-element f32 tensor, got ", *amax);
-    check_same_device(op, x, *amax);
   }
-  const Backend on(x);
-  if (on.cuda()) {
-    // The cast counts are CPU diagnostics (host memory); a CUDA cast leaves them untouched.
-    OCTET_CUDA_CALL(cuda::quantize_fp8(x, scale, rowwise, columnwise, amax));
-  } else {
-    cpu::quantize_fp8(x, scale.item(), rowwise, columnwise, amax ? amax->data_as<float>() : nullptr,
-                      counts);
-  }
+  on_device(device)->quantize_fp8(x, scale, rowwise, columnwise, amax, counts);
   for (Tensor* t : {rowwise, columnwise, amax}) {
     if (t != nullptr) t->bump_version();
   }
@@ -255,12 +194,7 @@ void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor*
 Tensor transpose_2d(const Tensor& x) {
   check_defined("transpose_2d", x, "x");
   Tensor out = Tensor::empty({x.cols(), x.rows()}, x.dtype(), x.device());
-  const Backend on(x);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::transpose_2d(x, out));
-  } else {
-    cpu::transpose_2d(x, out);
-  }
+  on_device(x.device())->transpose_2d(x, out);
   return out;
 }
 
@@ -271,14 +205,9 @@ Tensor dequantize_fp8(const Tensor& data, const Tensor& scale_inv, DType dtype) 
   OCTET_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, op,
               ": output dtype must be f32 or bf16, got ", dtype);
   check_scalar(op, &scale_inv, "scale_inv");
-  check_same_device(op, data, scale_inv);
-  Tensor out = Tensor::empty(data.shape(), dtype, data.device());
-  const Backend on(data);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::dequantize_fp8(data, scale_inv, out));
-  } else {
-    cpu::dequantize_fp8(data, scale_inv.item(), out);
-  }
+  const Device device = op_device(op, {{data, "data"}, {scale_inv, "scale_inv"}});
+  Tensor out = Tensor::empty(data.shape(), dtype, device);
+  on_device(device)->dequantize_fp8(data, scale_inv, out);
   return out;
 }
 
@@ -288,8 +217,6 @@ void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, Tensor& 
   check_defined(op, a, "a");
   check_defined(op, b, "b");
   check_defined(op, out, "out");
-  check_same_device(op, a, b);
-  check_same_device(op, a, out);
   OCTET_CHECK(a.dim() >= 2 && b.dim() >= 2, op, ": operands must be at least 2-D, got ", a, " and ",
               b);
   const bool a_fp8 = is_fp8(a.dtype()), b_fp8 = is_fp8(b.dtype());
@@ -310,11 +237,7 @@ void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, Tensor& 
   if (out_fp8) {
     OCTET_CHECK(!keep, op, ": accumulate cannot add into an FP8 output ", out);
     check_scalar(op, options.out_scale, "out_scale (FP8 output)");
-    check_same_device(op, a, *options.out_scale);
-    if (options.out_amax != nullptr) {
-      check_scalar(op, options.out_amax, "out_amax");
-      check_same_device(op, a, *options.out_amax);
-    }
+    if (options.out_amax != nullptr) check_scalar(op, options.out_amax, "out_amax");
   }
   // The epilogue applies to the whole result; on top of out's old contents it would apply twice.
   OCTET_CHECK(options.epilogue == Epilogue::kNone || !keep, op,
@@ -334,32 +257,22 @@ void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, Tensor& 
     OCTET_CHECK(bias.defined() && bias.numel() == n &&
                     (bias.dtype() == DType::kF32 || bias.dtype() == DType::kBF16),
                 op, ": bias must be an f32 or bf16 tensor of ", n, " elements, got ", bias);
-    check_same_device(op, a, bias);
   }
   if (a_fp8) check_scalar(op, options.a_scale_inv, "a_scale_inv (FP8 operand a)");
   if (b_fp8) check_scalar(op, options.b_scale_inv, "b_scale_inv (FP8 operand b)");
-  const Tensor* a_scale_inv = a_fp8 ? options.a_scale_inv : nullptr;
-  const Tensor* b_scale_inv = b_fp8 ? options.b_scale_inv : nullptr;
-  for (const Tensor* s : {a_scale_inv, b_scale_inv}) {
-    if (s != nullptr) check_same_device(op, a, *s);
-  }
-  const Backend on(a);
-  if (on.cuda()) {
-    OCTET_CUDA_CALL(cuda::gemm(a, ta, b, tb, out, options.alpha, options.accumulate, options.bias,
-                               a_scale_inv, b_scale_inv,
-                               options.fp8_accumulation == FP8Accumulation::kFast
-                                   ? cuda::GemmRole::kFprop
-                                   : cuda::GemmRole::kGeneric,
-                               options.epilogue, options.out_scale, options.out_amax));
-  } else {
-    float alpha = options.alpha;
-    if (a_scale_inv != nullptr) alpha *= a_scale_inv->item();
-    if (b_scale_inv != nullptr) alpha *= b_scale_inv->item();
-    const float out_scale = out_fp8 ? options.out_scale->item() : 1.f;
-    float* out_amax = options.out_amax != nullptr ? options.out_amax->data_as<float>() : nullptr;
-    cpu::gemm(a, ta, b, tb, out, alpha, options.accumulate, options.bias, options.epilogue,
-              out_scale, out_amax);
-  }
+  // The scale_inv of a non-FP8 operand is not read: the backend gets it as null.
+  GemmOptions call = options;
+  call.a_scale_inv = a_fp8 ? options.a_scale_inv : nullptr;
+  call.b_scale_inv = b_fp8 ? options.b_scale_inv : nullptr;
+  const Device device = op_device(op, {{a, "a"},
+                                       {b, "b"},
+                                       {out, "out"},
+                                       {call.bias, "bias"},
+                                       {call.a_scale_inv, "a_scale_inv"},
+                                       {call.b_scale_inv, "b_scale_inv"},
+                                       {call.out_scale, "out_scale"},
+                                       {call.out_amax, "out_amax"}});
+  on_device(device)->gemm(a, ta, b, tb, out, call);
   out.bump_version();
   if (options.out_amax != nullptr) options.out_amax->bump_version();
 }
@@ -387,10 +300,9 @@ Tensor gemm_operand_for(const Tensor& t, const Tensor& other) {
 }
 
 void release_workspace() {
-  cpu::release_workspace();
-#if OCTET_WITH_CUDA
-  if (cuda_device_count() > 0) cuda::release_workspace();
-#endif
+  detail::backend_for(Device::cpu()).release_workspace();
+  // One call releases the workspace of every CUDA device.
+  if (cuda_device_count() > 0) detail::backend_for(Device::cuda(0)).release_workspace();
 }
 
 }  // namespace octet::ops

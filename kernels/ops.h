@@ -1,5 +1,6 @@
 // The one entry point for operations on tensors. Each op checks its arguments (clear errors that
-// name shapes and dtypes), then dispatches on device to kernels/cpu or kernels/cuda.
+// name shapes, dtypes and devices), then runs on the device its tensors share through that
+// backend's table (kernels/backend.h: kernels/cpu or kernels/cuda).
 // Ops that write into a caller's tensor bump its version.
 #pragma once
 

@@ -1,11 +1,15 @@
-// CPU implementations behind kernels/ops.h. Arguments are already validated by ops.cpp.
+// CPU kernels behind the CPU backend table (kernels/cpu/cpu_backend.cpp); the ops layer has
+// validated their arguments.
 #pragma once
 
+#include <vector>
+
+#include "kernels/backend.h"
 #include "kernels/ops.h"
 
 namespace octet::cpu {
 
-enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv };
+using ops::detail::BinaryOp;
 
 // out = a (op) b; b has a's shape or is a row of a's last dimension.
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);
@@ -30,6 +34,12 @@ void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb
           float alpha, ops::Accumulate accumulate, const Tensor* bias, ops::Epilogue epilogue,
           float out_scale, float* out_amax);
 void release_workspace();
+
+// kernels/optim.h's rules (kernels/cpu/optim.cpp): one vectorised pass per tensor.
+void adamw_step(const std::vector<ops::AdamWTensors>& tensors, const ops::AdamWHyper& h);
+void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
+              float weight_decay, int64_t step);
+double sum_of_squares(const Tensor& x);
 
 // Element pointer of any floating dtype converted to f32 in bulk (FP8 exact, bf16/f16 exact).
 void to_f32(DType dtype, const void* src, float* dst, int64_t n);

@@ -19,6 +19,18 @@ void add_row(float* acc, const float* x, int64_t n) {
 
 }  // namespace
 
+std::vector<int64_t> index_values(const Tensor& ids) {
+  std::vector<int64_t> out(static_cast<size_t>(ids.numel()));
+  if (ids.dtype() == DType::kI32) {
+    const int32_t* p = ids.data_as<int32_t>();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = p[i];
+  } else {
+    const int64_t* p = ids.data_as<int64_t>();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = p[i];
+  }
+  return out;
+}
+
 void embedding(const Tensor& table, const std::vector<int64_t>& ids, Tensor& out) {
   const int64_t cols = table.cols();
   const auto* pt = static_cast<const uint8_t*>(table.data());  // (V, C), any floating dtype

@@ -1,6 +1,6 @@
-// CPU implementations behind kernels/nn.h. Arguments are validated by kernels/nn.cpp, floating
-// inputs are already f32 (except the embedding table, converted row by row), and outputs are
-// allocated f32 tensors (u8 for the dropout mask).
+// CPU implementations behind the nn ops of the CPU backend table (cpu_backend.cpp). Arguments are
+// validated by kernels/nn.cpp, floating inputs are already f32 (except the embedding table,
+// converted row by row), and outputs are allocated f32 tensors (u8 for the dropout mask).
 #pragma once
 
 #include <vector>
@@ -52,6 +52,8 @@ void norm_backward(const Tensor& dy, const Tensor& x, const float* mean, const f
                    const float* gamma, ops::ZeroCenteredGamma zc, Tensor& dx, float* dgamma,
                    float* dbeta);
 
+// i32/i64 host tensor of ids or targets as int64 values.
+std::vector<int64_t> index_values(const Tensor& ids);
 // ids: validated, one per output row.
 void embedding(const Tensor& table, const std::vector<int64_t>& ids, Tensor& out);
 void embedding_backward(const Tensor& dy, const std::vector<int64_t>& ids, Tensor& dtable);

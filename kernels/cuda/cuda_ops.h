@@ -1,7 +1,7 @@
-// CUDA implementations behind kernels/ops.h, nn.h, optim.h and quantized.h (compiled only when
-// nvcc is found). The same contract as the CPU functions in kernels/cpu/: arguments are already
-// validated by the ops layer, every tensor lives on the same CUDA device, and kernels run on
-// that device's octet stream (runtime/cuda.h), in order with every other octet operation.
+// CUDA implementations behind the CUDA backend table (cuda_backend.cpp; compiled only when nvcc
+// is found, or in the CUDA emulation). The table's contract (kernels/backend.h): arguments are
+// already validated by the ops layer, every tensor lives on the same CUDA device, and kernels run
+// on that device's octet stream (runtime/cuda.h), in order with every other octet operation.
 // Scalars that the CPU reads on the host (a scale, a scale_inv) stay on the device here: they
 // are one-element f32 device tensors, read by the kernels, so no launch waits for the host.
 #pragma once
@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/cpu_ops.h"
+#include "kernels/backend.h"
 #include "kernels/nn.h"
 #include "kernels/optim.h"
 #include "kernels/quantizer.h"
@@ -18,7 +18,7 @@
 
 namespace octet::cuda {
 
-using cpu::BinaryOp;
+using ops::detail::BinaryOp;
 
 // ---- elementwise (elementwise.cu): f32/bf16/f16 in any mix, math in f32, RNE stores ----
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);  // b: a's shape or a row
@@ -119,13 +119,9 @@ void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float m
               float weight_decay, int64_t step);
 
 // ---- delayed scaling (fp8_meta.cu) ----
-// update_fp8_slot's rule (runtime/fp8_meta.h) for every slot of the list, in one launch.
-struct SlotUpdate {
-  FP8Slot* slot;
-  float fp8_max;
-  int margin;
-  AmaxComputeAlgo algo;
-};
+// update_fp8_slot's rule (runtime/fp8_meta.h) for every slot of the list, in one launch; the
+// versions are the caller's to bump.
+using ops::detail::SlotUpdate;
 void update_fp8_slots(const std::vector<SlotUpdate>& slots);
 // Current scaling, CurrentScalingQuantizer::scale_for's rule on the device: amax 0 or not finite
 // gives 1; else fp8_max / max(amax, amax_epsilon), an infinite result FLT_MAX, rounded down to a

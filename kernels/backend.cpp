@@ -1,0 +1,134 @@
+// The interface's defaults (every op says it is not supported) and the lookup of a device's
+// table. A table overrides what its backend implements; what it does not is an error, never a
+// silent fallback to another backend.
+#include "kernels/backend.h"
+
+namespace octet::ops::detail {
+
+void Backend::unsupported(const char* op) const {
+  OCTET_FAIL("not supported on ", name(), ": ", op);
+}
+
+void Backend::binary(BinaryOp, const Tensor&, const Tensor&, Tensor&) const {
+  unsupported("binary");
+}
+void Backend::axpy(Tensor&, const Tensor&, float) const { unsupported("axpy"); }
+void Backend::scale(const Tensor&, float, Tensor&) const { unsupported("scale"); }
+void Backend::fill(Tensor&, float) const { unsupported("fill"); }
+void Backend::convert(const Tensor&, Tensor&) const { unsupported("convert"); }
+
+void Backend::sum(const Tensor&, Tensor&) const { unsupported("sum"); }
+void Backend::mean(const Tensor&, Tensor&) const { unsupported("mean"); }
+void Backend::max(const Tensor&, Tensor&) const { unsupported("max"); }
+void Backend::amax(const Tensor&, Tensor&) const { unsupported("amax"); }
+void Backend::sum_rows(const Tensor&, Tensor&) const { unsupported("sum_rows"); }
+double Backend::sum_of_squares(const Tensor&) const { unsupported("sum_of_squares"); }
+
+void Backend::quantize_fp8(const Tensor&, const Tensor&, Tensor*, Tensor*, Tensor*,
+                           FP8CastCounts*) const {
+  unsupported("quantize_fp8");
+}
+void Backend::transpose_2d(const Tensor&, Tensor&) const { unsupported("transpose_2d"); }
+void Backend::dequantize_fp8(const Tensor&, const Tensor&, Tensor&) const {
+  unsupported("dequantize_fp8");
+}
+
+void Backend::quantize_mxfp8_rowwise(const Tensor&, Tensor&, Tensor&) const {
+  unsupported("quantize_mxfp8_rowwise");
+}
+void Backend::quantize_mxfp8_columnwise(const Tensor&, Tensor&, Tensor&) const {
+  unsupported("quantize_mxfp8_columnwise");
+}
+void Backend::dequantize_mxfp8(const Tensor&, const Tensor&, Tensor&) const {
+  unsupported("dequantize_mxfp8");
+}
+
+void Backend::gemm(const Tensor&, Transpose, const Tensor&, Transpose, Tensor&,
+                   const GemmOptions&) const {
+  unsupported("gemm");
+}
+void Backend::release_workspace() const { unsupported("release_workspace"); }
+
+void Backend::activation(Activation, const Tensor&, Tensor&) const { unsupported("activation"); }
+void Backend::activation_backward(Activation, const Tensor&, const Tensor&, Tensor&) const {
+  unsupported("activation_backward");
+}
+void Backend::gated_activation(Activation, const Tensor&, Tensor&) const {
+  unsupported("gated_activation");
+}
+void Backend::gated_activation_backward(Activation, const Tensor&, const Tensor&, Tensor&) const {
+  unsupported("gated_activation_backward");
+}
+void Backend::softmax(const Tensor&, Tensor&) const { unsupported("softmax"); }
+void Backend::softmax_backward(const Tensor&, const Tensor&, Tensor&) const {
+  unsupported("softmax_backward");
+}
+
+void Backend::norm_forward(NormKind, const Tensor&, const Tensor&, const Tensor*, float,
+                           ZeroCenteredGamma, Tensor&, Tensor*, Tensor&) const {
+  unsupported("norm_forward");
+}
+void Backend::norm_quantize_fp8(NormKind, const Tensor&, const Tensor&, const Tensor*, float,
+                                ZeroCenteredGamma, const Tensor&, Tensor*, Tensor*, Tensor*,
+                                Tensor*, Tensor&, FP8CastCounts*) const {
+  unsupported("norm_quantize_fp8");
+}
+void Backend::norm_backward(const Tensor&, const Tensor&, const Tensor*, const Tensor&,
+                            const Tensor&, ZeroCenteredGamma, Tensor&, Tensor&, Tensor*) const {
+  unsupported("norm_backward");
+}
+
+void Backend::embedding(const Tensor&, const Tensor&, Tensor&) const { unsupported("embedding"); }
+void Backend::embedding_backward(const Tensor&, const Tensor&, Tensor&) const {
+  unsupported("embedding_backward");
+}
+
+void Backend::dropout(const Tensor&, float, uint64_t, uint64_t, Tensor&, Tensor&) const {
+  unsupported("dropout");
+}
+void Backend::dropout_backward(const Tensor&, const Tensor&, float, Tensor&) const {
+  unsupported("dropout_backward");
+}
+
+void Backend::causal_attention(const Tensor&, int64_t, float, Tensor&, Tensor&) const {
+  unsupported("causal_attention");
+}
+void Backend::causal_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                        int64_t, float, Tensor&) const {
+  unsupported("causal_attention_backward");
+}
+
+void Backend::cross_entropy(const Tensor&, const Tensor&, int64_t, int64_t, Tensor&,
+                            Tensor&) const {
+  unsupported("cross_entropy");
+}
+void Backend::cross_entropy_backward(float, const Tensor&, const Tensor&, const Tensor&, int64_t,
+                                     Tensor&) const {
+  unsupported("cross_entropy_backward");
+}
+
+void Backend::adamw_step(const std::vector<AdamWTensors>&, const AdamWHyper&) const {
+  unsupported("adamw_step");
+}
+void Backend::sgd_step(Tensor&, const Tensor&, Tensor&, float, float, float, int64_t) const {
+  unsupported("sgd_step");
+}
+
+void Backend::update_fp8_slots(const std::vector<SlotUpdate>&) const {
+  unsupported("update_fp8_slots");
+}
+void Backend::current_scale(const Tensor&, float, float, Power2Scale, Tensor&, Tensor&) const {
+  unsupported("current_scale");
+}
+void Backend::reciprocal(const Tensor&, Tensor&) const { unsupported("reciprocal"); }
+
+const Backend& backend_for(Device device) {
+  if (device.is_cpu()) return cpu_backend();
+#if OCTET_WITH_CUDA
+  return cuda_backend();
+#else
+  OCTET_FAIL("not supported on cuda: octet was built without CUDA (", device, " requested)");
+#endif
+}
+
+}  // namespace octet::ops::detail

@@ -1,0 +1,185 @@
+// The CPU backend's table: thin adapters from the interface (kernels/backend.h) to the CPU
+// kernels. The data is in host memory, so this is where a scalar tensor (a scale, an amax slot, a
+// loss) becomes the float the kernels take or give.
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/mxfp8_cpu.h"
+#include "kernels/cpu/nn_cpu.h"
+#include "runtime/fp8_scaling.h"
+
+namespace octet::ops::detail {
+namespace {
+
+float* data_or_null(Tensor* t) { return t != nullptr ? t->data_as<float>() : nullptr; }
+const float* data_or_null(const Tensor* t) { return t != nullptr ? t->data_as<float>() : nullptr; }
+void set(Tensor& scalar, float value) { *scalar.data_as<float>() = value; }
+
+class CpuBackend final : public Backend {
+ public:
+  const char* name() const override { return "cpu"; }
+
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) const override {
+    cpu::binary(op, a, b, out);
+  }
+  void axpy(Tensor& dst, const Tensor& src, float alpha) const override {
+    cpu::axpy(dst, src, alpha);
+  }
+  void scale(const Tensor& x, float s, Tensor& out) const override { cpu::scale(x, s, out); }
+  void fill(Tensor& dst, float value) const override { cpu::fill(dst, value); }
+  void convert(const Tensor& src, Tensor& dst) const override { cpu::convert(src, dst); }
+
+  void sum(const Tensor& x, Tensor& out) const override { set(out, cpu::sum(x)); }
+  void mean(const Tensor& x, Tensor& out) const override {
+    const double n = static_cast<double>(x.numel());
+    set(out, static_cast<float>(static_cast<double>(cpu::sum(x)) / n));
+  }
+  void max(const Tensor& x, Tensor& out) const override { set(out, cpu::max(x)); }
+  void amax(const Tensor& x, Tensor& out) const override { set(out, cpu::amax(x)); }
+  void sum_rows(const Tensor& x, Tensor& out) const override { cpu::sum_rows(x, out); }
+  double sum_of_squares(const Tensor& x) const override { return cpu::sum_of_squares(x); }
+
+  void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor* columnwise,
+                    Tensor* amax, FP8CastCounts* counts) const override {
+    cpu::quantize_fp8(x, scale.item(), rowwise, columnwise, data_or_null(amax), counts);
+  }
+  void transpose_2d(const Tensor& x, Tensor& out) const override { cpu::transpose_2d(x, out); }
+  void dequantize_fp8(const Tensor& data, const Tensor& scale_inv, Tensor& out) const override {
+    cpu::dequantize_fp8(data, scale_inv.item(), out);
+  }
+
+  void quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales) const override {
+    cpu::quantize_mxfp8_rowwise(x, data, scales);
+  }
+  void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales) const override {
+    cpu::quantize_mxfp8_columnwise(x, data, scales);
+  }
+  void dequantize_mxfp8(const Tensor& data, const Tensor& scales, Tensor& out) const override {
+    cpu::dequantize_mxfp8(data, scales, out);
+  }
+
+  void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, Tensor& out,
+            const GemmOptions& o) const override {
+    // The operands' scale_inv fold into alpha: the CPU's f32 result is the exact product of the
+    // FP8 values either way, rounded once.
+    float alpha = o.alpha;
+    if (o.a_scale_inv != nullptr) alpha *= o.a_scale_inv->item();
+    if (o.b_scale_inv != nullptr) alpha *= o.b_scale_inv->item();
+    const float out_scale = o.out_scale != nullptr ? o.out_scale->item() : 1.f;
+    cpu::gemm(a, ta, b, tb, out, alpha, o.accumulate, o.bias, o.epilogue, out_scale,
+              data_or_null(o.out_amax));
+  }
+  void release_workspace() const override { cpu::release_workspace(); }
+
+  void activation(Activation act, const Tensor& x, Tensor& y) const override {
+    cpu::activation(act, x, y);
+  }
+  void activation_backward(Activation act, const Tensor& dy, const Tensor& x,
+                           Tensor& dx) const override {
+    cpu::activation_backward(act, dy, x, dx);
+  }
+  void gated_activation(Activation act, const Tensor& x, Tensor& y) const override {
+    cpu::gated_activation(act, x, y);
+  }
+  void gated_activation_backward(Activation act, const Tensor& dy, const Tensor& x,
+                                 Tensor& dx) const override {
+    cpu::gated_activation_backward(act, dy, x, dx);
+  }
+  void softmax(const Tensor& x, Tensor& y) const override { cpu::softmax(x, y); }
+  void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) const override {
+    cpu::softmax_backward(dy, y, dx);
+  }
+
+  void norm_forward(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor* beta,
+                    float eps, ZeroCenteredGamma zc, Tensor& y, Tensor* mean,
+                    Tensor& rsigma) const override {
+    if (kind == NormKind::kLayerNorm) {
+      cpu::layernorm(x, gamma.data_as<float>(), data_or_null(beta), eps, zc, y, data_or_null(mean),
+                     rsigma.data_as<float>());
+    } else {
+      cpu::rmsnorm(x, gamma.data_as<float>(), eps, zc, y, rsigma.data_as<float>());
+    }
+  }
+  void norm_quantize_fp8(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor* beta,
+                         float eps, ZeroCenteredGamma zc, const Tensor& scale, Tensor* rowwise,
+                         Tensor* columnwise, Tensor* amax, Tensor* mean, Tensor& rsigma,
+                         FP8CastCounts* counts) const override {
+    const cpu::NormRow norm(kind, gamma.data_as<float>(), data_or_null(beta), eps, zc, x.cols());
+    cpu::norm_quantize_fp8(x, norm, scale.item(), rowwise, columnwise, data_or_null(amax),
+                           data_or_null(mean), rsigma.data_as<float>(), counts);
+  }
+  void norm_backward(const Tensor& dy, const Tensor& x, const Tensor* mean, const Tensor& rsigma,
+                     const Tensor& gamma, ZeroCenteredGamma zc, Tensor& dx, Tensor& dgamma,
+                     Tensor* dbeta) const override {
+    cpu::norm_backward(dy, x, data_or_null(mean), rsigma.data_as<float>(), gamma.data_as<float>(),
+                       zc, dx, dgamma.data_as<float>(), data_or_null(dbeta));
+  }
+
+  void embedding(const Tensor& table, const Tensor& ids, Tensor& out) const override {
+    cpu::embedding(table, cpu::index_values(ids), out);
+  }
+  void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable) const override {
+    cpu::embedding_backward(dy, cpu::index_values(ids), dtable);
+  }
+
+  void dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& y,
+               Tensor& mask) const override {
+    cpu::dropout(x, p, seed, offset, y, mask);
+  }
+  void dropout_backward(const Tensor& dy, const Tensor& mask, float p, Tensor& dx) const override {
+    cpu::dropout_backward(dy, mask, p, dx);
+  }
+
+  void causal_attention(const Tensor& qkv, int64_t heads, float scale, Tensor& out,
+                        Tensor& lse) const override {
+    cpu::causal_attention(qkv, heads, scale, out, lse);
+  }
+  void causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                 const Tensor& lse, int64_t heads, float scale,
+                                 Tensor& dqkv) const override {
+    cpu::causal_attention_backward(dout, qkv, out, lse, heads, scale, dqkv);
+  }
+
+  void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                     int64_t count, Tensor& loss, Tensor& lse) const override {
+    const double total =
+        cpu::cross_entropy(logits, cpu::index_values(targets), ignore_index, lse.data_as<float>());
+    set(loss, count > 0 ? static_cast<float>(total / static_cast<double>(count)) : 0.f);
+  }
+  void cross_entropy_backward(float grad_per_row, const Tensor& logits, const Tensor& targets,
+                              const Tensor& lse, int64_t ignore_index,
+                              Tensor& dlogits) const override {
+    cpu::cross_entropy_backward(grad_per_row, logits, cpu::index_values(targets),
+                                lse.data_as<float>(), ignore_index, dlogits);
+  }
+
+  void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h) const override {
+    cpu::adamw_step(tensors, h);
+  }
+  void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
+                float weight_decay, int64_t step) const override {
+    cpu::sgd_step(master, grad, buf, lr, momentum, weight_decay, step);
+  }
+
+  void update_fp8_slots(const std::vector<SlotUpdate>& slots) const override {
+    for (const SlotUpdate& u : slots) update_fp8_slot(*u.slot, u.fp8_max, u.margin, u.algo);
+  }
+  void current_scale(const Tensor& amax, float fp8_max, float amax_epsilon, Power2Scale power_2,
+                     Tensor& scale, Tensor& scale_inv) const override {
+    const float s =
+        ::octet::current_scale(amax.item(), fp8_max, amax_epsilon, power_2 == Power2Scale::kOn);
+    set(scale, s);
+    set(scale_inv, 1.f / s);
+  }
+  void reciprocal(const Tensor& x, Tensor& out) const override { set(out, 1.f / x.item()); }
+};
+
+}  // namespace
+
+const Backend& cpu_backend() {
+  static const CpuBackend table;
+  return table;
+}
+
+}  // namespace octet::ops::detail

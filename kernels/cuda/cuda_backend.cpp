@@ -1,0 +1,171 @@
+// The CUDA backend's table: adapters from the interface (kernels/backend.h) to the launchers of
+// kernels/cuda (cuda_ops.h). Plain C++ (no device code), so every CUDA build compiles it with the
+// host compiler, the emulation build included. Scalars stay on the device: nothing here reads one.
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace octet::ops::detail {
+namespace {
+
+class CudaBackend final : public Backend {
+ public:
+  const char* name() const override { return "cuda"; }
+
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) const override {
+    cuda::binary(op, a, b, out);
+  }
+  void axpy(Tensor& dst, const Tensor& src, float alpha) const override {
+    cuda::axpy(dst, src, alpha);
+  }
+  void scale(const Tensor& x, float s, Tensor& out) const override { cuda::scale(x, s, out); }
+  void fill(Tensor& dst, float value) const override { cuda::fill(dst, value); }
+  void convert(const Tensor& src, Tensor& dst) const override { cuda::convert(src, dst); }
+
+  void sum(const Tensor& x, Tensor& out) const override { cuda::sum(x, out); }
+  void mean(const Tensor& x, Tensor& out) const override {
+    cuda::sum(x, out);
+    cuda::scale(out, static_cast<float>(1.0 / static_cast<double>(x.numel())), out);
+  }
+  void max(const Tensor& x, Tensor& out) const override { cuda::max(x, out); }
+  void amax(const Tensor& x, Tensor& out) const override { cuda::amax(x, out); }
+  void sum_rows(const Tensor& x, Tensor& out) const override { cuda::sum_rows(x, out); }
+  double sum_of_squares(const Tensor& x) const override { return cuda::sum_of_squares(x); }
+
+  void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor* columnwise,
+                    Tensor* amax, FP8CastCounts*) const override {
+    // The cast counts are CPU diagnostics (host memory); a CUDA cast leaves them untouched.
+    cuda::quantize_fp8(x, scale, rowwise, columnwise, amax);
+  }
+  void transpose_2d(const Tensor& x, Tensor& out) const override { cuda::transpose_2d(x, out); }
+  void dequantize_fp8(const Tensor& data, const Tensor& scale_inv, Tensor& out) const override {
+    cuda::dequantize_fp8(data, scale_inv, out);
+  }
+
+  void quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales) const override {
+    cuda::quantize_mxfp8_rowwise(x, data, scales);
+  }
+  void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales) const override {
+    cuda::quantize_mxfp8_columnwise(x, data, scales);
+  }
+  void dequantize_mxfp8(const Tensor& data, const Tensor& scales, Tensor& out) const override {
+    cuda::dequantize_mxfp8(data, scales, out);
+  }
+
+  void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, Tensor& out,
+            const GemmOptions& o) const override {
+    // Fast FP8 accumulation is the forward GEMM's; everything else accumulates split.
+    const cuda::GemmRole role = o.fp8_accumulation == FP8Accumulation::kFast
+                                    ? cuda::GemmRole::kFprop
+                                    : cuda::GemmRole::kGeneric;
+    cuda::gemm(a, ta, b, tb, out, o.alpha, o.accumulate, o.bias, o.a_scale_inv, o.b_scale_inv, role,
+               o.epilogue, o.out_scale, o.out_amax);
+  }
+  void release_workspace() const override { cuda::release_workspace(); }
+
+  void activation(Activation act, const Tensor& x, Tensor& y) const override {
+    cuda::activation(act, x, y);
+  }
+  void activation_backward(Activation act, const Tensor& dy, const Tensor& x,
+                           Tensor& dx) const override {
+    cuda::activation_backward(act, dy, x, dx);
+  }
+  void gated_activation(Activation act, const Tensor& x, Tensor& y) const override {
+    cuda::gated_activation(act, x, y);
+  }
+  void gated_activation_backward(Activation act, const Tensor& dy, const Tensor& x,
+                                 Tensor& dx) const override {
+    cuda::gated_activation_backward(act, dy, x, dx);
+  }
+  void softmax(const Tensor& x, Tensor& y) const override { cuda::softmax(x, y); }
+  void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) const override {
+    cuda::softmax_backward(dy, y, dx);
+  }
+
+  void norm_forward(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor* beta,
+                    float eps, ZeroCenteredGamma zc, Tensor& y, Tensor* mean,
+                    Tensor& rsigma) const override {
+    cuda::norm_forward(kind, x, gamma, beta, eps, zc, y, mean, rsigma);
+  }
+  void norm_quantize_fp8(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor* beta,
+                         float eps, ZeroCenteredGamma zc, const Tensor& scale, Tensor* rowwise,
+                         Tensor* columnwise, Tensor* amax, Tensor* mean, Tensor& rsigma,
+                         FP8CastCounts*) const override {
+    // No cast counts, as in quantize_fp8.
+    cuda::norm_quantize_fp8(kind, x, gamma, beta, eps, zc, scale, rowwise, columnwise, amax, mean,
+                            rsigma);
+  }
+  void norm_backward(const Tensor& dy, const Tensor& x, const Tensor* mean, const Tensor& rsigma,
+                     const Tensor& gamma, ZeroCenteredGamma zc, Tensor& dx, Tensor& dgamma,
+                     Tensor* dbeta) const override {
+    cuda::norm_backward(dy, x, mean, rsigma, gamma, zc, dx, dgamma, dbeta);
+  }
+
+  void embedding(const Tensor& table, const Tensor& ids, Tensor& out) const override {
+    cuda::embedding(table, ids, out);
+  }
+  void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable) const override {
+    cuda::embedding_backward(dy, ids, dtable);
+  }
+
+  void dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& y,
+               Tensor& mask) const override {
+    cuda::dropout(x, p, seed, offset, y, mask);
+  }
+  void dropout_backward(const Tensor& dy, const Tensor& mask, float p, Tensor& dx) const override {
+    cuda::dropout_backward(dy, mask, p, dx);
+  }
+
+  void causal_attention(const Tensor& qkv, int64_t heads, float scale, Tensor& out,
+                        Tensor& lse) const override {
+    cuda::causal_attention(qkv, heads, scale, out, lse);
+  }
+  void causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                 const Tensor& lse, int64_t heads, float scale,
+                                 Tensor& dqkv) const override {
+    cuda::causal_attention_backward(dout, qkv, out, lse, heads, scale, dqkv);
+  }
+
+  void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                     int64_t count, Tensor& loss, Tensor& lse) const override {
+    cuda::cross_entropy(logits, targets, ignore_index, count, loss, lse);
+  }
+  void cross_entropy_backward(float grad_per_row, const Tensor& logits, const Tensor& targets,
+                              const Tensor& lse, int64_t ignore_index,
+                              Tensor& dlogits) const override {
+    cuda::cross_entropy_backward(grad_per_row, logits, targets, lse, ignore_index, dlogits);
+  }
+
+  void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h) const override {
+    cuda::adamw_step(tensors, h);
+  }
+  void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
+                float weight_decay, int64_t step) const override {
+    cuda::sgd_step(master, grad, buf, lr, momentum, weight_decay, step);
+  }
+
+  void update_fp8_slots(const std::vector<SlotUpdate>& slots) const override {
+    cuda::update_fp8_slots(slots);
+    // The launch wrote every slot's tensors (update_fp8_slot bumps the CPU's itself).
+    for (const SlotUpdate& u : slots) {
+      u.slot->amax_history.bump_version();
+      u.slot->scale.bump_version();
+      u.slot->scale_inv.bump_version();
+    }
+  }
+  void current_scale(const Tensor& amax, float fp8_max, float amax_epsilon, Power2Scale power_2,
+                     Tensor& scale, Tensor& scale_inv) const override {
+    cuda::current_scale(amax, fp8_max, amax_epsilon, power_2, scale, scale_inv);
+  }
+  void reciprocal(const Tensor& x, Tensor& out) const override { cuda::reciprocal(x, out); }
+};
+
+}  // namespace
+
+const Backend& cuda_backend() {
+  static const CudaBackend table;
+  return table;
+}
+
+}  // namespace octet::ops::detail

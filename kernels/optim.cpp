@@ -1,0 +1,88 @@
+// Argument checks and dispatch for kernels/optim.h (the CPU kernels are in kernels/cpu/optim.cpp).
+#include "kernels/optim.h"
+
+#include <vector>
+
+#include "kernels/device_policy.h"
+
+namespace octet::ops {
+namespace {
+
+using detail::on_device;
+using detail::op_device;
+
+void check_same(const char* op, const Tensor& a, const char* an, const Tensor& b, const char* bn) {
+  OCTET_CHECK(a.shape() == b.shape(), op, ": ", an, " ", a, " and ", bn, " ", b,
+              " differ in shape");
+}
+
+void check_f32(const char* op, const Tensor& t, const char* name) {
+  OCTET_CHECK(t.defined() && t.dtype() == DType::kF32, op, ": ", name,
+              " must be an f32 tensor, got ", t);
+}
+
+// The step's device: the master's, shared by its gradient and moments.
+Device check_adamw(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
+                   const AdamWHyper& h) {
+  constexpr const char* op = "adamw_step";
+  OCTET_CHECK(master.defined(), op, ": master is an undefined tensor");
+  check_f32(op, master, "master");
+  check_f32(op, m, "m");
+  check_f32(op, v, "v");
+  OCTET_CHECK(grad.dtype() == DType::kF32 || grad.dtype() == DType::kBF16, op,
+              ": gradient must be f32 or bf16, got ", grad);
+  const Device device = op_device(op, {{master, "master"}, {grad, "grad"}, {m, "m"}, {v, "v"}});
+  check_same(op, master, "master", grad, "grad");
+  check_same(op, master, "master", m, "m");
+  check_same(op, master, "master", v, "v");
+  OCTET_CHECK(h.step >= 1, op, ": step must be >= 1, got ", h.step);
+  return device;
+}
+
+}  // namespace
+
+void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h) {
+  adamw_step({AdamWTensors{&master, &grad, &m, &v}}, h);
+}
+
+void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h) {
+  if (tensors.empty()) return;
+  const Device device = tensors.front().master->device();
+  for (const AdamWTensors& t : tensors) {
+    OCTET_CHECK(t.master && t.grad && t.m && t.v, "adamw_step: a null tensor in the list");
+    OCTET_CHECK(check_adamw(*t.master, *t.grad, *t.m, *t.v, h) == device, "adamw_step: tensors on ",
+                device, " and ", t.master->device(), " in one step");
+  }
+  on_device(device)->adamw_step(tensors, h);
+  for (const AdamWTensors& t : tensors) {
+    t.master->bump_version();
+    t.m->bump_version();
+    t.v->bump_version();
+  }
+}
+
+void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
+              float weight_decay, int64_t step) {
+  constexpr const char* op = "sgd_step";
+  OCTET_CHECK(master.defined(), op, ": master is an undefined tensor");
+  check_f32(op, master, "master");
+  check_same(op, master, "master", grad, "grad");
+  const bool use_buf = momentum != 0.f;
+  if (use_buf) {
+    check_f32(op, buf, "momentum buffer");
+    check_same(op, master, "master", buf, "momentum buffer");
+  }
+  const Device device = op_device(
+      op, {{master, "master"}, {grad, "grad"}, {use_buf ? &buf : nullptr, "momentum buffer"}});
+  on_device(device)->sgd_step(master, grad, buf, lr, momentum, weight_decay, step);
+  master.bump_version();
+  if (use_buf) buf.bump_version();
+}
+
+double sum_of_squares(const Tensor& x) {
+  OCTET_CHECK(x.dtype() == DType::kF32 || x.dtype() == DType::kBF16,
+              "sum_of_squares: f32 or bf16 expected, got ", x);
+  return on_device(x.device())->sum_of_squares(x);
+}
+
+}  // namespace octet::ops
