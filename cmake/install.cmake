@@ -1,21 +1,32 @@
-# `cmake --install`: headers under include/octet/<layer>/, the layer libraries and the umbrella
-# target exported as octet::*, a relocatable CMake package, and the octet program when it exists.
+# `cmake --install`: the public headers under include/octet/ (the umbrella octet/octet.h and the
+# library layers' headers, without the backends' internals), the library layers and the umbrella
+# target exported as octet::*, a relocatable CMake package, and the octet program. The command-line
+# layer (tools/) is the program's own: neither its headers nor its library are installed.
 # Included after every layer folder so that the targets it names are already defined.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(OCTET_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/octet")
 
-# Headers include each other from the layer root ("runtime/tensor.h"), so include/octet is the
-# include directory consumers get (the INSTALL_INTERFACE in cmake/layers.cmake).
-foreach(layer IN LISTS OCTET_LAYERS)
+# Consumers write #include "octet/octet.h" (include/ is on their path); the headers behind it
+# include each other from the layer root ("runtime/tensor.h"), so include/octet is on it too (the
+# INSTALL_INTERFACE in cmake/layers.cmake).
+set(OCTET_LIBRARY_LAYERS ${OCTET_LAYERS})
+list(REMOVE_ITEM OCTET_LIBRARY_LAYERS tools)
+install(FILES "${PROJECT_SOURCE_DIR}/include/octet/octet.h"
+        DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/octet")
+foreach(layer IN LISTS OCTET_LIBRARY_LAYERS)
+  # The backends' internals (kernels/cpu, kernels/cuda, the dispatch table, the shared device
+  # math) are not API.
   install(DIRECTORY "${PROJECT_SOURCE_DIR}/${layer}/"
           DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/octet/${layer}"
-          FILES_MATCHING PATTERN "*.h")
+          FILES_MATCHING PATTERN "*.h"
+          PATTERN "cpu" EXCLUDE PATTERN "cuda" EXCLUDE PATTERN "math" EXCLUDE
+          PATTERN "backend.h" EXCLUDE PATTERN "device_policy.h" EXCLUDE)
 endforeach()
 
 set(octet_export_targets "")
-foreach(layer IN LISTS OCTET_LAYERS)
+foreach(layer IN LISTS OCTET_LIBRARY_LAYERS)
   list(APPEND octet_export_targets octet_${layer})
 endforeach()
 install(TARGETS ${octet_export_targets} octet

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/nn.h"
 #include "kernels/ops.h"
+#include "kernels/optim.h"
 #include "kernels/quantizer.h"
 #include "runtime/device.h"
 #include "runtime/fp8.h"

@@ -1,7 +1,9 @@
-// The one entry point for operations on tensors. Each op checks its arguments (clear errors that
-// name shapes, dtypes and devices), then runs on the device its tensors share through that
-// backend's table (kernels/backend.h: kernels/cpu or kernels/cuda).
-// Ops that write into a caller's tensor bump its version.
+// Operations on tensors: elementwise, reductions, the per-tensor FP8 cast, transpose, GEMM. Each op
+// checks its arguments (clear errors that name shapes, dtypes and devices), then runs on the
+// device its tensors share through that backend's table (kernels/backend.h: kernels/cpu or
+// kernels/cuda). Ops that write into a caller's tensor bump its version. The other families have
+// their own headers: kernels/nn.h (the layers' forward and backward), kernels/optim.h (optimizer
+// updates), kernels/quantized.h (quantized tensors); octet/octet.h includes them all.
 #pragma once
 
 #include <cstdint>
@@ -95,7 +97,3 @@ Tensor gemm_operand_for(const Tensor& t, const Tensor& other);
 void release_workspace();
 
 }  // namespace octet::ops
-
-#include "kernels/nn.h"  // the nn layers' forward and backward operations
-#include "kernels/optim.h"
-#include "kernels/quantized.h"

@@ -4,6 +4,7 @@
 #include "autograd/grad_mode.h"
 #include "kernels/nn.h"
 #include "kernels/ops.h"
+#include "kernels/quantized.h"
 #include "kernels/quantizer.h"
 #include "modules/fp8_autocast.h"
 #include "runtime/memory.h"

@@ -5,6 +5,7 @@
 
 #include "autograd/variable.h"
 #include "kernels/ops.h"
+#include "kernels/quantized.h"
 #include "modules/fp8_state.h"
 #include "runtime/error.h"
 

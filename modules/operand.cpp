@@ -2,6 +2,7 @@
 #include "modules/operand.h"
 
 #include "kernels/ops.h"
+#include "kernels/quantized.h"
 
 namespace octet::modules {
 namespace {

@@ -6,6 +6,8 @@
 
 #include "autograd/variable.h"
 #include "kernels/ops.h"
+#include "kernels/optim.h"
+#include "kernels/quantized.h"
 #include "runtime/memory.h"
 
 namespace octet::modules {

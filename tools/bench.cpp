@@ -18,6 +18,7 @@
 #include "autograd/engine.h"
 #include "autograd/variable.h"
 #include "kernels/ops.h"
+#include "kernels/quantized.h"
 #include "kernels/quantizer.h"
 #include "modules/fp8_autocast.h"
 #include "modules/gpt.h"

@@ -1,58 +1,94 @@
 // Uses octet as a library: trains a LayerNormMLP under FP8 delayed scaling with AdamW to map random
-// inputs onto fixed random targets, prints the loss per step, and fails unless the loss fell.
+// inputs onto fixed random targets with train::Trainer, saves a checkpoint half way, restores it
+// into a fresh module and finishes there, and fails unless the loss fell and the resumed run's
+// losses equal the uninterrupted run's bit for bit.
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <string>
+#include <vector>
 
-#include "autograd/engine.h"
-#include "autograd/ops/arithmetic.h"
-#include "modules/fp8_autocast.h"
-#include "modules/layernorm_mlp.h"
-#include "modules/optimizer.h"
-#include "runtime/recipe.h"
-#include "runtime/rng.h"
+#include "octet/octet.h"
+
+using namespace octet;
+
+namespace {
+
+constexpr int64_t kTokens = 64, kHidden = 64, kFfn = 256;  // FP8 GEMMs: rows % 8, cols % 16
+constexpr int kSteps = 30, kSaveAt = 15;
+
+modules::LayerNormMLPOptions mlp_options(const Recipe& recipe) {
+  modules::LayerNormMLPOptions options;
+  options.linear.recipe = recipe;
+  options.linear.seed = 1;
+  return options;
+}
+
+train::TrainerOptions trainer_options(const Recipe& recipe) {
+  train::TrainerOptions options;  // AdamW, clipping at 1.0
+  options.recipe = recipe;
+  options.schedule.base_lr = 3e-3f;
+  options.schedule.total_steps = kSteps;
+  return options;
+}
+
+// Steps [from, to) of `trainer`, the loss of each step.
+std::vector<double> run(train::Trainer& trainer, modules::LayerNormMLP& mlp, const Tensor& x,
+                        const Tensor& target, int from, int to) {
+  std::vector<double> losses;
+  for (int step = from; step < to; ++step) {
+    const train::StepResult r = trainer.step([&](int64_t, modules::FirstMicrobatch first) {
+      const Tensor diff = autograd::sub(mlp.forward(x, first), target);  // inside the FP8 scope
+      return autograd::mean(autograd::mul(diff, diff));
+    });
+    std::printf("step %2d  loss %.5f\n", step, r.loss);
+    losses.push_back(r.loss);
+  }
+  return losses;
+}
+
+}  // namespace
 
 int main() {
-  using namespace octet;
   try {
-    const int64_t tokens = 64, hidden = 64, ffn = 256;  // FP8 GEMMs: rows % 8, cols % 16
-    const Recipe recipe = Recipe::delayed(FP8Format::kHybrid);
-
-    modules::LayerNormMLPOptions options;
-    options.linear.recipe = recipe;
-    options.linear.seed = 1;
-    modules::LayerNormMLP mlp(hidden, ffn, options);
-    modules::Optimizer optimizer(mlp.parameters(), modules::OptimizerOptions{});
-
+    const Recipe recipe = Recipe::delayed(FP8Format::kHybrid);  // e4m3 forward, e5m2 gradients
     Generator gen(7);
-    Tensor x = Tensor::empty({tokens, hidden}, DType::kF32);       // (tokens, hidden)
-    Tensor target = Tensor::empty({tokens, hidden}, DType::kF32);  // (tokens, hidden)
+    Tensor x = Tensor::empty({kTokens, kHidden}, DType::kF32);       // (tokens, hidden)
+    Tensor target = Tensor::empty({kTokens, kHidden}, DType::kF32);  // (tokens, hidden)
     gen.fill_normal(x, 0.f, 1.f);
     gen.fill_normal(target, 0.f, 0.5f);
+    const std::string checkpoint =
+        (std::filesystem::temp_directory_path() / "octet_consumer_checkpoint.safetensors").string();
 
-    float first = 0.f, last = 0.f;
-    const int steps = 30;
-    for (int step = 0; step < steps; ++step) {
-      Tensor y;
-      {
-        // Delayed scaling: the forward scales update when this scope closes.
-        modules::FP8Autocast fp8(recipe);
-        y = mlp.forward(x);
+    // The whole run, with a checkpoint (module, optimizer, every FP8 meta, the step) half way.
+    modules::LayerNormMLP mlp(kHidden, kFfn, mlp_options(recipe));
+    train::Trainer trainer(mlp, trainer_options(recipe));
+    std::vector<double> straight = run(trainer, mlp, x, target, 0, kSaveAt);
+    trainer.save(checkpoint);
+    const std::vector<double> rest = run(trainer, mlp, x, target, kSaveAt, kSteps);
+    straight.insert(straight.end(), rest.begin(), rest.end());
+
+    // A fresh module and trainer restored from the checkpoint finish the run exactly.
+    modules::LayerNormMLP resumed(kHidden, kFfn, mlp_options(recipe));
+    train::Trainer resumed_trainer(resumed, trainer_options(recipe));
+    resumed_trainer.load(checkpoint);
+    std::filesystem::remove(checkpoint);
+    std::printf("resumed at step %lld\n", static_cast<long long>(resumed_trainer.steps_done()));
+    const std::vector<double> again = run(resumed_trainer, resumed, x, target, kSaveAt, kSteps);
+
+    for (size_t i = 0; i < again.size(); ++i) {
+      if (again[i] != straight[kSaveAt + i]) {
+        std::fprintf(stderr, "step %zu: resumed loss %.9g != %.9g\n", kSaveAt + i, again[i],
+                     straight[kSaveAt + i]);
+        return 1;
       }
-      const Tensor diff = autograd::sub(y, target);
-      const Tensor loss = autograd::mean(autograd::mul(diff, diff));
-      autograd::backward(loss);
-      optimizer.step(3e-3f);
-      optimizer.zero_grad();
-
-      last = loss.item();
-      if (step == 0) first = last;
-      std::printf("step %2d  loss %.5f\n", step, last);
     }
-    if (!(last < 0.8f * first)) {
+    const double first = straight.front(), last = straight.back();
+    if (!(last < 0.8 * first)) {
       std::fprintf(stderr, "loss did not fall: %.5f -> %.5f\n", first, last);
       return 1;
     }
-    std::printf("loss fell from %.5f to %.5f\n", first, last);
+    std::printf("loss fell from %.5f to %.5f; the resumed run matched bit for bit\n", first, last);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -6,6 +6,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/ops.h"
+#include "kernels/optim.h"
 
 namespace octet::cpu {
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "kernels/quantized.h"
 #include "kernels/quantizer.h"
 #include "runtime/memory.h"
 #include "tests/cuda/cuda_test_util.h"

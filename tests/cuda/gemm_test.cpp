@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "kernels/quantized.h"
 #include "kernels/quantizer.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/support/test_util.h"

@@ -260,20 +260,20 @@ class QuantizedSave : public test::DeviceTest {
     return DelayedScalingQuantizer(scalar(scale), here(Tensor::zeros({1}, DType::kF32)), dtype);
   }
 
-  static const Quantizer& of_mode(ScalingMode mode, const Quantizer& per_tensor,
-                                  const Quantizer& mxfp8) {
-    return mode == ScalingMode::kPerTensor ? per_tensor : mxfp8;
+  static const Quantizer& of_format(std::string_view format, const Quantizer& per_tensor,
+                                    const Quantizer& mxfp8) {
+    return format == kPerTensorFormat ? per_tensor : mxfp8;
   }
 
-  void buffers_go_to_the_context_and_come_back_identical(ScalingMode mode);
-  void dropped_graph_frees_the_buffers(ScalingMode mode);
+  void buffers_go_to_the_context_and_come_back_identical(std::string_view format);
+  void dropped_graph_frees_the_buffers(std::string_view format);
 };
 OCTET_DEVICE_TESTS(QuantizedSave);
 
-void QuantizedSave::buffers_go_to_the_context_and_come_back_identical(ScalingMode mode) {
+void QuantizedSave::buffers_go_to_the_context_and_come_back_identical(std::string_view format) {
   const DelayedScalingQuantizer per_tensor = delayed(5.f, DType::kE4M3);
   const MXFP8Quantizer mxfp8(DType::kE4M3);
-  const Quantizer& quantizer = of_mode(mode, per_tensor, mxfp8);
+  const Quantizer& quantizer = of_format(format, per_tensor, mxfp8);
   const int64_t base = saved_bytes();
   const int64_t act_base = bytes(MemTag::kActivations);
   Tensor x = leaf({8, 8}, 82);
@@ -306,10 +306,10 @@ void QuantizedSave::buffers_go_to_the_context_and_come_back_identical(ScalingMod
   EXPECT_EQ(bytes(MemTag::kActivations), act_base);
 }
 
-void QuantizedSave::dropped_graph_frees_the_buffers(ScalingMode mode) {
+void QuantizedSave::dropped_graph_frees_the_buffers(std::string_view format) {
   const MXFP8Quantizer mxfp8(DType::kE4M3);
   const DelayedScalingQuantizer per_tensor = delayed(1.f, DType::kE5M2);
-  const Quantizer& quantizer = of_mode(mode, per_tensor, mxfp8);
+  const Quantizer& quantizer = of_format(format, per_tensor, mxfp8);
   const int64_t base = saved_bytes();
   const int64_t act_base = bytes(MemTag::kActivations);
   Tensor x = leaf({8, 8}, 83);
@@ -323,16 +323,16 @@ void QuantizedSave::dropped_graph_frees_the_buffers(ScalingMode mode) {
 }
 
 TEST_P(QuantizedSave, InternalPerTensorBuffersGoToTheContextAndComeBackIdentical) {
-  buffers_go_to_the_context_and_come_back_identical(ScalingMode::kPerTensor);
+  buffers_go_to_the_context_and_come_back_identical(kPerTensorFormat);
 }
 TEST_P(QuantizedSave, InternalMxfp8BuffersGoToTheContextAndComeBackIdentical) {
-  buffers_go_to_the_context_and_come_back_identical(ScalingMode::kMXFP8);
+  buffers_go_to_the_context_and_come_back_identical(kMXFP8Format);
 }
 TEST_P(QuantizedSave, InternalPerTensorDroppedGraphFreesTheBuffers) {
-  dropped_graph_frees_the_buffers(ScalingMode::kPerTensor);
+  dropped_graph_frees_the_buffers(kPerTensorFormat);
 }
 TEST_P(QuantizedSave, InternalMxfp8DroppedGraphFreesTheBuffers) {
-  dropped_graph_frees_the_buffers(ScalingMode::kMXFP8);
+  dropped_graph_frees_the_buffers(kMXFP8Format);
 }
 
 TEST_P(QuantizedSave, OwnedIsSavedByReferenceAndNeverEmptied) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/ops.h"
+#include "kernels/quantized.h"
 #include "kernels/quantizer.h"
 #include "runtime/fp8.h"
 #include "tests/support/test_util.h"

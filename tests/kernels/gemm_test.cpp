@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "kernels/math/activation.h"
+#include "kernels/nn.h"
 #include "kernels/ops.h"
+#include "kernels/quantized.h"
 #include "runtime/float16.h"
 #include "runtime/fp8.h"
 #include "tests/support/test_util.h"

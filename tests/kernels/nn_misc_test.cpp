@@ -8,6 +8,7 @@
 #include "kernels/math/exp.h"
 #include "kernels/math/norm.h"
 #include "kernels/math/softmax.h"
+#include "kernels/nn.h"
 #include "kernels/ops.h"
 #include "tests/kernels/nn_test_util.h"
 #include "tests/support/test_util.h"

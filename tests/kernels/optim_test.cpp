@@ -1,4 +1,6 @@
 // Optimizer kernels against the update rules written out in f64.
+#include "kernels/optim.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>

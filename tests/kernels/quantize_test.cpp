@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "kernels/ops.h"
+#include "kernels/quantized.h"
 #include "kernels/quantizer.h"
 #include "runtime/fp8.h"
 #include "tests/support/test_util.h"

@@ -15,6 +15,7 @@
 #include "autograd/ops/arithmetic.h"
 #include "autograd/variable.h"
 #include "kernels/ops.h"
+#include "kernels/quantized.h"
 #include "kernels/quantizer.h"
 #include "tests/support/test_util.h"
 

@@ -5,6 +5,7 @@
 #include "autograd/ops/arithmetic.h"
 #include "autograd/variable.h"
 #include "kernels/ops.h"
+#include "kernels/quantized.h"
 #include "modules/fp8_autocast.h"
 #include "modules/layernorm_mlp.h"
 #include "modules/optimizer.h"

@@ -75,16 +75,8 @@ inline std::vector<uint8_t> host_bytes(const Tensor& t) {
 // Every buffer of a quantized tensor, concatenated: data of each usage, then the scale_inv or
 // the E8M0 exponents.
 inline std::vector<uint8_t> bytes_of(const QuantizedTensor& q) {
-  std::vector<Tensor> buffers;
-  if (q.scaling_mode() == ScalingMode::kPerTensor) {
-    const auto& f = dynamic_cast<const Float8Tensor&>(q);
-    buffers = {f.rowwise_data(), f.columnwise_data(), f.scale_inv()};
-  } else {
-    const auto& m = dynamic_cast<const MXFP8Tensor&>(q);
-    buffers = {m.rowwise_data(), m.rowwise_scales(), m.columnwise_data(), m.columnwise_scales()};
-  }
   std::vector<uint8_t> out;
-  for (const Tensor& t : buffers) {
+  for (const Tensor& t : q.held_tensors()) {
     const std::vector<uint8_t> b = host_bytes(t);
     out.insert(out.end(), b.begin(), b.end());
   }
