@@ -16,6 +16,7 @@
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/memory.h"
+#include "runtime/parallel.h"
 #include "tools/bench.h"
 #include "tools/checkpoint.h"
 #include "tools/inspect.h"
@@ -263,7 +264,7 @@ int run_eval(const Args& args, std::ostream& out) {
   return 0;
 }
 
-int run_generate(const Args& args, std::ostream& out) {
+int run_generate(const Args& args, std::ostream& out, std::ostream& err) {
   const Parsed p = parse(args, "generate",
                          {{"--checkpoint", Takes::kValue},
                           {"--prompt", Takes::kValue},
@@ -297,7 +298,8 @@ int run_generate(const Args& args, std::ostream& out) {
                                              new_tokens, static_cast<float>(temperature), &gen);
   const auto* t = tokens.data_as<int32_t>();
   out << prompt << m.dataset->decode(std::vector<int32_t>(t, t + tokens.numel())) << '\n';
-  out << memory_line(*m.model) << '\n';
+  // stdout is only the text, so it can be piped; the memory summary is for the person.
+  err << memory_line(*m.model) << '\n';
   return 0;
 }
 
@@ -327,17 +329,53 @@ std::string user_message(std::string_view what) {
   return text;
 }
 
+// The options every command takes, applied and removed from `args`: --log-level LEVEL, and
+// --threads N (train records it as training.threads; bench reads its own).
+Args apply_global_options(const std::string& command, const Args& args) {
+  Args rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& word = args[i];
+    const size_t eq = word.find('=');
+    const std::string name = word.substr(0, eq);
+    if (name != "--threads" && name != "--log-level") {
+      rest.push_back(word);
+      continue;
+    }
+    std::string value;
+    if (eq != std::string::npos) {
+      value = word.substr(eq + 1);
+    } else {
+      OCTET_CHECK(i + 1 < args.size(), "octet ", command, ": ", name, " needs a value");
+      value = args[++i];
+    }
+    if (name == "--log-level") {
+      set_log_level(value);
+    } else if (command == "bench") {
+      rest.insert(rest.end(), {name, value});
+    } else {
+      const int64_t n = parse_int(value, "--threads", 1);
+      OCTET_CHECK(n <= 1024, "--threads: expected an integer in [1, 1024], got ", n);
+      if (command == "train") {
+        rest.insert(rest.end(), {"--set", "training.threads=" + std::to_string(n)});
+      } else {
+        set_num_threads(static_cast<int>(n));
+      }
+    }
+  }
+  return rest;
+}
+
 int run_octet(const Args& args, std::ostream& out, std::ostream& err) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     out << help_text(args.size() > 1 && args[0] == "help" ? args[1] : "");
     return 0;
   }
   const std::string& command = args[0];
-  const Args rest(args.begin() + 1, args.end());
   try {
+    const Args rest = apply_global_options(command, Args(args.begin() + 1, args.end()));
     if (command == "train") return run_train(rest, out);
     if (command == "eval") return run_eval(rest, out);
-    if (command == "generate") return run_generate(rest, out);
+    if (command == "generate") return run_generate(rest, out, err);
     if (command == "inspect") return run_inspect(rest, out);
     if (command == "bench") return bench::run_bench(rest, out);
     err << "octet: unknown command \"" << command

@@ -14,7 +14,7 @@ using Args = std::vector<std::string>;
 
 int run_train(const Args& args, std::ostream& out);
 int run_eval(const Args& args, std::ostream& out);
-int run_generate(const Args& args, std::ostream& out);
+int run_generate(const Args& args, std::ostream& out, std::ostream& err);
 int run_inspect(const Args& args, std::ostream& out);
 
 // "usage: octet ..." for the program, or for one command ("" for the program).

@@ -128,6 +128,11 @@ const std::vector<Entry>& entries() {
        [](RunConfig& c) -> FieldRef { return &c.training.device; }},
       int_key(OCTET_KEY(training.max_nonfinite_steps), 1, 1e6,
               "steps in a row with a NaN/inf loss (each skipped) before the run stops"),
+      int_key(OCTET_KEY(training.threads), 0, 1024,
+              "CPU threads (--threads on the command line); 0: the machine's cores"),
+      bool_key(OCTET_KEY(training.log_fp8_slots),
+               "metrics.jsonl lists every FP8 slot and weight by name; false: one FP8 summary per "
+               "line"),
       string_key(OCTET_KEY(output.dir), "run directory: config, metrics, checkpoints, plots"),
   };
   return table;

@@ -82,6 +82,8 @@ struct TrainingConfig {
   int64_t seed = 1337;
   std::string device = "cpu";
   int64_t max_nonfinite_steps = 10;  // skipped steps in a row before the run stops
+  int64_t threads = 0;               // CPU threads; 0: the machine's cores
+  bool log_fp8_slots = false;        // metrics.jsonl: every FP8 slot and weight, not a summary
   friend bool operator==(const TrainingConfig&, const TrainingConfig&) = default;
 };
 

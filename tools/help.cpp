@@ -21,6 +21,10 @@ commands:
   bench      time f32 and each FP8 recipe: GEMMs, layers, a model
   inspect    what a checkpoint holds: tensors, FP8 metas, bytes by usage, config
 
+options of every command:
+  --threads N        CPU threads (default: the machine's cores; train: training.threads)
+  --log-level LEVEL  trace, debug, info (default), warn, error, critical or off
+
 examples:
   octet train
   octet train --set training.steps=500 --out runs/short

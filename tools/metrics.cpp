@@ -23,22 +23,19 @@ nlohmann::ordered_json number(double v) {
 
 }  // namespace
 
-nlohmann::ordered_json step_json(const StepRecord& r, const std::vector<train::SlotHealth>& slots,
-                                 const std::vector<train::WeightHealth>& weights) {
-  nlohmann::ordered_json line;
-  line["step"] = r.step;
-  line["loss"] = number(r.loss);
-  line["lr"] = r.lr;
-  line["grad_norm"] = number(r.grad_norm);
-  line["tokens_per_s"] = r.tokens_per_s;
-  line["skipped_steps"] = r.skipped_steps;
+namespace {
+
+// null, not 0, for a slot nothing was cast through since the previous log.
+nlohmann::ordered_json fraction(const std::optional<double>& f) {
+  return f ? nlohmann::ordered_json(*f) : nlohmann::ordered_json(nullptr);
+}
+
+// Every slot and weight by name.
+void add_fp8_detail(nlohmann::ordered_json& line, const std::vector<train::SlotHealth>& slots,
+                    const std::vector<train::WeightHealth>& weights) {
   if (!slots.empty()) {
     nlohmann::ordered_json fp8 = nlohmann::ordered_json::object();
     for (const train::SlotHealth& s : slots) {
-      // null, not 0, for a slot nothing was cast through since the previous log.
-      auto fraction = [](const std::optional<double>& f) {
-        return f ? nlohmann::ordered_json(*f) : nlohmann::ordered_json(nullptr);
-      };
       fp8[s.name] = {{"scale", number(s.scale)},
                      {"amax", number(s.amax)},
                      {"amax_newest", number(s.amax_newest)},
@@ -53,6 +50,76 @@ nlohmann::ordered_json step_json(const StepRecord& r, const std::vector<train::S
       fp8[w.name] = {{"saturated", w.saturated}, {"flushed_to_zero", w.flushed_to_zero}};
     }
     line["fp8_weights"] = std::move(fp8);
+  }
+}
+
+// One summary of all slots and weights: the spread of scales, the largest amax, the shares of
+// every cast element that saturated and flushed, and the slot or weight where each share is worst.
+void add_fp8_summary(nlohmann::ordered_json& line, const std::vector<train::SlotHealth>& slots,
+                     const std::vector<train::WeightHealth>& weights) {
+  if (!slots.empty()) {
+    float scale_min = INFINITY, scale_max = -INFINITY, amax = 0.f;
+    FP8CastCounts all;
+    const train::SlotHealth *worst_saturated = nullptr, *worst_flushed = nullptr;
+    for (const train::SlotHealth& s : slots) {
+      scale_min = std::min(scale_min, s.scale);
+      scale_max = std::max(scale_max, s.scale);
+      amax = std::max(amax, s.amax);
+      all += s.counts;
+      if (s.saturated_fraction &&
+          (!worst_saturated || *s.saturated_fraction > *worst_saturated->saturated_fraction)) {
+        worst_saturated = &s;
+      }
+      if (s.flushed_fraction &&
+          (!worst_flushed || *s.flushed_fraction > *worst_flushed->flushed_fraction)) {
+        worst_flushed = &s;
+      }
+    }
+    const auto share = [&](int64_t n) -> std::optional<double> {
+      if (all.total == 0) return std::nullopt;
+      return static_cast<double>(n) / static_cast<double>(all.total);
+    };
+    nlohmann::ordered_json fp8 = {{"slots", slots.size()},
+                                  {"scale_min", number(scale_min)},
+                                  {"scale_max", number(scale_max)},
+                                  {"amax_max", number(amax)},
+                                  {"saturated_fraction", fraction(share(all.saturated))},
+                                  {"flushed_fraction", fraction(share(all.flushed))}};
+    if (worst_saturated) fp8["most_saturated"] = worst_saturated->name;
+    if (worst_flushed) fp8["most_flushed"] = worst_flushed->name;
+    line["fp8"] = std::move(fp8);
+  }
+  if (!weights.empty()) {
+    const auto worst = [&](double train::WeightHealth::*field) {
+      const train::WeightHealth* w = &weights.front();
+      for (const train::WeightHealth& x : weights) w = x.*field > w->*field ? &x : w;
+      return w;
+    };
+    const train::WeightHealth* sat = worst(&train::WeightHealth::saturated);
+    const train::WeightHealth* flush = worst(&train::WeightHealth::flushed_to_zero);
+    line["fp8_weights"] = {{"saturated_max", sat->saturated},
+                           {"most_saturated", sat->name},
+                           {"flushed_to_zero_max", flush->flushed_to_zero},
+                           {"most_flushed", flush->name}};
+  }
+}
+
+}  // namespace
+
+nlohmann::ordered_json step_json(const StepRecord& r, const std::vector<train::SlotHealth>& slots,
+                                 const std::vector<train::WeightHealth>& weights,
+                                 Fp8Detail detail) {
+  nlohmann::ordered_json line;
+  line["step"] = r.step;
+  line["loss"] = number(r.loss);
+  line["lr"] = r.lr;
+  line["grad_norm"] = number(r.grad_norm);
+  line["tokens_per_s"] = r.tokens_per_s;
+  line["skipped_steps"] = r.skipped_steps;
+  if (detail == Fp8Detail::kPerSlot) {
+    add_fp8_detail(line, slots, weights);
+  } else {
+    add_fp8_summary(line, slots, weights);
   }
   return line;
 }
@@ -94,32 +161,65 @@ std::vector<nlohmann::ordered_json> read_metrics(const std::string& path) {
   return lines;
 }
 
-std::string loss_curve_svg(const std::vector<CurvePoint>& loss, const std::vector<CurvePoint>& eval,
-                           const std::string& eval_label) {
-  constexpr double kW = 720, kH = 400, kLeft = 70, kRight = 70, kTop = 30, kBottom = 50;
+std::vector<double> log_ticks(double lo, double hi) {
+  OCTET_CHECK(lo > 0 && hi >= lo && std::isfinite(hi), "log_ticks: bad range [", lo, ", ", hi, "]");
+  for (const std::vector<double>& mantissas :
+       {std::vector<double>{1, 2, 5}, std::vector<double>{1}}) {
+    std::vector<double> candidates;
+    const int e0 = static_cast<int>(std::floor(std::log10(lo))) - 1;
+    const int e1 = static_cast<int>(std::ceil(std::log10(hi))) + 1;
+    for (int e = e0; e <= e1; ++e) {
+      for (double m : mantissas) candidates.push_back(m * std::pow(10.0, e));
+    }
+    // From the largest candidate at most lo to the smallest at least hi (a relative slack of
+    // 1e-9 so that a loss of exactly 0.2 gets the tick 0.2, not 0.1).
+    size_t first = 0, last = candidates.size() - 1;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (candidates[i] <= lo * (1 + 1e-9)) first = i;
+    }
+    for (size_t i = candidates.size(); i-- > 0;) {
+      if (candidates[i] >= hi * (1 - 1e-9)) last = i;
+    }
+    std::vector<double> ticks(candidates.begin() + static_cast<std::ptrdiff_t>(first),
+                              candidates.begin() + static_cast<std::ptrdiff_t>(last) + 1);
+    if (ticks.size() < 2) ticks.push_back(ticks.back() * 10);
+    if (ticks.size() <= 9 || mantissas.size() == 1) return ticks;
+  }
+  OCTET_FAIL("unreachable");
+}
+
+std::string loss_curve_svg(const LossCurve& c) {
+  constexpr double kW = 760, kH = 420, kLeft = 80, kRight = 80, kTop = 40, kBottom = 50;
   const double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom;
   double max_step = 1;
-  for (const auto& p : loss) max_step = std::max(max_step, p.step);
-  for (const auto& p : eval) max_step = std::max(max_step, p.step);
-  auto range = [](const std::vector<CurvePoint>& pts) {
-    double lo = INFINITY, hi = -INFINITY;
-    for (const auto& p : pts) {
-      if (!std::isfinite(p.value)) continue;
-      lo = std::min(lo, p.value);
-      hi = std::max(hi, p.value);
+  for (const auto* pts : {&c.train, &c.heldout, &c.metric}) {
+    for (const auto& p : *pts) max_step = std::max(max_step, p.step);
+  }
+  // The log axis covers every finite positive loss.
+  double lo = INFINITY, hi = 0;
+  for (const auto* pts : {&c.train, &c.heldout}) {
+    for (const auto& p : *pts) {
+      if (std::isfinite(p.value) && p.value > 0) {
+        lo = std::min(lo, p.value);
+        hi = std::max(hi, p.value);
+      }
     }
-    if (!(lo <= hi)) return std::pair{0.0, 1.0};
-    return hi - lo < 1e-12 ? std::pair{lo - 0.5, hi + 0.5} : std::pair{std::min(lo, 0.0), hi};
-  };
-  const auto [lo, hi] = range(loss);
-  const auto [elo, ehi] = range(eval);
+  }
+  if (!(lo <= hi)) lo = 1, hi = 10;
+  const std::vector<double> ticks = log_ticks(lo, hi);
+  const double a = std::log10(ticks.front()), b = std::log10(ticks.back());
+  const double span = b > a ? b - a : 1;
   auto x_of = [&](double step) { return kLeft + pw * step / max_step; };
-  auto polyline = [&](const std::vector<CurvePoint>& pts, double a, double b, const char* colour) {
-    std::string out =
-        fmt::format(R"(<polyline fill="none" stroke="{}" stroke-width="1.5" points=")", colour);
+  auto y_log = [&](double v) { return kTop + ph * (1 - (std::log10(v) - a) / span); };
+  auto y_lin = [&](double v) { return kTop + ph * (1 - v); };
+  auto polyline = [&](const std::vector<CurvePoint>& pts, const char* colour, const char* dash,
+                      bool log_axis) {
+    std::string out = fmt::format(
+        R"(<polyline fill="none" stroke="{}" stroke-width="1.5"{} points=")", colour, dash);
     for (const auto& p : pts) {
-      if (!std::isfinite(p.value)) continue;
-      out += fmt::format("{:.1f},{:.1f} ", x_of(p.step), kTop + ph * (1 - (p.value - a) / (b - a)));
+      if (!std::isfinite(p.value) || (log_axis && p.value <= 0)) continue;
+      out +=
+          fmt::format("{:.1f},{:.1f} ", x_of(p.step), log_axis ? y_log(p.value) : y_lin(p.value));
     }
     return out + "\"/>\n";
   };
@@ -130,33 +230,73 @@ std::string loss_curve_svg(const std::vector<CurvePoint>& loss, const std::vecto
   svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#888"/>)"
                      "\n",
                      kLeft, kTop, pw, ph);
-  for (int i = 0; i <= 4; ++i) {
-    const double y = kTop + ph * i / 4.0;
-    svg += fmt::format(R"(<text x="{}" y="{:.1f}" text-anchor="end" fill="#1f77b4">{:.3g}</text>)"
+  for (double t : ticks) {
+    const double y = y_log(t);
+    svg += fmt::format(R"(<line x1="{}" x2="{}" y1="{:.1f}" y2="{:.1f}" stroke="#eee"/>)"
                        "\n",
-                       kLeft - 6, y + 4, hi - (hi - lo) * i / 4.0);
-    if (!eval.empty()) {
-      svg += fmt::format(R"(<text x="{}" y="{:.1f}" fill="#d62728">{:.3g}</text>)"
+                       kLeft, kLeft + pw, y, y);
+    svg += fmt::format(R"(<text x="{}" y="{:.1f}" text-anchor="end">{:g}</text>)"
+                       "\n",
+                       kLeft - 6, y + 4, t);
+  }
+  if (!c.metric.empty()) {
+    for (int pct = 0; pct <= 100; pct += 25) {
+      svg += fmt::format(R"(<text x="{}" y="{:.1f}" fill="#2ca02c">{}%</text>)"
                          "\n",
-                         kW - kRight + 6, y + 4, ehi - (ehi - elo) * i / 4.0);
+                         kW - kRight + 6, y_lin(pct / 100.0) + 4, pct);
     }
-    svg += fmt::format(R"(<text x="{:.1f}" y="{}" text-anchor="middle">{:.0f}</text>)"
+  }
+  // Round step ticks: a 1, 2 or 5 times a power of ten apart, at most 6 intervals.
+  double every = 1;
+  for (double e = 1; every * 6 < max_step; e *= 10) {
+    for (double m : {1.0, 2.0, 5.0}) {
+      every = m * e;
+      if (every * 6 >= max_step) break;
+    }
+  }
+  for (double s = 0; s <= max_step + 1e-9; s += every) {
+    svg += fmt::format(R"(<text x="{:.1f}" y="{}" text-anchor="middle">{:g}</text>)"
                        "\n",
-                       kLeft + pw * i / 4.0, kH - kBottom + 18, max_step * i / 4.0);
+                       x_of(s), kH - kBottom + 18, s);
   }
   svg += fmt::format(R"(<text x="{}" y="{}" text-anchor="middle">step</text>)"
                      "\n",
                      kLeft + pw / 2, kH - 10);
-  svg += fmt::format(R"(<text x="{}" y="18" fill="#1f77b4">training loss</text>)"
+  svg += fmt::format(
+      R"svg(<text x="16" y="{:.1f}" text-anchor="middle" transform="rotate(-90 16 {:.1f})">{} (log scale)</text>)svg"
+      "\n",
+      kTop + ph / 2, kTop + ph / 2, c.unit);
+  svg += fmt::format(R"(<text x="{}" y="16" fill="#1f77b4">training {}</text>)"
                      "\n",
-                     kLeft);
-  if (!eval.empty()) {
-    svg += fmt::format(R"(<text x="{}" y="18" text-anchor="end" fill="#d62728">{}</text>)"
+                     kLeft, c.unit);
+  if (!c.heldout.empty()) {
+    svg += fmt::format(R"(<text x="{}" y="30" fill="#d62728">held-out {}</text>)"
                        "\n",
-                       kW - kRight, eval_label);
+                       kLeft, c.unit);
   }
-  svg += polyline(loss, lo, hi, "#1f77b4");
-  if (!eval.empty()) svg += polyline(eval, elo, ehi, "#d62728");
+  if (!c.metric.empty()) {
+    svg += fmt::format(R"(<text x="{}" y="16" text-anchor="end" fill="#2ca02c">{}</text>)"
+                       "\n",
+                       kW - kRight, c.metric_label);
+  }
+  svg += polyline(c.train, "#1f77b4", "", true);
+  if (!c.heldout.empty()) svg += polyline(c.heldout, "#d62728", "", true);
+  if (!c.metric.empty()) svg += polyline(c.metric, "#2ca02c", R"( stroke-dasharray="4 3")", false);
+  // The evaluations are few: a dot at each.
+  for (const auto& p : c.heldout) {
+    if (std::isfinite(p.value) && p.value > 0) {
+      svg += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="3" fill="#d62728"/>)"
+                         "\n",
+                         x_of(p.step), y_log(p.value));
+    }
+  }
+  for (const auto& p : c.metric) {
+    if (std::isfinite(p.value)) {
+      svg += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="3" fill="#2ca02c"/>)"
+                         "\n",
+                         x_of(p.step), y_lin(p.value));
+    }
+  }
   return svg + "</svg>\n";
 }
 

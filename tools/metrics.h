@@ -24,9 +24,15 @@ struct StepRecord {
   double tokens_per_s = 0.0;
   int64_t skipped_steps = 0;  // non-finite steps skipped so far in this run
 };
+// kSummary (the default, training.log_fp8_slots = false): one "fp8" object for all slots (scale
+// spread, largest amax, the shares of all cast elements saturated and flushed, the worst slot of
+// each) and one "fp8_weights" (the worst weight of each). kPerSlot: "fp8_slots" and
+// "fp8_weights" with every slot and weight by name.
+enum class Fp8Detail : uint8_t { kSummary, kPerSlot };
 nlohmann::ordered_json step_json(const StepRecord& record,
                                  const std::vector<train::SlotHealth>& slots,
-                                 const std::vector<train::WeightHealth>& weights);
+                                 const std::vector<train::WeightHealth>& weights,
+                                 Fp8Detail detail = Fp8Detail::kSummary);
 
 // Appends lines to metrics.jsonl. Opening for a resumed run keeps only the lines whose "step" is
 // at most `keep_through_step`, so steps redone after an interruption are not listed twice.
@@ -44,14 +50,25 @@ class MetricsLog {
 // Every line of a metrics.jsonl file (throws naming the file and line when one is malformed).
 std::vector<nlohmann::ordered_json> read_metrics(const std::string& path);
 
-// A standalone SVG: training loss (and evaluation results, when given, on a second axis) against
-// step, with labelled axes. No plotting library: the picture is a few polylines.
+// A standalone SVG of a run against step, written by hand (no plotting library): the training
+// loss and the held-out loss in one unit on a log-scale axis with round ticks (1, 2, 5 per
+// decade), and a held-out metric in [0, 1] (exact-match accuracy) on a second axis in percent.
 struct CurvePoint {
   double step;
   double value;
 };
-std::string loss_curve_svg(const std::vector<CurvePoint>& loss, const std::vector<CurvePoint>& eval,
-                           const std::string& eval_label);
+struct LossCurve {
+  std::string unit;                 // the loss axis: "loss (nats per token)", "bits per byte"
+  std::vector<CurvePoint> train;    // training loss, in `unit`
+  std::vector<CurvePoint> heldout;  // held-out loss, in `unit`
+  std::string metric_label;         // the second axis ("held-out accuracy (%)"); empty: none
+  std::vector<CurvePoint> metric;   // in [0, 1]
+};
+std::string loss_curve_svg(const LossCurve& curve);
+// The round ticks (1, 2 and 5 times a power of ten) of a log axis covering [lo, hi] (lo > 0):
+// the first is at most lo, the last at least hi; only powers of ten when that would be more than
+// nine ticks.
+std::vector<double> log_ticks(double lo, double hi);
 
 // "1.5 KiB", "12.3 MiB": for summaries.
 std::string format_bytes(int64_t bytes);

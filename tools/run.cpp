@@ -19,6 +19,7 @@
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/memory.h"
+#include "runtime/parallel.h"
 #include "tools/checkpoint.h"
 #include "tools/metrics.h"
 #include "tools/task_data.h"
@@ -64,19 +65,28 @@ void write_text_file(const std::string& path, const std::string& text) {
   std::filesystem::rename(tmp, path);
 }
 
-void write_loss_curve(const std::string& metrics_path, const std::string& svg_path) {
-  std::vector<CurvePoint> loss, eval;
-  std::string eval_label;
+// loss.svg from metrics.jsonl: training and held-out loss in one unit (bits per byte for text,
+// nats per token otherwise) and, for tasks, the held-out accuracy.
+void write_loss_curve(const std::string& metrics_path, const std::string& svg_path,
+                      data::Metric metric) {
+  LossCurve curve;
+  const bool bits = metric == data::Metric::kBitsPerByte;
+  const double per_nat = bits ? 1.0 / std::log(2.0) : 1.0;
+  curve.unit = bits ? "bits per byte" : "loss (nats per token)";
   for (const auto& line : read_metrics(metrics_path)) {
     const double step = line.value("step", 0.0);
-    if (line.contains("loss") && line["loss"].is_number()) loss.push_back({step, line["loss"]});
-    if (line.contains("eval")) {
-      const auto& e = line["eval"];
-      eval.push_back({step, e.value("value", 0.0)});
-      eval_label = e.value("metric", std::string("eval"));
+    if (line.contains("loss") && line["loss"].is_number()) {
+      curve.train.push_back({step, line["loss"].get<double>() * per_nat});
     }
+    if (!line.contains("eval")) continue;
+    const auto& e = line["eval"];
+    if (e.contains("loss") && e["loss"].is_number()) {
+      curve.heldout.push_back({step, e["loss"].get<double>() * per_nat});
+    }
+    if (metric == data::Metric::kExactMatch) curve.metric.push_back({step, e.value("value", 0.0)});
   }
-  write_text_file(svg_path, loss_curve_svg(loss, eval, "held-out " + eval_label));
+  if (metric == data::Metric::kExactMatch) curve.metric_label = "held-out accuracy (%)";
+  write_text_file(svg_path, loss_curve_svg(curve));
 }
 
 }  // namespace
@@ -162,12 +172,32 @@ Tensor generate_tokens(modules::GPT& model, const std::optional<Recipe>& recipe,
   return model.generate(prompts, new_tokens, temperature, gen);  // (N, new_tokens)
 }
 
+// The mean loss over the first eval_batches validation batches; the validation cursor is left where
+// it was, so an evaluation changes nothing a checkpoint records.
+double heldout_loss(modules::GPT& model, data::Dataset& dataset, const config::RunConfig& c,
+                    const std::optional<Recipe>& recipe) {
+  autograd::NoGradGuard no_grad;
+  const int64_t seq_len = run_seq_len(c, dataset);
+  const data::DataState before = dataset.state();
+  dataset.rewind(data::Split::kValidation);
+  double sum = 0.0;
+  for (int64_t b = 0; b < c.training.eval_batches; ++b) {
+    const data::Batch batch =
+        dataset.next_batch(data::Split::kValidation, c.training.batch_size, seq_len);
+    MaybeAutocast fp8(recipe);
+    sum += model.loss(batch.inputs, batch.targets).item();
+  }
+  dataset.set_state(before);
+  return sum / static_cast<double>(c.training.eval_batches);
+}
+
 EvalResult evaluate(modules::GPT& model, data::Dataset& dataset, const config::RunConfig& c) {
   const std::optional<Recipe> recipe = run_recipe(c);
   const bool was_training = model.training();
   model.eval();
   EvalResult result;
   result.metric = dataset.metric();
+  result.loss = heldout_loss(model, dataset, c, recipe);
   if (auto* task = dynamic_cast<data::AlgorithmicTask*>(&dataset)) {
     const data::ExactMatch match = task->evaluate(
         c.training.eval_examples, 256, [&](const Tensor& prompts, int64_t answer_len) {
@@ -177,19 +207,9 @@ EvalResult evaluate(modules::GPT& model, data::Dataset& dataset, const config::R
     result.examples = match.total;
     result.mistakes = match.mistakes;
   } else {
-    autograd::NoGradGuard no_grad;
-    const int64_t seq_len = run_seq_len(c, dataset);
-    dataset.rewind(data::Split::kValidation);
-    double sum = 0.0;
-    for (int64_t b = 0; b < c.training.eval_batches; ++b) {
-      const data::Batch batch =
-          dataset.next_batch(data::Split::kValidation, c.training.batch_size, seq_len);
-      MaybeAutocast fp8(recipe);
-      sum += model.loss(batch.inputs, batch.targets).item();
-    }
-    const double loss = sum / static_cast<double>(c.training.eval_batches);
-    result.value = result.metric == data::Metric::kBitsPerByte ? loss / std::log(2.0) : loss;
-    result.examples = c.training.eval_batches * c.training.batch_size * seq_len;
+    result.value =
+        result.metric == data::Metric::kBitsPerByte ? result.loss / std::log(2.0) : result.loss;
+    result.examples = c.training.eval_batches * c.training.batch_size * run_seq_len(c, dataset);
   }
   if (was_training) model.train();
   return result;
@@ -269,6 +289,7 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
   // A CUDA device the machine lacks is "no CUDA device (reason)", never a silent CPU run.
   const Device device = parse_device(c.training.device);
   require_device(device);
+  if (c.training.threads > 0) set_num_threads(static_cast<int>(c.training.threads));
   std::unique_ptr<data::Dataset> dataset = data::open_dataset(config::data_options(c));
   const int64_t seq_len = run_seq_len(c, *dataset);
   const std::optional<Recipe> recipe = run_recipe(c);
@@ -324,8 +345,11 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
   int64_t last_saved = resume == Resume::kYes ? state.step : -1;
   auto run_eval = [&](int64_t step) {
     const EvalResult e = evaluate(model, *dataset, c);
-    metrics.append({{"step", step}, {"eval", {{"metric", e.name()}, {"value", e.value}}}});
+    metrics.append(
+        {{"step", step}, {"eval", {{"metric", e.name()}, {"value", e.value}, {"loss", e.loss}}}});
     progress.note(fmt::format("step {}/{}: held-out {}", step, total, e.text()));
+    // The curve is rewritten at every evaluation, so it can be watched while the run goes on.
+    write_loss_curve(metrics_path, svg_path, dataset->metric());
     return e;
   };
 
@@ -376,7 +400,8 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
           state.skipped_steps};
       metrics.append(
           step_json(record, train::fp8_slot_health(model),
-                    recipe ? train::fp8_weight_health(model) : std::vector<train::WeightHealth>{}));
+                    recipe ? train::fp8_weight_health(model) : std::vector<train::WeightHealth>{},
+                    c.training.log_fp8_slots ? Fp8Detail::kPerSlot : Fp8Detail::kSummary));
       interval_start = Clock::now();
       interval_tokens = 0;
     }
@@ -400,7 +425,7 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
   progress.finish();
   const EvalResult final_eval = run_eval(state.step);
   save();
-  write_loss_curve(metrics_path, svg_path);
+  write_loss_curve(metrics_path, svg_path, dataset->metric());
   result.end_step = state.step;
   result.final_eval = final_eval;
   result.skipped_steps = state.skipped_steps;

@@ -31,15 +31,19 @@ modules::GPTConfig gpt_config(const config::RunConfig& config, const data::Datas
 
 struct EvalResult {
   data::Metric metric = data::Metric::kLoss;
-  double value = 0.0;    // accuracy in [0, 1], bits per byte, or loss
+  double value = 0.0;  // accuracy in [0, 1], bits per byte, or loss
+  // The mean cross-entropy (nats per token) over the first eval_batches validation batches, for
+  // every dataset: the held-out counterpart of the training loss.
+  double loss = 0.0;
   int64_t examples = 0;  // held-out problems (tasks) or validation tokens
   std::vector<std::string> mistakes;
   std::string name() const;  // "accuracy", "bits_per_byte", "loss"
   std::string text() const;  // "accuracy 99.7%", "bits per byte 1.234", "loss 3.210"
 };
 
-// Held-out evaluation of `model` on `dataset` with the config's training.eval_* keys: exact match
-// of greedy answers (tasks), or the mean loss over the first eval_batches validation batches
+// Held-out evaluation of `model` on `dataset` with the config's training.eval_* keys: the mean loss
+// over the first eval_batches validation batches, and exact match of greedy answers (tasks) or
+// that loss as is or in bits per byte (text)
 // (loss, bits per byte for text). Runs with gradients disabled, so no FP8 scale moves.
 EvalResult evaluate(modules::GPT& model, data::Dataset& dataset, const config::RunConfig& config);
 

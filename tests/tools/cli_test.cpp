@@ -129,8 +129,9 @@ TEST(Cli, TrainResumeEvalGenerateInspect) {
   const std::string first_line = gen.out.substr(0, gen.out.find('\n'));
   EXPECT_THAT(first_line, StartsWith("3141>"));
   EXPECT_EQ(first_line.size(), 9u);  // the prompt and the 4-digit answer
-  // Inference mode: nothing for backward, no optimizer, no column-wise copies.
-  EXPECT_THAT(gen.out, AllOf(HasSubstr("0 B FP8 column-wise"), HasSubstr("0 B saved for backward"),
+  EXPECT_EQ(gen.out, first_line + "\n") << "stdout holds only the generated text";
+  // Inference mode: nothing for backward, no optimizer, no column-wise copies (on stderr).
+  EXPECT_THAT(gen.err, AllOf(HasSubstr("0 B FP8 column-wise"), HasSubstr("0 B saved for backward"),
                              HasSubstr("0 B optimizer state")));
   const Outcome sampled = octet({"generate", "--checkpoint", ckpt, "--prompt", "3141>",
                                  "--temperature", "1.5", "--seed", "7", "--max-new-tokens", "3"});
@@ -168,7 +169,7 @@ TEST(Cli, Fp8PrimaryWeightsLoadRowwiseOnlyForInference) {
   ASSERT_EQ(gen.code, 0) << gen.err;
   // 4 GEMM weights of the one layer: qkv (96x32), proj (32x32), fc1 (128x32), fc2 (32x128), one
   // byte each, row-wise only.
-  EXPECT_THAT(gen.out, HasSubstr("weights 12.0 KiB FP8 row-wise, 0 B FP8 column-wise"));
+  EXPECT_THAT(gen.err, HasSubstr("weights 12.0 KiB FP8 row-wise, 0 B FP8 column-wise"));
   const auto i = nlohmann::json::parse(octet({"inspect", ckpt, "--json"}).out);
   EXPECT_EQ(i["bytes_by_usage"]["fp8_rowwise"], (96 + 32 + 128 + 128) * 32 + 4 * 4);
 }

@@ -336,6 +336,8 @@ TEST(Config, RoundTripsThroughJson) {
             "training.seed=4",
             "training.device=cuda",
             "training.max_nonfinite_steps=2",
+            "training.threads=3",
+            "training.log_fp8_slots=true",
             "output.dir=/tmp/run"});
   const Json json = to_json(c);
   size_t keys = 0;

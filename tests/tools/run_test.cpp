@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <sstream>
 
 #include "tests/support/scratch_dir.h"
@@ -23,12 +24,19 @@ using ::testing::HasSubstr;
 // A run of a few seconds: 1-layer GPT, sort 4 digits (sequence 7), 2 micro-batches of 8 per step
 // so the FP8 weight cache (first micro-batch kYes, then kNo) is on the path being resumed.
 config::RunConfig tiny(const std::string& dir, std::vector<std::string> sets = {}) {
-  std::vector<std::string> all = {"model.n_layer=1",          "model.d_model=32",
-                                  "model.n_head=2",           "data.task_digits=4",
-                                  "training.steps=12",        "training.batch_size=8",
-                                  "training.grad_accum=2",    "training.checkpoint_interval=4",
-                                  "training.eval_interval=6", "training.eval_examples=24",
-                                  "training.log_interval=1",  "schedule.warmup_steps=3",
+  std::vector<std::string> all = {"model.n_layer=1",
+                                  "model.d_model=32",
+                                  "model.n_head=2",
+                                  "data.task_digits=4",
+                                  "training.steps=12",
+                                  "training.batch_size=8",
+                                  "training.grad_accum=2",
+                                  "training.checkpoint_interval=4",
+                                  "training.eval_interval=6",
+                                  "training.eval_examples=24",
+                                  "training.log_interval=1",
+                                  "schedule.warmup_steps=3",
+                                  "training.log_fp8_slots=true",
                                   "output.dir=" + dir};
   all.insert(all.end(), sets.begin(), sets.end());
   return config::load_config("", all);
@@ -156,6 +164,52 @@ TEST(Trainer, TooManyNonFiniteStepsStopKeepingTheLastGoodCheckpoint) {
   EXPECT_THAT(e, AllOf(HasSubstr("stopped at step 8"), HasSubstr("3 steps in a row"),
                        HasSubstr("(step 4)")));
   EXPECT_EQ(read_checkpoint(scratch.file("s/checkpoint.safetensors")).state.step, 4);
+}
+
+TEST(Trainer, MetricsLinesAreCompactByDefault) {
+  test::ScratchDir scratch;
+  std::ostringstream out;
+  const config::RunConfig c = tiny(scratch.file("d"), {"training.log_fp8_slots=false"});
+  train(c, Resume::kNo, out, ProgressStyle::kQuiet);
+  std::ifstream in(scratch.file("d/metrics.jsonl"));
+  std::string first;
+  std::getline(in, first);
+  const auto line = nlohmann::ordered_json::parse(first);
+  EXPECT_FALSE(line.contains("fp8_slots"));
+  ASSERT_TRUE(line.contains("fp8")) << first;
+  const auto& fp8 = line["fp8"];
+  EXPECT_EQ(fp8["slots"], 20);  // 4 GEMMs x (3 forward + 2 backward) slots
+  EXPECT_LE(fp8["scale_min"].get<double>(), fp8["scale_max"].get<double>());
+  EXPECT_GE(fp8["saturated_fraction"].get<double>(), 0.0);
+  EXPECT_TRUE(fp8["most_flushed"].is_string());
+  EXPECT_TRUE(line["fp8_weights"]["most_saturated"].is_string());
+  EXPECT_LT(first.size(), 700u) << first;
+}
+
+TEST(Trainer, LossCurveIsRewrittenAtEveryEvaluationInOneUnit) {
+  test::ScratchDir scratch;
+  std::ostringstream out;
+  const config::RunConfig c = tiny(scratch.file("d"));
+  TrainHooks stop;
+  stop.interrupt_after_step = 7;  // after the evaluation at step 6, before the end
+  train(c, Resume::kNo, out, ProgressStyle::kQuiet, stop);
+  const std::string svg = test::read_file_bytes(scratch.file("d/loss.svg"));
+  EXPECT_THAT(svg, AllOf(HasSubstr("training loss (nats per token)"),
+                         HasSubstr("held-out loss (nats per token)"), HasSubstr("(log scale)"),
+                         HasSubstr("held-out accuracy (%)")));
+  const auto lines = read_metrics(scratch.file("d/metrics.jsonl"));
+  bool eval_has_loss = false;
+  for (const auto& l : lines) eval_has_loss |= l.contains("eval") && l["eval"]["loss"].is_number();
+  EXPECT_TRUE(eval_has_loss);
+}
+
+TEST(Metrics, LogTicksAreRoundAndCoverTheRange) {
+  EXPECT_EQ(log_ticks(0.03, 0.4), (std::vector<double>{0.02, 0.05, 0.1, 0.2, 0.5}));
+  EXPECT_EQ(log_ticks(0.2, 0.2), (std::vector<double>{0.2, 2}));
+  const std::vector<double> wide = log_ticks(1.5e-5, 2.3);  // over five decades: powers of ten
+  EXPECT_EQ(wide.front(), 1e-5);
+  EXPECT_EQ(wide.back(), 10);
+  EXPECT_EQ(wide.size(), 7u);
 }
 
 TEST(Trainer, RunDirectoryHoldsConfigMetricsCurveAndFp8Health) {
