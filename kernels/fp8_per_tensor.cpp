@@ -199,12 +199,7 @@ class PerTensorFormat final : public QuantizedFormat {
   }
 
   std::string shape_violation(const Shape& shape) const override {
-    const int64_t rows = shape.empty() ? 1 : shape_numel(Shape(shape.begin(), shape.end() - 1));
-    const int64_t cols = shape.empty() ? 1 : shape.back();
-    if (rows % 8 == 0 && cols % 16 == 0) return "";
-    return "per-tensor FP8 GEMMs need prod(leading dims) % 8 == 0 and last dim % 16 == 0 (" +
-           std::to_string(rows) + " % 8 = " + std::to_string(rows % 8) + ", " +
-           std::to_string(cols) + " % 16 = " + std::to_string(cols % 16) + ")";
+    return multiple_rule_violation(shape, 8, 16, "per-tensor FP8");
   }
   int64_t row_multiple() const override { return 8; }
 

@@ -91,12 +91,7 @@ class MXFP8Format final : public QuantizedFormat {
   }
 
   std::string shape_violation(const Shape& shape) const override {
-    const int64_t rows = shape.empty() ? 1 : shape_numel(Shape(shape.begin(), shape.end() - 1));
-    const int64_t cols = shape.empty() ? 1 : shape.back();
-    if (rows % 32 == 0 && cols % 32 == 0) return "";
-    return "MXFP8 GEMMs need prod(leading dims) and the last dim to be multiples of 32 (" +
-           std::to_string(rows) + " % 32 = " + std::to_string(rows % 32) + ", " +
-           std::to_string(cols) + " % 32 = " + std::to_string(cols % 32) + ")";
+    return multiple_rule_violation(shape, kMXFP8BlockSize, kMXFP8BlockSize, "MXFP8");
   }
   int64_t row_multiple() const override { return 32; }
 

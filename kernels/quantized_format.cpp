@@ -68,6 +68,21 @@ Tensor operand_data(const QuantizedTensor& t, const Tensor& rowwise, const Tenso
   return usage == Usage::kRowwise ? rowwise.reshape({t.rows(), t.cols()}) : columnwise;
 }
 
+std::string multiple_rule_violation(const Shape& shape, int64_t row_multiple, int64_t col_multiple,
+                                    std::string_view what) {
+  const int64_t rows = shape.empty() ? 1 : shape_numel(Shape(shape.begin(), shape.end() - 1));
+  const int64_t cols = shape.empty() ? 1 : shape.back();
+  if (rows % row_multiple == 0 && cols % col_multiple == 0) return "";
+  const std::string r = std::to_string(row_multiple), c = std::to_string(col_multiple);
+  const std::string rule =
+      row_multiple == col_multiple
+          ? "prod(leading dims) and the last dim to be multiples of " + r
+          : "prod(leading dims) % " + r + " == 0 and last dim % " + c + " == 0";
+  return std::string(what) + " GEMMs need " + rule + " (" + std::to_string(rows) + " % " + r +
+         " = " + std::to_string(rows % row_multiple) + ", " + std::to_string(cols) + " % " + c +
+         " = " + std::to_string(cols % col_multiple) + ")";
+}
+
 void check_quantize_input(const char* who, const Tensor& x, const Shape* shape) {
   OCTET_CHECK(x.defined(), who, ": input is an undefined tensor");
   OCTET_CHECK(x.dtype() == DType::kF32 || x.dtype() == DType::kBF16, who,

@@ -66,6 +66,12 @@ std::shared_ptr<const QuantizedFormat> make_mxfp8_format();
 Tensor operand_data(const QuantizedTensor& t, const Tensor& rowwise, const Tensor& columnwise,
                     Usage usage, GemmLayout layout);
 
+// The common shape rule "rows (prod(leading dims)) a multiple of `row_multiple`, the last dim a
+// multiple of `col_multiple`" as a shape_violation: empty when `shape` keeps it, else
+// "<what> GEMMs need ... (rows % r = x, cols % c = y)".
+std::string multiple_rule_violation(const Shape& shape, int64_t row_multiple, int64_t col_multiple,
+                                    std::string_view what);
+
 // ---- for formats' quantizers ----
 // x is defined, f32 or bf16 (and of `shape` when given); `who` names the caller.
 void check_quantize_input(const char* who, const Tensor& x, const Shape* shape = nullptr);

@@ -18,6 +18,7 @@
 #include "modules/layernorm_mlp.h"
 #include "modules/linear.h"
 #include "modules/optimizer.h"
+#include "tests/modules/module_test_util.h"
 #include "tests/support/test_util.h"
 
 namespace octet::modules {
@@ -186,12 +187,7 @@ LinearRun run_linear(const Recipe* recipe, FP8PrimaryWeights primary) {
   Linear lin(32, 48, o);
   Tensor x = test::random_tensor({24, 32}, DType::kF32, 3);
   autograd::set_requires_grad(x);
-  Tensor y;
-  {
-    std::optional<FP8Autocast> scope;
-    if (recipe != nullptr) scope.emplace(*recipe);
-    y = lin.forward(x);
-  }
+  const Tensor y = test::with_fp8(recipe, [&] { return lin.forward(x); });
   const Tensor g = test::random_tensor(y.shape(), DType::kF32, 4);
   autograd::backward(y, g);
   return {y, autograd::grad(x), autograd::grad(lin.weight()), autograd::grad(lin.bias())};
@@ -247,12 +243,7 @@ TEST(CustomFormat, IdentityFormatThroughLayerNormMLPEqualsHighPrecisionBitForBit
     LayerNormMLP mlp(32, 64, o);
     Tensor x = test::random_tensor({16, 32}, DType::kF32, 6);
     autograd::set_requires_grad(x);
-    Tensor y;
-    {
-      std::optional<FP8Autocast> scope;
-      if (recipe != nullptr) scope.emplace(*recipe);
-      y = mlp.forward(x);
-    }
+    const Tensor y = test::with_fp8(recipe, [&] { return mlp.forward(x); });
     autograd::backward(y, test::random_tensor(y.shape(), DType::kF32, 7));
     return std::vector<Tensor>{y, autograd::grad(x), autograd::grad(mlp.fc1_weight().leaf()),
                                autograd::grad(mlp.fc2_weight().leaf()),

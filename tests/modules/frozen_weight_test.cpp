@@ -122,31 +122,21 @@ TEST(FrozenWeight, LayerNormLinearSavesNoNormOutputCopy) {
   }
 }
 
-TEST(FrozenWeight, LayerNormMLPFrozenFc1SavesNoNormOutputCopy) {
-  for (const Case& c : kCases) {
-    LayerNormMLPOptions o;
-    o.linear = linear_options(c);
-    expect_frozen_saves_less(
-        c, [&] { return std::make_unique<LayerNormMLP>(kIn, kFfn, o); },
-        [](Module& m) -> const Tensor& {
-          return static_cast<LayerNormMLP&>(m).fc1_weight().leaf();
-        },
-        [](Module& m, const Tensor& x) { return static_cast<LayerNormMLP&>(m).forward(x); },
-        saved_input_bytes(c.recipe, kRows, kIn));
-  }
-}
-
-TEST(FrozenWeight, LayerNormMLPFrozenFc2SavesNoActivationCopy) {
-  for (const Case& c : kCases) {
-    LayerNormMLPOptions o;
-    o.linear = linear_options(c);
-    expect_frozen_saves_less(
-        c, [&] { return std::make_unique<LayerNormMLP>(kIn, kFfn, o); },
-        [](Module& m) -> const Tensor& {
-          return static_cast<LayerNormMLP&>(m).fc2_weight().leaf();
-        },
-        [](Module& m, const Tensor& x) { return static_cast<LayerNormMLP&>(m).forward(x); },
-        saved_input_bytes(c.recipe, kRows, kFfn));
+// Frozen fc1: its input (the norm output) is not kept; frozen fc2: the activation is not.
+TEST(FrozenWeight, LayerNormMLPSavesNoInputCopyOfAFrozenGemm) {
+  for (const int gemm : {0, 1}) {
+    for (const Case& c : kCases) {
+      LayerNormMLPOptions o;
+      o.linear = linear_options(c);
+      expect_frozen_saves_less(
+          c, [&] { return std::make_unique<LayerNormMLP>(kIn, kFfn, o); },
+          [gemm](Module& m) -> const Tensor& {
+            auto& mlp = static_cast<LayerNormMLP&>(m);
+            return gemm == 0 ? mlp.fc1_weight().leaf() : mlp.fc2_weight().leaf();
+          },
+          [](Module& m, const Tensor& x) { return static_cast<LayerNormMLP&>(m).forward(x); },
+          saved_input_bytes(c.recipe, kRows, gemm == 0 ? kIn : kFfn));
+    }
   }
 }
 
