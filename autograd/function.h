@@ -54,6 +54,15 @@ inline Tensors as_tensors(Tensors t) { return t; }
 // Attaches grad_fn to every floating output.
 void attach_outputs(const std::shared_ptr<Node>& node, Tensors& outputs);
 
+// What the gradient of input `t` must look like: t's shape, dtype and device, or for a packed
+// leaf (set_requires_grad_packed) its logical shape in f32.
+inline InputSignature signature_of(const Tensor& t) {
+  if (!t.defined()) return {};
+  const auto& meta = t.autograd_meta();
+  if (meta && meta->packed) return {meta->grad_shape, DType::kF32, t.device()};
+  return {t.shape(), t.dtype(), t.device()};
+}
+
 }  // namespace detail
 
 template <typename Fn, typename... Inputs>
@@ -70,8 +79,7 @@ auto apply(Fn fn, const Inputs&... inputs) {
   auto node = std::make_shared<FunctionNode<Fn>>(std::move(fn), 0);
   for (const Tensor* t : {&inputs...}) {
     node->next_edges().push_back(gradient_edge(*t));
-    node->input_signatures().push_back(
-        t->defined() ? InputSignature{t->shape(), t->dtype(), t->device()} : InputSignature{});
+    node->input_signatures().push_back(detail::signature_of(*t));
   }
   Result result = node->fn().forward(node->context(), inputs...);
   Tensors outputs = detail::as_tensors(result);

@@ -62,6 +62,10 @@ class Node {
 // Per-tensor autograd state (held by Tensor::autograd_meta()).
 struct AutogradMeta {
   bool requires_grad = false;
+  // A leaf that stands for packed quantized data (an NVFP4 primary weight's bytes): its gradient
+  // is an f32 tensor of this logical shape, not of the leaf's own shape and dtype.
+  bool packed = false;
+  Shape grad_shape;
   Tensor grad;                      // leaves: accumulated gradient (MemTag::kGrads)
   std::shared_ptr<Node> grad_fn;    // non-leaves: the node that made this tensor
   int output_nr = 0;                // which output of grad_fn

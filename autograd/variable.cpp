@@ -23,6 +23,21 @@ void set_requires_grad(Tensor& t, bool value) {
   meta->requires_grad = value;
 }
 
+void set_requires_grad_packed(Tensor& t, const Shape& grad_shape) {
+  OCTET_CHECK(t.defined() && t.dtype() == DType::kU8, "set_requires_grad_packed on ", t,
+              ": packed data is a u8 tensor");
+  OCTET_CHECK(!t.autograd_meta() || !t.autograd_meta()->grad_fn, "set_requires_grad_packed on ", t,
+              ": only leaves can be marked");
+  auto meta = t.autograd_meta();
+  if (!meta) {
+    meta = std::make_shared<AutogradMeta>();
+    t.set_autograd_meta(meta);
+  }
+  meta->requires_grad = true;
+  meta->packed = true;
+  meta->grad_shape = grad_shape;
+}
+
 bool requires_grad(const Tensor& t) {
   const auto& meta = t.autograd_meta();
   return meta && meta->requires_grad;

@@ -8,6 +8,9 @@ namespace octet::autograd {
 
 // Marks a leaf as needing a gradient. Copies of the handle made afterwards share the state.
 void set_requires_grad(Tensor& t, bool value = true);
+// Marks packed quantized data (u8 bytes of a 4-bit weight) as a leaf needing a gradient whose
+// shape is the weight's logical shape, `grad_shape` (the gradient is f32).
+void set_requires_grad_packed(Tensor& t, const Shape& grad_shape);
 bool requires_grad(const Tensor& t);
 bool is_leaf(const Tensor& t);        // no grad_fn
 const Tensor& grad(const Tensor& t);  // undefined until a backward reached it

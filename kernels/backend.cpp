@@ -43,6 +43,34 @@ void Backend::dequantize_mxfp8(const Tensor&, const Tensor&, Tensor&) const {
   unsupported("dequantize_mxfp8");
 }
 
+void Backend::quantize_blockwise(const Tensor&, const BlockwiseCast&, Tensor&, Tensor&,
+                                 FP8CastCounts*) const {
+  unsupported("quantize_blockwise");
+}
+void Backend::dequantize_blockwise(const Tensor&, const Tensor&, BlockScaling, Tensor&) const {
+  unsupported("dequantize_blockwise");
+}
+void Backend::blockwise_gemm(const Tensor&, const Tensor&, BlockScaling, const Tensor&,
+                             const Tensor&, BlockScaling, Tensor&, const Tensor*,
+                             Accumulate) const {
+  unsupported("blockwise_gemm");
+}
+void Backend::transpose_scales(const Tensor&, int64_t, int64_t, Tensor&) const {
+  unsupported("transpose_scales");
+}
+void Backend::quantize_nvfp4(const Tensor&, const NVFP4Cast&, Tensor&, Tensor&, Tensor&,
+                             FP8CastCounts*) const {
+  unsupported("quantize_nvfp4");
+}
+void Backend::expand_nvfp4(const Tensor&, const Tensor&, const Tensor*, Tensor&) const {
+  unsupported("expand_nvfp4");
+}
+void Backend::hadamard16(const Tensor&, bool, Tensor&) const { unsupported("hadamard16"); }
+void Backend::transpose_nvfp4_tiles(const Tensor&, const Tensor&, int64_t, int64_t, Tensor&,
+                                    Tensor&) const {
+  unsupported("transpose_nvfp4_tiles");
+}
+
 void Backend::gemm(const Tensor&, Transpose, const Tensor&, Transpose, Tensor&,
                    const GemmOptions&) const {
   unsupported("gemm");

@@ -73,6 +73,29 @@ class Backend {
   virtual void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales) const;
   virtual void dequantize_mxfp8(const Tensor& data, const Tensor& scales, Tensor& out) const;
 
+  // ---- blockwise FP8 and NVFP4 (kernels/blockwise.h, kernels/nvfp4.h) ----
+  // counts as in quantize_fp8; the layouts are the formats' (runtime/blockwise_tensor.h,
+  // runtime/nvfp4_tensor.h).
+  virtual void quantize_blockwise(const Tensor& x, const BlockwiseCast& cast, Tensor& data,
+                                  Tensor& scale_inv, FP8CastCounts* counts) const;
+  virtual void dequantize_blockwise(const Tensor& data, const Tensor& scale_inv,
+                                    BlockScaling blocks, Tensor& out) const;
+  virtual void blockwise_gemm(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_blocks,
+                              const Tensor& b, const Tensor& b_scale_inv, BlockScaling b_blocks,
+                              Tensor& out, const Tensor* bias, Accumulate accumulate) const;
+  // dst[c][r] = src[r][c] for r < rows, c < cols of a 2-D scale tensor; the rest of dst zeroed.
+  virtual void transpose_scales(const Tensor& src, int64_t rows, int64_t cols, Tensor& dst) const;
+  virtual void quantize_nvfp4(const Tensor& x, const NVFP4Cast& cast, Tensor& data, Tensor& scales,
+                              Tensor& amax, FP8CastCounts* counts) const;
+  // amax null: e2m1 * block scale; else TE's dequantization with that tensor amax.
+  virtual void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax,
+                            Tensor& out) const;
+  virtual void hadamard16(const Tensor& x, bool inverse, Tensor& out) const;
+  // 16x16-tiled data stored (rows, cols) -> its transpose (cols, rows): nibbles transposed, each
+  // tile's scale moved with it.
+  virtual void transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t rows,
+                                     int64_t cols, Tensor& out_data, Tensor& out_scales) const;
+
   // ---- GEMM: out = epilogue(alpha * op(a) · op(b) * a_scale_inv * b_scale_inv [+ out] [+ bias])
   // `options` as the ops layer normalized it: a_scale_inv / b_scale_inv null for non-FP8
   // operands, out_scale set exactly for an FP8 out.

@@ -17,7 +17,8 @@ struct Table {
 Table& table() {
   static Table* t = [] {
     auto* fresh = new Table;
-    fresh->formats = {make_per_tensor_format(), make_mxfp8_format()};
+    fresh->formats = {make_per_tensor_format(), make_mxfp8_format(), make_blockwise_format(),
+                      make_nvfp4_format()};
     return fresh;
   }();
   return *t;

@@ -56,9 +56,11 @@ void register_quantized_format(std::shared_ptr<const QuantizedFormat> format);
 // Every registered name, in registration order (the built-in formats first).
 std::vector<std::string> quantized_format_names();
 
-// The built-in entries (kernels/fp8_per_tensor.cpp, kernels/mxfp8.cpp).
+// The built-in entries (kernels/fp8_per_tensor.cpp, mxfp8.cpp, blockwise.cpp, nvfp4.cpp).
 std::shared_ptr<const QuantizedFormat> make_per_tensor_format();
 std::shared_ptr<const QuantizedFormat> make_mxfp8_format();
+std::shared_ptr<const QuantizedFormat> make_blockwise_format();
+std::shared_ptr<const QuantizedFormat> make_nvfp4_format();
 
 // For formats: the stored 2-D operand (rows, K) of a usage — row-wise data viewed as
 // (rows, cols), or the column-wise data, which is stored (cols, rows) already (fp8_gemm has

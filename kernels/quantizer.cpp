@@ -3,7 +3,29 @@
 
 namespace octet {
 
-std::shared_ptr<Quantizer> make_quantizer(const Recipe& recipe, FP8Meta* meta, SlotId slot) {
+namespace {
+
+NVFP4Role nvfp4_role(SlotId slot) {
+  if (slot.direction == FP8Direction::kBackward) return NVFP4Role::kGradient;
+  return slot.index % kForwardSlotsPerGemm == static_cast<int>(ForwardTensor::kWeight)
+             ? NVFP4Role::kWeight
+             : NVFP4Role::kActivation;
+}
+
+// A stream for a slot that brought none: seeded by the slot, so a cast is still reproducible.
+Tensor slot_stream(SlotId slot) {
+  Tensor t = Tensor::empty({2}, DType::kI64);
+  t.data_as<int64_t>()[0] =
+      0x5EED0000 + (slot.direction == FP8Direction::kBackward ? 1000 : 0) + slot.index;
+  t.data_as<int64_t>()[1] = 0;
+  return t;
+}
+
+}  // namespace
+
+std::shared_ptr<Quantizer> make_quantizer(const Recipe& recipe, const SlotContext& context,
+                                          SlotId slot) {
+  FP8Meta* meta = context.meta;
   switch (recipe.kind) {
     case RecipeKind::kDelayed:
       OCTET_CHECK(meta != nullptr, "make_quantizer: delayed scaling needs the module's FP8Meta");
@@ -17,6 +39,18 @@ std::shared_ptr<Quantizer> make_quantizer(const Recipe& recipe, FP8Meta* meta, S
           recipe.amax_epsilon);
     case RecipeKind::kMXFP8:
       return std::make_shared<MXFP8Quantizer>(DType::kE4M3);
+    case RecipeKind::kBlockwise:
+      return std::make_shared<BlockwiseQuantizer>(recipe.dtype(slot.direction),
+                                                  recipe.block_scaling(slot), recipe.power_2_scale,
+                                                  recipe.amax_epsilon, context.stats);
+    case RecipeKind::kNVFP4: {
+      const NVFP4Role role = nvfp4_role(slot);
+      const bool stochastic = role == NVFP4Role::kGradient && recipe.stochastic_rounding;
+      return std::make_shared<NVFP4Quantizer>(
+          role, recipe.weight_2d_quantization, recipe.random_hadamard_transform, stochastic,
+          stochastic ? (context.rng.defined() ? context.rng : slot_stream(slot)) : Tensor(),
+          context.stats);
+    }
     case RecipeKind::kCustom: {
       std::shared_ptr<Quantizer> q = recipe.custom->make_quantizer(slot);
       OCTET_CHECK(q != nullptr, "make_quantizer: custom recipe '", recipe.custom->name(),
@@ -36,6 +70,10 @@ std::string quantized_format_for(const Recipe& recipe, SlotId slot) {
       return std::string(kPerTensorFormat);
     case RecipeKind::kMXFP8:
       return std::string(kMXFP8Format);
+    case RecipeKind::kBlockwise:
+      return std::string(kBlockwiseFormat);
+    case RecipeKind::kNVFP4:
+      return std::string(kNVFP4Format);
     case RecipeKind::kCustom:
       // The factory's quantizers name their own format (a stateless query of a fresh one).
       return std::string(recipe.custom->make_quantizer(slot)->format());

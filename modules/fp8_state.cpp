@@ -1,6 +1,8 @@
 // FP8 module state and weight operands.
 #include "modules/fp8_state.h"
 
+#include <utility>
+
 #include "autograd/grad_mode.h"
 #include "kernels/nn.h"
 #include "kernels/ops.h"
@@ -11,7 +13,8 @@
 
 namespace octet::modules {
 
-FP8State::FP8State(int num_gemms, const std::optional<Recipe>& recipe) : num_gemms_(num_gemms) {
+FP8State::FP8State(int num_gemms, const std::optional<Recipe>& recipe, uint64_t seed)
+    : num_gemms_(num_gemms), seed_(seed) {
   if (recipe) adopt(*recipe, Device::cpu());
 }
 
@@ -31,6 +34,45 @@ void FP8State::adopt(const Recipe& recipe, Device device) {
   }
   forward_q_.assign(static_cast<size_t>(num_gemms_ * kForwardSlotsPerGemm), nullptr);
   backward_q_.assign(static_cast<size_t>(num_gemms_ * kBackwardSlotsPerGemm), nullptr);
+  forward_stats_.clear();
+  backward_stats_.clear();
+  backward_rng_.clear();
+  if (!meta_) {
+    auto fresh = [] { return std::make_shared<SlotStats>(); };
+    for (size_t i = 0; i < forward_q_.size(); ++i) forward_stats_.push_back(fresh());
+    for (size_t i = 0; i < backward_q_.size(); ++i) backward_stats_.push_back(fresh());
+  }
+  if (recipe.kind == RecipeKind::kNVFP4 && recipe.stochastic_rounding) {
+    MemTagScope tag(MemTag::kOther);
+    for (size_t i = 0; i < backward_q_.size(); ++i) {
+      Tensor stream = Tensor::empty({2}, DType::kI64);
+      // One stream per slot of each module: seeded by the module's seed and the slot.
+      stream.data_as<int64_t>()[0] =
+          static_cast<int64_t>((seed_ * 0x9E3779B97F4A7C15ull) ^ (0xD1B54A32D192ED03ull * (i + 1)));
+      stream.data_as<int64_t>()[1] = 0;
+      backward_rng_.push_back(stream);
+    }
+  }
+}
+
+SlotContext FP8State::context(SlotId slot) const {
+  SlotContext c;
+  c.meta = meta_.get();
+  const auto i = static_cast<size_t>(slot.index);
+  const bool forward = slot.direction == FP8Direction::kForward;
+  const auto& stats = forward ? forward_stats_ : backward_stats_;
+  if (i < stats.size()) c.stats = stats[i];
+  if (!forward && i < backward_rng_.size()) c.rng = backward_rng_[i];
+  return c;
+}
+
+SlotStats FP8State::take_slot_stats(SlotId slot) {
+  const auto& stats = slot.direction == FP8Direction::kForward ? forward_stats_ : backward_stats_;
+  const auto i = static_cast<size_t>(slot.index);
+  OCTET_CHECK(i < stats.size(), "FP8 state has no statistics for ",
+              slot.direction == FP8Direction::kForward ? "forward" : "backward", " slot ",
+              slot.index, " (a recipe with an FP8Meta counts in the meta)");
+  return std::exchange(*stats[i], SlotStats{});
 }
 
 void FP8State::begin_forward(const Recipe& recipe, Device device) {
@@ -54,7 +96,7 @@ const std::shared_ptr<Quantizer>& FP8State::quantizer_handle(SlotId slot) {
               slot.direction == FP8Direction::kForward ? "forward" : "backward", " slot ",
               slot.index);
   auto& q = list[static_cast<size_t>(slot.index)];
-  if (!q) q = make_quantizer(recipe(), meta_.get(), slot);
+  if (!q) q = make_quantizer(recipe(), context(slot), slot);
   return q;
 }
 
@@ -123,6 +165,14 @@ std::vector<std::pair<std::string, Tensor*>> FP8State::buffers() {
       out.emplace_back(base + ".scale_inv", &s.scale_inv);
       out.emplace_back(base + ".amax_history", &s.amax_history);
     }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor*>> FP8State::host_buffers() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  for (size_t i = 0; i < backward_rng_.size(); ++i) {
+    out.emplace_back("fp8_state.backward." + std::to_string(i) + ".rng", &backward_rng_[i]);
   }
   return out;
 }

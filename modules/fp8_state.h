@@ -11,9 +11,11 @@
 #include <vector>
 
 #include "kernels/nn.h"
+#include "kernels/quantizer.h"
 #include "modules/module.h"
 #include "modules/operand.h"
 #include "runtime/fp8_meta.h"
+#include "runtime/fp8_stats.h"
 #include "runtime/recipe.h"
 
 namespace octet::modules {
@@ -36,8 +38,9 @@ struct GemmQuantizers {
 class FP8State {
  public:
   // `recipe` known up front (from the model config) makes the FP8Meta exist from construction,
-  // so it is part of the state dict before the first forward.
-  FP8State(int num_gemms, const std::optional<Recipe>& recipe);
+  // so it is part of the state dict before the first forward. `seed` seeds the slots' stochastic
+  // rounding streams (nvfp4 gradients).
+  FP8State(int num_gemms, const std::optional<Recipe>& recipe, uint64_t seed = 0);
 
   // Called by forward when FP8 is on: adopts the scope's recipe (a different recipe rebuilds the
   // meta and the quantizers, on `device`, where the forward runs) and, for delayed scaling,
@@ -66,13 +69,28 @@ class FP8State {
   // The meta's tensors, named "fp8_meta.forward.<i>.scale" / ".scale_inv" / ".amax_history"
   // (and backward), for the state dict.
   std::vector<std::pair<std::string, Tensor*>> buffers();
+  // State that stays on the host wherever the module runs (the host decides it, so no device
+  // waits for it): the stochastic-rounding streams, "fp8_state.backward.<i>.rng" (i64 (2,):
+  // seed and offset), so a resumed run draws exactly the numbers it would have.
+  std::vector<std::pair<std::string, Tensor*>> host_buffers();
+
+  // Recipes without an FP8Meta keep per slot what their casts did (saturated / flushed counts,
+  // block-scale spread); null for slots of recipes with a meta (it has its own counts). Taking
+  // them resets them, so a metrics log reads each cast once.
+  bool has_slot_stats() const { return !forward_stats_.empty(); }
+  SlotStats take_slot_stats(SlotId slot);
 
  private:
   void adopt(const Recipe& recipe, Device device);
 
+  SlotContext context(SlotId slot) const;
+
   int num_gemms_;
+  uint64_t seed_;
   std::optional<Recipe> recipe_;
   std::shared_ptr<FP8Meta> meta_;
+  std::vector<std::shared_ptr<SlotStats>> forward_stats_, backward_stats_;
+  std::vector<Tensor> backward_rng_;  // nvfp4 with stochastic rounding: one stream per slot
   std::vector<std::shared_ptr<Quantizer>> forward_q_, backward_q_;
   uint64_t generation_ = 0;
   bool locked_ = false;
@@ -135,10 +153,13 @@ class FP8Module : public Module {
   FP8State* own_fp8_state() override { return fp8_.get(); }
 
  protected:
-  FP8Module(std::string type, int num_gemms, const std::optional<Recipe>& recipe)
-      : Module(std::move(type)), fp8_(std::make_shared<FP8State>(num_gemms, recipe)) {}
+  FP8Module(std::string type, int num_gemms, const std::optional<Recipe>& recipe, uint64_t seed = 0)
+      : Module(std::move(type)), fp8_(std::make_shared<FP8State>(num_gemms, recipe, seed)) {}
   std::vector<std::pair<std::string, Tensor*>> dynamic_buffers() override {
     return fp8_->buffers();
+  }
+  std::vector<std::pair<std::string, Tensor*>> dynamic_host_buffers() override {
+    return fp8_->host_buffers();
   }
   // A weight of GEMM `gemm` (its parameter knows which FP8 slot casts it).
   template <typename W>

@@ -261,7 +261,7 @@ MLPActivation mlp_activation_from_name(std::string_view name) {
 }
 
 LayerNormMLP::LayerNormMLP(int64_t hidden, int64_t ffn, LayerNormMLPOptions options)
-    : FP8Module("LayerNormMLP", 2, options.linear.recipe),
+    : FP8Module("LayerNormMLP", 2, options.linear.recipe, options.linear.seed),
       hidden_(hidden),
       ffn_(ffn),
       options_(options) {
@@ -308,7 +308,7 @@ Tensor LayerNormMLP::forward(const Tensor& x, FirstMicrobatch first) {
 
 LayerNormLinear::LayerNormLinear(int64_t in_features, int64_t out_features,
                                  LayerNormLinearOptions options)
-    : FP8Module("LayerNormLinear", 1, options.linear.recipe),
+    : FP8Module("LayerNormLinear", 1, options.linear.recipe, options.linear.seed),
       in_(in_features),
       out_(out_features),
       options_(options) {

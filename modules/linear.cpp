@@ -37,7 +37,12 @@ void WeightStorage::init(int64_t out, int64_t in, const LinearOptions& options, 
   }
   // The gradient's leaf is a handle on the row-wise data (same storage, own autograd state).
   fp8_leaf = fp8->rowwise_data();
-  autograd::set_requires_grad(fp8_leaf);
+  if (fp8_leaf.shape() == fp8->shape()) {
+    autograd::set_requires_grad(fp8_leaf);
+  } else {
+    // Packed 4-bit data: the leaf's gradient has the weight's logical shape.
+    autograd::set_requires_grad_packed(fp8_leaf, fp8->shape());
+  }
   // Inference (built without gradients) keeps no f32 copy; training hands it to the optimizer.
   if (autograd::grad_enabled()) initial_master = value;
 }
@@ -84,7 +89,7 @@ struct LinearFn {
 }  // namespace
 
 Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
-    : FP8Module("Linear", 1, options.recipe),
+    : FP8Module("Linear", 1, options.recipe, options.seed),
       in_(in_features),
       out_(out_features),
       options_(options) {

@@ -70,6 +70,16 @@ std::vector<std::pair<std::string, Tensor*>> Module::buffers() {
   visit("", [&](const std::string& prefix, Module& m) {
     for (auto& [name, t] : m.buffers_) out.emplace_back(join(prefix, name), t);
     for (auto& [name, t] : m.dynamic_buffers()) out.emplace_back(join(prefix, name), t);
+    for (auto& [name, t] : m.dynamic_host_buffers()) out.emplace_back(join(prefix, name), t);
+  });
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor*>> Module::device_buffers() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  visit("", [&](const std::string& prefix, Module& m) {
+    for (auto& [name, t] : m.buffers_) out.emplace_back(join(prefix, name), t);
+    for (auto& [name, t] : m.dynamic_buffers()) out.emplace_back(join(prefix, name), t);
   });
   return out;
 }
@@ -92,7 +102,8 @@ std::vector<std::pair<std::string, FP8Meta*>> Module::fp8_metas() {
 
 int64_t Module::num_parameters() {
   int64_t n = 0;
-  for (const Parameter& p : parameters()) n += p.tensor->numel();
+  // An FP8 weight counts its logical elements (packed 4-bit data holds two a byte).
+  for (const Parameter& p : parameters()) n += p.is_fp8() ? (*p.fp8)->numel() : p.tensor->numel();
   return n;
 }
 
@@ -117,7 +128,7 @@ void Module::to(Device device) {
     const Tensor& g = autograd::grad(*p.tensor);
     if (g.defined()) g.move_storage_to(device);
   }
-  for (auto& [name, t] : buffers()) {
+  for (auto& [name, t] : device_buffers()) {
     if (t->defined()) t->move_storage_to(device);
   }
   visit("", [device](const std::string&, Module& m) { m.device_ = device; });

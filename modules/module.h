@@ -49,7 +49,8 @@ class Module {
 
   // Every parameter below this module, depth first, with dotted names ("layers.0.fc1.weight").
   std::vector<Parameter> parameters();
-  // Non-trainable state (FP8 scales and amax histories, ...), with dotted names.
+  // Non-trainable state (FP8 scales and amax histories, stochastic-rounding streams, ...), with
+  // dotted names.
   std::vector<std::pair<std::string, Tensor*>> buffers();
   // The FP8 state of every FP8 module below this one, with the module's dotted name ("" for this
   // module): recipes, quantizers and, under delayed scaling, the metas.
@@ -106,10 +107,14 @@ class Module {
   // Buffers whose tensors may be replaced over time (FP8 metas rebuilt for a new recipe): asked
   // for afresh by every buffers() / state_dict() call.
   virtual std::vector<std::pair<std::string, Tensor*>> dynamic_buffers() { return {}; }
+  // The same for buffers that stay on the host when the module moves (to() leaves them).
+  virtual std::vector<std::pair<std::string, Tensor*>> dynamic_host_buffers() { return {}; }
   // This module's own FP8 state, or null (no FP8 GEMMs).
   virtual FP8State* own_fp8_state() { return nullptr; }
 
  private:
+  // buffers() without the host-only ones: what to() moves.
+  std::vector<std::pair<std::string, Tensor*>> device_buffers();
   void visit(const std::string& prefix, const std::function<void(const std::string&, Module&)>& f);
 
   std::string type_;

@@ -1,13 +1,16 @@
-// The per-tensor FP8 scale rules (delayed and current scaling), shared by the CPU (fp8_meta.cpp,
-// kernels/quantizer.cpp) and the CUDA kernels (kernels/cuda/fp8_meta.cu) so that both compute
-// the same scale bit for bit. Only bit tricks and correctly rounded f32 arithmetic: no library
-// call whose device version could round differently from the host's.
+// The FP8/FP4 scale rules (delayed and current scaling; TE's blockwise FP8 and NVFP4 block
+// scales), shared by the CPU and the CUDA kernels so that both compute the same scale bit for
+// bit. Only bit tricks and correctly rounded f32 arithmetic: no library call whose device version
+// could round differently from the host's.
 #pragma once
 
 #include <cfloat>
+#include <cmath>
 #include <cstdint>
 
 #include "runtime/float16.h"
+#include "runtime/fp4.h"
+#include "runtime/fp8.h"
 #include "runtime/macros.h"
 
 namespace octet {
@@ -58,5 +61,68 @@ OCTET_HD float current_scale(float amax, float fp8_max, float amax_epsilon, bool
 
 // 1 / scale, the scale_inv stored beside a scale, rounded to nearest even.
 OCTET_HD float scale_inverse(float scale) { return detail::div_rn(1.f, scale); }
+
+// ---- blockwise FP8 (TE's Float8BlockScaling) ----
+
+// One block's scale from its amax (TE's compute_scale_from_amax): an amax below amax_epsilon is
+// amax_epsilon; then amax inf, 0 or NaN gives 1; else fp8_max / amax, an infinite result becomes
+// value_for_inf (the input dtype's largest finite value), and with power_2 it is rounded down to a
+// power of two by clearing the mantissa. The block stores scale_inverse of it.
+OCTET_HD float blockwise_scale(float amax, float fp8_max, float amax_epsilon, bool power_2,
+                               float value_for_inf) {
+  if (amax < amax_epsilon) amax = amax_epsilon;  // a NaN compares false and stays
+  if (amax == 0.f || !detail::is_finite_f32(amax)) return 1.f;
+  float scale = detail::div_rn(fp8_max, amax);
+  if (detail::is_inf_f32(scale)) scale = value_for_inf;
+  if (power_2) scale = detail::bits_to_float(detail::float_to_bits(scale) & 0xFF800000u);
+  return scale;
+}
+
+// ---- NVFP4 (TE's NVFP4BlockScaling, the rules of TE 2.14 and later) ----
+
+// The per-tensor level, from the tensor's amax: encode = 2688 / amax (448 * 6: the largest E4M3
+// block scale times the largest E2M1 value), FLT_MAX when that overflows, 1 for an amax of 0 or
+// inf; decode = 1 / encode; the block multiplier = encode * RN(1/6).
+struct NVFP4GlobalScale {
+  float encode;
+  float decode;
+  float multiplier;
+};
+OCTET_HD NVFP4GlobalScale nvfp4_global_scale(float amax) {
+  float encode = detail::div_rn(kE4M3Max * kE2M1Max, amax);
+  encode = encode > FLT_MAX ? FLT_MAX : encode;
+  if (amax == 0.f || encode == 0.f || encode != encode) encode = 1.f;
+  const float rcp6 = detail::bits_to_float(0x3E2AAAABu);  // RN(1 / 6)
+  return {encode, detail::div_rn(1.f, encode), encode * rcp6};
+}
+
+// A block's E4M3 scale code from its amax: e4m3(min(block_amax * multiplier, FLT_MAX)).
+OCTET_HD uint8_t nvfp4_block_scale(float block_amax, float multiplier) {
+  float sd = block_amax * multiplier;
+  sd = sd > FLT_MAX ? FLT_MAX : sd;
+  return to_e4m3(sd);
+}
+
+// What the elements of a block with scale code `sf` are multiplied by before the E2M1 cast:
+// min(1 / (sf * decode), FLT_MAX); a zero scale gives FLT_MAX (its elements saturate to +-6).
+OCTET_HD float nvfp4_block_encode(uint8_t sf, float decode) {
+  const float enc = detail::div_rn(1.f, from_e4m3(sf) * decode);
+  return enc > FLT_MAX ? FLT_MAX : enc;
+}
+
+// Stochastic rounding of a scaled value to E2M1 (TE's software rule, 8 random bits): v rounds up
+// to the next grid point with probability (distance to the lower point) / (grid step), in steps
+// of 1/256, saturating at 6; NaN gives +6.
+OCTET_HD uint8_t e2m1_stochastic(float v, uint32_t random_bits) {
+  const float u = static_cast<float>(random_bits & 0xFFu) * (1.f / 256.f);
+  const float a = v < 0.f ? -v : v;
+  const float step = a >= 4.f ? 2.f : (a >= 2.f ? 1.f : 0.5f);
+  const float t = fmaf(u, step, a);
+  const float st = t >= 4.f ? 2.f : (t >= 2.f ? 1.f : 0.5f);
+  float q = floorf(t / st) * st;
+  q = q < kE2M1Max ? q : kE2M1Max;
+  if (v != v) return 0x7u;
+  return to_e2m1(v < 0.f || (v == 0.f && detail::float_to_bits(v) >> 31) ? -q : q);
+}
 
 }  // namespace octet

@@ -33,6 +33,7 @@ std::string_view usage_name(Usage usage);  // "none", "row-wise", "column-wise",
 // The names of the built-in formats (the keys of their format-table entries).
 inline constexpr std::string_view kPerTensorFormat = "per-tensor";  // one f32 scale per tensor
 inline constexpr std::string_view kMXFP8Format = "mxfp8";  // one E8M0 exponent per 32 values
+// (kBlockwiseFormat and kNVFP4Format live with their tensors.)
 
 // Whether a cast writes |x|'s max into its delayed-scaling slot's history[0]. The module layer
 // decides: casts made with gradients disabled pass kSkip so evaluation data never moves training
@@ -94,6 +95,9 @@ class QuantizedTensor : public Saveable {
   virtual std::vector<std::pair<std::string, Tensor>> rowwise_state() const = 0;
   // Drops the usages in `usage`; at least one usage must remain. Bumps the version.
   virtual void drop_usage(Usage usage) = 0;
+  // What a reader of a checkpoint needs besides the format's name to read the bytes (e.g. the
+  // block shape), as (key, value) pairs; empty for most formats.
+  virtual std::vector<std::pair<std::string, std::string>> attributes() const { return {}; }
   // Every buffer held now (data and scales), e.g. for version checks of saved tensors.
   std::vector<Tensor> held_tensors() const override;
   // Moves every buffer held to `device` in place (Storage::move_to): handles sharing them follow.

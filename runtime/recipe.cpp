@@ -109,7 +109,7 @@ class Reader {
 };
 
 // The recipes JSON can name; "custom" (the last RecipeKind) is made in code only.
-const std::vector<std::string_view> kKinds = {"delayed", "current", "mxfp8"};
+const std::vector<std::string_view> kKinds = {"delayed", "current", "mxfp8", "blockwise", "nvfp4"};
 const std::vector<std::string_view> kFormats = {"e4m3", "hybrid"};
 const std::vector<std::string_view> kAlgos = {"max", "most_recent"};
 
@@ -120,6 +120,8 @@ std::string_view recipe_kind_name(RecipeKind kind) {
     case RecipeKind::kDelayed:
     case RecipeKind::kCurrent:
     case RecipeKind::kMXFP8:
+    case RecipeKind::kBlockwise:
+    case RecipeKind::kNVFP4:
       return kKinds.at(static_cast<size_t>(kind));
     case RecipeKind::kCustom:
       return "custom";
@@ -163,6 +165,21 @@ Recipe Recipe::mxfp8() {
   return r;
 }
 
+Recipe Recipe::blockwise(FP8Format format) {
+  Recipe r;
+  r.kind = RecipeKind::kBlockwise;
+  r.fp8_format = format;
+  r.power_2_scale = true;
+  return r;
+}
+
+Recipe Recipe::nvfp4() {
+  Recipe r;
+  r.kind = RecipeKind::kNVFP4;
+  r.fp8_format = FP8Format::kE4M3;  // the format of the block scales
+  return r;
+}
+
 Recipe Recipe::custom_recipe(std::shared_ptr<const CustomRecipe> factory) {
   OCTET_CHECK(factory != nullptr, "custom recipe: the quantizer factory is null");
   Recipe r;
@@ -177,14 +194,24 @@ bool Recipe::uses_fp8_meta() const {
       return true;
     case RecipeKind::kCurrent:
     case RecipeKind::kMXFP8:
+    case RecipeKind::kBlockwise:
+    case RecipeKind::kNVFP4:
     case RecipeKind::kCustom:
       return false;
   }
   OCTET_FAIL("unknown recipe kind ", static_cast<int>(kind));
 }
 
+BlockScaling Recipe::block_scaling(SlotId slot) const {
+  if (slot.direction == FP8Direction::kBackward) return grad_block_scaling;
+  return slot.index % kForwardSlotsPerGemm == static_cast<int>(ForwardTensor::kWeight)
+             ? w_block_scaling
+             : x_block_scaling;
+}
+
 DType Recipe::dtype(FP8Direction direction) const {
   if (kind == RecipeKind::kCustom) return custom->dtype(direction);
+  if (kind == RecipeKind::kNVFP4) return DType::kU8;
   if (fp8_format == FP8Format::kHybrid && direction == FP8Direction::kBackward) {
     return DType::kE5M2;
   }
@@ -220,6 +247,43 @@ Recipe recipe_from_json(const json& object, std::string_view where) {
       // MXFP8 uses e4m3 for every tensor; the key is accepted only to say so explicitly.
       r.fp8_format = static_cast<FP8Format>(in.choice("fp8_format", {"e4m3"}, 0));
       break;
+    case RecipeKind::kBlockwise: {
+      in.reject_unknown({"recipe", "fp8_format", "power_2_scale", "amax_epsilon",
+                         "x_block_scaling_dim", "w_block_scaling_dim", "grad_block_scaling_dim"},
+                        "blockwise");
+      r.fp8_format = static_cast<FP8Format>(in.choice("fp8_format", kFormats, 0));
+      r.power_2_scale = in.boolean("power_2_scale", true);
+      r.amax_epsilon = in.non_negative_float("amax_epsilon", 0.f);
+      r.x_block_scaling = static_cast<BlockScaling>(in.integer("x_block_scaling_dim", 1, 2, 1));
+      r.w_block_scaling = static_cast<BlockScaling>(in.integer("w_block_scaling_dim", 1, 2, 2));
+      r.grad_block_scaling =
+          static_cast<BlockScaling>(in.integer("grad_block_scaling_dim", 1, 2, 1));
+      // Each GEMM multiplies two of the three roles: fprop x and w, dgrad grad and w, wgrad grad
+      // and x. Two 128x128-blocked operands have no block-scaled GEMM (TE refuses them too).
+      const std::pair<const char*, const char*> pairs[] = {
+          {"x", "w"}, {"w", "grad"}, {"x", "grad"}};
+      auto dim = [&](std::string_view role) {
+        return role == "x"   ? r.x_block_scaling
+               : role == "w" ? r.w_block_scaling
+                             : r.grad_block_scaling;
+      };
+      for (const auto& [a, b] : pairs) {
+        OCTET_CHECK(dim(a) == BlockScaling::k1D || dim(b) == BlockScaling::k1D, where, ".", a,
+                    "_block_scaling_dim and ", where, ".", b,
+                    "_block_scaling_dim are both 2: a GEMM of two 128x128-blocked operands is not "
+                    "supported (2D by 2D); make one of them 1");
+      }
+      break;
+    }
+    case RecipeKind::kNVFP4:
+      in.reject_unknown(
+          {"recipe", "disable_rht", "disable_stochastic_rounding", "disable_2d_quantization"},
+          "nvfp4");
+      r.fp8_format = FP8Format::kE4M3;
+      r.random_hadamard_transform = !in.boolean("disable_rht", false);
+      r.stochastic_rounding = !in.boolean("disable_stochastic_rounding", false);
+      r.weight_2d_quantization = !in.boolean("disable_2d_quantization", false);
+      break;
     case RecipeKind::kCustom:
       OCTET_FAIL("unreachable: \"custom\" is not among the JSON recipe names");
   }
@@ -251,6 +315,12 @@ json recipe_to_json(const Recipe& r) {
     out["name"] = r.custom->name();
     return out;
   }
+  if (r.kind == RecipeKind::kNVFP4) {
+    out["disable_rht"] = !r.random_hadamard_transform;
+    out["disable_stochastic_rounding"] = !r.stochastic_rounding;
+    out["disable_2d_quantization"] = !r.weight_2d_quantization;
+    return out;
+  }
   out["fp8_format"] = fp8_format_name(r.fp8_format);
   switch (r.kind) {
     case RecipeKind::kDelayed:
@@ -263,7 +333,15 @@ json recipe_to_json(const Recipe& r) {
       out["power_2_scale"] = r.power_2_scale;
       out["amax_epsilon"] = r.amax_epsilon;
       break;
+    case RecipeKind::kBlockwise:
+      out["power_2_scale"] = r.power_2_scale;
+      out["amax_epsilon"] = r.amax_epsilon;
+      out["x_block_scaling_dim"] = static_cast<int>(r.x_block_scaling);
+      out["w_block_scaling_dim"] = static_cast<int>(r.w_block_scaling);
+      out["grad_block_scaling_dim"] = static_cast<int>(r.grad_block_scaling);
+      break;
     case RecipeKind::kMXFP8:
+    case RecipeKind::kNVFP4:
     case RecipeKind::kCustom:
       break;
   }

@@ -1,4 +1,5 @@
-// FP8 scaling recipes (DESIGN.md "Recipes"): delayed, current and MXFP8 scaling, loaded from JSON
+// FP8 scaling recipes (DESIGN.md "Recipes"): delayed, current and MXFP8 scaling, TE's
+// Float8BlockScaling ("blockwise") and NVFP4BlockScaling ("nvfp4"), loaded from JSON
 // (configs/recipes/*.json, keys documented in configs/README.md) with errors that name the key,
 // and custom recipes made in code (TE's CustomRecipe): a factory of quantizers per slot.
 #pragma once
@@ -17,10 +18,18 @@ namespace octet {
 class Quantizer;
 
 enum class RecipeKind : uint8_t {
-  kDelayed,  // per-tensor scale from an amax history, updated once per step
-  kCurrent,  // per-tensor scale from the tensor's own amax at cast time
-  kMXFP8,    // one E8M0 exponent per block of 32 values
-  kCustom,   // quantizers from a CustomRecipe made in code (never from JSON)
+  kDelayed,    // per-tensor scale from an amax history, updated once per step
+  kCurrent,    // per-tensor scale from the tensor's own amax at cast time
+  kMXFP8,      // one E8M0 exponent per block of 32 values
+  kBlockwise,  // one f32 scale per 1x128 (activations, gradients) or 128x128 (weights) block
+  kNVFP4,      // E2M1 values, one E4M3 scale per 16 values and one f32 tensor scale
+  kCustom,     // quantizers from a CustomRecipe made in code (never from JSON)
+};
+
+// The block shape of one tensor role under the blockwise recipe.
+enum class BlockScaling : uint8_t {
+  k1D = 1,  // 1x128: blocks of 128 consecutive values along the dimension the GEMM reduces
+  k2D = 2,  // 128x128 tiles
 };
 
 enum class FP8Format : uint8_t {
@@ -45,8 +54,9 @@ class CustomRecipe {
   virtual std::shared_ptr<Quantizer> make_quantizer(SlotId slot) const = 0;
 };
 
-std::string_view recipe_kind_name(RecipeKind kind);  // "delayed", "current", "mxfp8", "custom"
-std::string_view fp8_format_name(FP8Format format);  // "e4m3", "hybrid"
+// "delayed", "current", "mxfp8", "blockwise", "nvfp4", "custom"
+std::string_view recipe_kind_name(RecipeKind kind);
+std::string_view fp8_format_name(FP8Format format);             // "e4m3", "hybrid"
 std::string_view amax_compute_algo_name(AmaxComputeAlgo algo);  // "max", "most_recent"
 
 struct Recipe {
@@ -57,9 +67,18 @@ struct Recipe {
   int64_t amax_history_len = 1024;
   AmaxComputeAlgo amax_compute_algo = AmaxComputeAlgo::kMax;
   bool reduce_amax = true;  // all-reduce amaxes across processes (one process: nothing to reduce)
-  // current only
-  bool power_2_scale = false;  // round the scale down to a power of two
+  // current and blockwise
+  bool power_2_scale = false;  // round the scale down to a power of two (blockwise: default on)
   float amax_epsilon = 0.f;    // scale = fp8_max / max(amax, amax_epsilon)
+  // blockwise only: which tensors get 1D (1x128) and which 2D (128x128) blocks; no GEMM may
+  // multiply two 2D operands, so at most one of the three is 2D
+  BlockScaling x_block_scaling = BlockScaling::k1D;     // inputs (and outputs)
+  BlockScaling w_block_scaling = BlockScaling::k2D;     // weights
+  BlockScaling grad_block_scaling = BlockScaling::k1D;  // output and input gradients
+  // nvfp4 only (TE's switches; each on by default)
+  bool random_hadamard_transform = true;  // 16x16 RHT on the wgrad GEMM's operands
+  bool stochastic_rounding = true;        // gradients rounded stochastically
+  bool weight_2d_quantization = true;     // 16x16 blocks for weights (else 1x16)
   // custom only: the quantizer factory (recipes compare equal when they share it)
   std::shared_ptr<const CustomRecipe> custom;
 
@@ -69,14 +88,19 @@ struct Recipe {
                         AmaxComputeAlgo algo = AmaxComputeAlgo::kMax);
   static Recipe current(FP8Format format = FP8Format::kHybrid);
   static Recipe mxfp8();
+  static Recipe blockwise(FP8Format format = FP8Format::kE4M3);
+  static Recipe nvfp4();
   static Recipe custom_recipe(std::shared_ptr<const CustomRecipe> factory);
 
   // Whether the recipe keeps per-slot state in an FP8Meta (scales and amax histories that the
   // FP8 scope updates once per step): delayed scaling only.
   bool uses_fp8_meta() const;
 
-  // The FP8 dtype of forward or backward tensors: hybrid gives e5m2 to gradients.
+  // The element dtype of forward or backward tensors: hybrid gives e5m2 to gradients; nvfp4's
+  // E2M1 values are packed two to a byte, so its dtype is u8.
   DType dtype(FP8Direction direction) const;
+  // blockwise: the block shape of a slot's tensors (weights w_, gradients grad_, others x_).
+  BlockScaling block_scaling(SlotId slot) const;
 
   bool operator==(const Recipe& other) const = default;
 };

@@ -52,7 +52,8 @@ constexpr const char* kUsage =
     "  layer   TransformerLayer training step: forward, backward, AdamW (d 768, 12 heads,\n"
     "          seq 256, batch 4)\n"
     "  model   GPT training step (2 layers, d 128, 4 heads, vocab 256, seq 128, batch 8)\n"
-    "  no group: all four. Each runs in f32 and under the delayed, current and mxfp8 recipes.\n"
+    "  no group: all four. Each runs in f32 and under the delayed, current, mxfp8, blockwise and\n"
+    "  nvfp4 recipes.\n"
     "  --json     one JSON array on stdout instead of the table\n"
     "  --reps N   timed runs per result (median reported; default 9, cuda 20, --quick 1)\n"
     "  --warmup N untimed runs first (default 2, cuda 5, --quick 1)\n"
@@ -63,7 +64,8 @@ constexpr const char* kUsage =
     "               at 8192x8192x8192 and GPT-2 layer shapes over 8192 tokens, CUDA-event timed;\n"
     "               layer: d 4096, 32 heads, seq 2048, batch 2, bf16 parameters and activations,\n"
     "               in bf16 and under each recipe; peak is device memory\n"
-    "  --precision  run only these of f32 (bf16 on cuda), delayed, current, mxfp8\n"
+    "  --precision  run only these of f32 (bf16 on cuda), delayed, current, mxfp8, blockwise,\n"
+    "               nvfp4 (the last two on the CPU)\n"
     "               (not for cuda gemm, which always runs bf16 and fp8)\n"
     "  --d-model N, --heads N, --seq N, --batch N  the layer bench's shape\n";
 
@@ -195,10 +197,17 @@ struct Precision {
   std::optional<Recipe> recipe;
 };
 std::vector<Precision> all_precisions(Device device) {
-  return {{device.is_cuda() ? "bf16" : "f32", std::nullopt},
-          {"delayed", Recipe::delayed(FP8Format::kHybrid)},
-          {"current", Recipe::current(FP8Format::kHybrid)},
-          {"mxfp8", Recipe::mxfp8()}};
+  std::vector<Precision> out = {{device.is_cuda() ? "bf16" : "f32", std::nullopt},
+                                {"delayed", Recipe::delayed(FP8Format::kHybrid)},
+                                {"current", Recipe::current(FP8Format::kHybrid)},
+                                {"mxfp8", Recipe::mxfp8()}};
+  // The block recipes' casts and GEMMs have CPU kernels only so far (README "Block-scaled
+  // recipes"); the CUDA table says "not supported on cuda" for them.
+  if (device.is_cpu()) {
+    out.push_back({"blockwise", Recipe::blockwise()});
+    out.push_back({"nvfp4", Recipe::nvfp4()});
+  }
+  return out;
 }
 std::vector<std::string> precision_names(Device device) {
   std::vector<std::string> names;

@@ -1,9 +1,12 @@
 // The CPU backend's table: thin adapters from the interface (kernels/backend.h) to the CPU
 // kernels. The data is in host memory, so this is where a scalar tensor (a scale, an amax slot, a
 // loss) becomes the float the kernels take or give.
+#include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/block_formats_cpu.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/mxfp8_cpu.h"
 #include "kernels/cpu/nn_cpu.h"
@@ -57,6 +60,48 @@ class CpuBackend final : public Backend {
   }
   void dequantize_mxfp8(const Tensor& data, const Tensor& scales, Tensor& out) const override {
     cpu::dequantize_mxfp8(data, scales, out);
+  }
+
+  void quantize_blockwise(const Tensor& x, const BlockwiseCast& cast, Tensor& data,
+                          Tensor& scale_inv, FP8CastCounts* counts) const override {
+    cpu::quantize_blockwise(x, cast, data, scale_inv, counts);
+  }
+  void dequantize_blockwise(const Tensor& data, const Tensor& scale_inv, BlockScaling blocks,
+                            Tensor& out) const override {
+    cpu::dequantize_blockwise(data, scale_inv, blocks, out);
+  }
+  void blockwise_gemm(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_blocks,
+                      const Tensor& b, const Tensor& b_scale_inv, BlockScaling b_blocks,
+                      Tensor& out, const Tensor* bias, Accumulate accumulate) const override {
+    cpu::blockwise_gemm(a, a_scale_inv, a_blocks, b, b_scale_inv, b_blocks, out, bias, accumulate);
+  }
+  void transpose_scales(const Tensor& src, int64_t rows, int64_t cols, Tensor& dst) const override {
+    const auto* s = static_cast<const uint8_t*>(src.data());
+    auto* d = static_cast<uint8_t*>(dst.data());
+    const size_t es = src.element_size();
+    std::fill(d, d + dst.nbytes(), uint8_t{0});
+    const int64_t ss = src.size(1), ds = dst.size(1);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c)
+        std::memcpy(d + (c * ds + r) * es, s + (r * ss + c) * es, es);
+    }
+  }
+  void quantize_nvfp4(const Tensor& x, const NVFP4Cast& cast, Tensor& data, Tensor& scales,
+                      Tensor& amax, FP8CastCounts* counts) const override {
+    cpu::quantize_nvfp4(x, cast, data, scales, amax, counts);
+  }
+  void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax,
+                    Tensor& out) const override {
+    cpu::expand_nvfp4(data, scales, amax, out);
+  }
+  void transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t rows, int64_t cols,
+                             Tensor& out_data, Tensor& out_scales) const override {
+    cpu::transpose_nvfp4_tiles(data, scales, rows, cols, out_data, out_scales);
+  }
+  void hadamard16(const Tensor& x, bool inverse, Tensor& out) const override {
+    std::vector<float> in(static_cast<size_t>(x.numel()));
+    cpu::to_f32(x.dtype(), x.data(), in.data(), x.numel());
+    cpu::hadamard16(in.data(), x.numel(), inverse, out.data_as<float>());
   }
 
   void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, Tensor& out,

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "runtime/float16.h"
+#include "runtime/fp4.h"
 #include "runtime/fp8.h"
 
 #if OCTET_HAVE_CUDA_HEADERS
@@ -18,6 +19,7 @@
 // then takes the headers' software (non-PTX) paths: exactly the reference we want.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp4.h>
 #include <cuda_fp8.h>
 #endif
 
@@ -80,6 +82,9 @@ std::string describe(const Sweep& sweep, uint32_t ours, uint32_t cuda) {
 uint8_t cuda_e4m3(float x) { return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); }
 uint8_t cuda_e5m2(float x) { return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2); }
 uint8_t cuda_e8m0(float x) { return __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf); }
+uint8_t cuda_e2m1(float x) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest));
+}
 uint16_t cuda_bf16(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 uint16_t cuda_f16(float x) { return __half_as_ushort(__float2half_rn(x)); }
 
@@ -107,6 +112,27 @@ TEST(Fp8Exhaustive, ToE5m2MatchesCudaOnAllFloats) {
   });
   const float x = bits_to_float(static_cast<uint32_t>(s.first));
   EXPECT_EQ(s.mismatches, 0u) << describe(s, to_e5m2(x), cuda_e5m2(x));
+}
+
+TEST(Fp8Exhaustive, ToE2m1MatchesCudaOnAllFloats) {
+  // Exact codes, NaN included (CUDA gives +6, 0x7, for every NaN).
+  const Sweep s = sweep_all_floats("to_e2m1", [](uint32_t b) {
+    return to_e2m1(bits_to_float(b)) == cuda_e2m1(bits_to_float(b));
+  });
+  const float x = bits_to_float(static_cast<uint32_t>(s.first));
+  EXPECT_EQ(s.mismatches, 0u) << describe(s, to_e2m1(x), cuda_e2m1(x));
+}
+
+TEST(Fp8Exhaustive, FromE2m1MatchesCudaOnAllCodes) {
+  for (int i = 0; i < 16; ++i) {
+    const auto code = static_cast<__nv_fp4_storage_t>(i);
+    const float cuda = __half2float(__half(__nv_cvt_fp4_to_halfraw(code, __NV_E2M1)));
+    EXPECT_TRUE(same_float(from_e2m1(static_cast<uint8_t>(i)), cuda))
+        << "e2m1 code " << i << ": ours " << from_e2m1(static_cast<uint8_t>(i)) << ", CUDA "
+        << cuda;
+    // Every value round-trips through the cast.
+    EXPECT_EQ(to_e2m1(from_e2m1(static_cast<uint8_t>(i))), i) << "code " << i;
+  }
 }
 
 TEST(Fp8Exhaustive, ToE8m0MatchesCudaOnAllFloats) {

@@ -1,0 +1,308 @@
+// NVFP4: argument checks and dispatch of its ops, the quantizer, the format entry.
+#include "kernels/nvfp4.h"
+
+#include "kernels/device_policy.h"
+#include "kernels/quantized_format.h"
+#include "runtime/fp4.h"
+#include "runtime/fp8_scaling.h"
+#include "runtime/memory.h"
+
+namespace octet {
+namespace ops {
+
+using detail::on_device;
+using detail::op_device;
+
+namespace {
+
+void check_nvfp4_shape(const char* op, int64_t rows, int64_t cols) {
+  OCTET_CHECK(rows % kNVFP4BlockLen == 0 && cols % kNVFP4BlockLen == 0, op, ": NVFP4 needs ",
+              "prod(leading dims) and the last dim to be multiples of 16, got (", rows, ", ", cols,
+              ")");
+}
+
+void check_packed(const char* op, const Tensor& data, const Tensor& scales, int64_t rows,
+                  int64_t cols) {
+  check_nvfp4_shape(op, rows, cols);
+  OCTET_CHECK(
+      data.defined() && data.dtype() == DType::kU8 && data.shape() == nvfp4_data_shape(rows, cols),
+      op, ": data must be u8", shape_str(nvfp4_data_shape(rows, cols)), ", got ", data);
+  OCTET_CHECK(scales.defined() && scales.dtype() == DType::kE4M3 &&
+                  scales.shape() == nvfp4_scale_shape(rows, cols),
+              op, ": scales must be e4m3", shape_str(nvfp4_scale_shape(rows, cols)), ", got ",
+              scales);
+}
+
+}  // namespace
+
+void quantize_nvfp4(const Tensor& x, const NVFP4Cast& cast, Tensor& data, Tensor& scales,
+                    Tensor& amax, FP8CastCounts* counts) {
+  constexpr const char* op = "quantize_nvfp4";
+  check_quantize_input(op, x);
+  check_packed(op, data, scales, x.rows(), x.cols());
+  OCTET_CHECK(amax.defined() && amax.dtype() == DType::kF32 && amax.numel() == 1, op,
+              ": amax must be a one-element f32 tensor, got ", amax);
+  const Device device =
+      op_device(op, {{x, "x"}, {data, "data"}, {scales, "scales"}, {amax, "amax"}});
+  on_device(device)->quantize_nvfp4(x, cast, data, scales, amax, counts);
+  for (Tensor* t : {&data, &scales, &amax}) t->bump_version();
+}
+
+Tensor expand_nvfp4(const Tensor& data, const Tensor& scales, int64_t rows, int64_t cols,
+                    DType dtype) {
+  constexpr const char* op = "expand_nvfp4";
+  check_packed(op, data, scales, rows, cols);
+  OCTET_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, op,
+              ": output dtype must be f32 or bf16, got ", dtype);
+  const Device device = op_device(op, {{data, "data"}, {scales, "scales"}});
+  Tensor out = Tensor::empty({rows, cols}, dtype, device);
+  on_device(device)->expand_nvfp4(data, scales, nullptr, out);
+  return out;
+}
+
+Tensor dequantize_nvfp4(const Tensor& data, const Tensor& scales, const Tensor& amax, int64_t rows,
+                        int64_t cols, DType dtype) {
+  constexpr const char* op = "dequantize_nvfp4";
+  check_packed(op, data, scales, rows, cols);
+  OCTET_CHECK(amax.defined() && amax.dtype() == DType::kF32 && amax.numel() == 1, op,
+              ": amax must be a one-element f32 tensor, got ", amax);
+  OCTET_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, op,
+              ": output dtype must be f32 or bf16, got ", dtype);
+  const Device device = op_device(op, {{data, "data"}, {scales, "scales"}, {amax, "amax"}});
+  Tensor out = Tensor::empty({rows, cols}, dtype, device);
+  on_device(device)->expand_nvfp4(data, scales, &amax, out);
+  return out;
+}
+
+Tensor hadamard16(const Tensor& x, bool inverse) {
+  constexpr const char* op = "hadamard16";
+  check_quantize_input(op, x);
+  OCTET_CHECK(x.cols() % kNVFP4BlockLen == 0, op, ": the last dim of ", x,
+              " must be a multiple of 16");
+  Tensor out = Tensor::empty(x.shape(), DType::kF32, x.device());
+  on_device(op_device(op, {{x, "x"}}))->hadamard16(x, inverse, out);
+  return out;
+}
+
+namespace {
+
+const NVFP4Tensor& as_nvfp4(const QuantizedTensor& t) {
+  const auto* n = dynamic_cast<const NVFP4Tensor*>(&t);
+  OCTET_ASSERT(n != nullptr, t.describe(), " names the nvfp4 format but is not one");
+  return *n;
+}
+NVFP4Tensor& as_nvfp4(QuantizedTensor& t) {
+  auto* n = dynamic_cast<NVFP4Tensor*>(&t);
+  OCTET_ASSERT(n != nullptr, t.describe(), " names the nvfp4 format but is not one");
+  return *n;
+}
+
+// What a direction's data holds, stored (rows, cols): the values in the stored orientation.
+struct Stored {
+  const Tensor& data;
+  const Tensor& scales;
+  const Tensor& amax;
+  int64_t rows, cols;
+};
+Stored stored(const NVFP4Tensor& t, Usage direction) {
+  if (direction == Usage::kRowwise) {
+    return {t.rowwise_data(), t.rowwise_scales(), t.rowwise_extra(), t.rows(), t.cols()};
+  }
+  return {t.columnwise_data(), t.columnwise_scales(), t.columnwise_extra(), t.cols(), t.rows()};
+}
+
+// alpha of the GEMM: the two tensor scales, TE's order RN(RN(amax_a * amax_b) * RN(1/7225344))
+// (7225344 = 6 * 6 * 448 * 448, exact in f32).
+float gemm_alpha(const Tensor& amax_a, const Tensor& amax_b) {
+  const float inv = 1.f / 7225344.f;
+  return (amax_a.item() * amax_b.item()) * inv;
+}
+
+class NVFP4Format final : public QuantizedFormat {
+ public:
+  std::string_view name() const override { return kNVFP4Format; }
+  std::string layout() const override {
+    return "e2m1 values packed two to a byte (element 2j in the low nibble), one e4m3 scale per "
+           "16 values (weights: per 16x16 tile) and one f32 amax per direction giving the tensor "
+           "scale amax / 2688; column-wise data of activations and gradients after a 16-point "
+           "random Hadamard transform";
+  }
+  std::string shape_violation(const Shape& shape) const override {
+    return multiple_rule_violation(shape, 16, 16, "NVFP4");
+  }
+  int64_t row_multiple() const override { return 16; }
+
+  Tensor dequantize(const QuantizedTensor& q, DType dtype) const override {
+    const NVFP4Tensor& t = as_nvfp4(q);
+    const Usage d = t.has(Usage::kRowwise) ? Usage::kRowwise : Usage::kColumnwise;
+    const Stored s = stored(t, d);
+    Tensor values = dequantize_nvfp4(s.data, s.scales, s.amax, s.rows, s.cols, DType::kF32);
+    if (d == Usage::kColumnwise && t.layout().columnwise_rht) values = hadamard16(values, true);
+    if (d == Usage::kColumnwise) values = transpose_2d(values);
+    return (dtype == DType::kF32 ? values : cast(values, dtype)).reshape(t.shape());
+  }
+
+  void make_usage(QuantizedTensor& q, Usage missing, const Tensor* source) const override {
+    NVFP4Tensor& t = as_nvfp4(q);
+    if (t.layout().tiles_2d) {
+      // 16x16 tiles: the other direction is the nibble transpose, each tile keeping its scale.
+      const bool to_col = has_usage(missing, Usage::kColumnwise);
+      const Stored s = stored(t, to_col ? Usage::kRowwise : Usage::kColumnwise);
+      Tensor data = Tensor::empty(nvfp4_data_shape(s.cols, s.rows), DType::kU8, t.device());
+      Tensor scales = Tensor::empty(nvfp4_scale_shape(s.cols, s.rows), DType::kE4M3, t.device());
+      on_device(t.device())->transpose_nvfp4_tiles(s.data, s.scales, s.rows, s.cols, data, scales);
+      t.set_direction(to_col ? Usage::kColumnwise : Usage::kRowwise, std::move(data),
+                      std::move(scales), s.amax.clone());
+      return;
+    }
+    OCTET_CHECK(source != nullptr, "update_usage of ", t.describe(), ": 1x16-blocked NVFP4 ",
+                usage_name(missing),
+                " data is quantized from high precision and cannot be made from the other "
+                "direction; pass the f32/bf16 source (e.g. the master weight)");
+    OCTET_CHECK(t.quantizer() != nullptr, "update_usage of ", t.describe(),
+                ": making a direction from the source needs the tensor's quantizer");
+    auto fresh = t.quantizer()->quantize(*source, missing, t.ownership(), AmaxRecording::kSkip);
+    const NVFP4Tensor& f = as_nvfp4(*fresh);
+    for (Usage d : {Usage::kRowwise, Usage::kColumnwise}) {
+      if (!has_usage(missing, d)) continue;
+      const Stored s = stored(f, d);
+      t.set_direction(d, s.data, s.scales, s.amax);
+    }
+  }
+
+  void gemm(const QuantizedTensor& a, Usage a_usage, const QuantizedTensor& b, Usage b_usage,
+            GemmLayout layout, Tensor& out_2d, const FP8GemmOptions& options) const override {
+    const NVFP4Tensor& ta = as_nvfp4(a);
+    const NVFP4Tensor& tb = as_nvfp4(b);
+    const bool a_rht = a_usage == Usage::kColumnwise && ta.layout().columnwise_rht;
+    const bool b_rht = b_usage == Usage::kColumnwise && tb.layout().columnwise_rht;
+    OCTET_CHECK(a_rht == b_rht, "fp8_gemm (", gemm_layout_name(layout), "): operands ",
+                a.describe(), " and ", b.describe(),
+                " differ in the Hadamard transform of their data; it cancels only when both have "
+                "it");
+    const Stored sa = stored(ta, a_usage), sb = stored(tb, b_usage);
+    // e2m1 * e4m3 has at most 5 significant bits: exact in f32 (and in bf16 on a GPU without
+    // FP4 tensor cores), so the products are exact and the sums the only rounding; the tensor
+    // scales are alpha.
+    MemTagScope workspace(MemTag::kWorkspace);
+    const DType expanded = a.device().is_cuda() ? DType::kBF16 : DType::kF32;
+    const Tensor ax = expand_nvfp4(sa.data, sa.scales, sa.rows, sa.cols, expanded);
+    const Tensor bx = expand_nvfp4(sb.data, sb.scales, sb.rows, sb.cols, expanded);
+    GemmOptions g;
+    g.alpha = gemm_alpha(sa.amax, sb.amax);
+    g.bias = options.bias;
+    g.accumulate = options.accumulate;
+    ops::gemm(ax, Transpose::kNo, bx, Transpose::kYes, out_2d, g);
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<const QuantizedFormat> make_nvfp4_format() {
+  return std::make_shared<NVFP4Format>();
+}
+
+}  // namespace ops
+
+NVFP4Quantizer::NVFP4Quantizer(NVFP4Role role, bool tiles_2d, bool hadamard, bool stochastic,
+                               Tensor rng, std::shared_ptr<SlotStats> stats)
+    : role_(role), stochastic_(stochastic), rng_(std::move(rng)), stats_(std::move(stats)) {
+  layout_.tiles_2d = role == NVFP4Role::kWeight && tiles_2d;
+  layout_.columnwise_rht = role != NVFP4Role::kWeight && hadamard;
+  OCTET_CHECK(!stochastic_ || (rng_.defined() && rng_.dtype() == DType::kI64 && rng_.numel() == 2 &&
+                               rng_.device().is_cpu()),
+              "NVFP4Quantizer: stochastic rounding needs its stream as a host i64 (2,) tensor "
+              "(seed, offset), got ",
+              rng_);
+}
+
+ops::NVFP4Cast NVFP4Quantizer::cast_for(Usage direction, int64_t numel) const {
+  ops::NVFP4Cast c;
+  c.tiles_2d = layout_.tiles_2d;
+  c.hadamard = direction == Usage::kColumnwise && layout_.columnwise_rht;
+  c.stochastic = stochastic_;
+  if (stochastic_) {
+    // This cast's draws: the next numel of the slot's stream, whoever casts next gets the rest.
+    Tensor stream = rng_;  // a handle on the slot's state: advancing it is the point
+    auto* state = stream.data_as<int64_t>();
+    c.seed = static_cast<uint64_t>(state[0]);
+    c.offset = static_cast<uint64_t>(state[1]);
+    state[1] += numel;
+    stream.bump_version();
+  }
+  return c;
+}
+
+void NVFP4Quantizer::cast(const Tensor& x, Usage direction, Tensor& data, Tensor& scales,
+                          Tensor& amax, AmaxRecording recording) const {
+  const bool record = recording == AmaxRecording::kRecord && stats_ != nullptr;
+  const ops::NVFP4Cast c = cast_for(direction, x.numel());
+  const Tensor in =
+      direction == Usage::kRowwise ? x : ops::transpose_2d(x.reshape({x.rows(), x.cols()}));
+  ops::quantize_nvfp4(in, c, data, scales, amax, record ? &stats_->counts : nullptr);
+  if (record && scales.device().is_cpu()) {
+    // Each block's dequantization scale: sf * amax / 2688 (a tile's scale once per row).
+    const float global = *amax.data_as<float>() / (kE4M3Max * kE2M1Max);
+    const uint8_t* sf = scales.data_as<uint8_t>();
+    const int64_t rows = in.rows(), blocks = in.cols() / kNVFP4BlockLen, stride = scales.size(1);
+    for (int64_t r = 0; r < rows; r += layout_.tiles_2d ? kNVFP4BlockLen : 1) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float s = from_e4m3(sf[r * stride + b]);
+        if (s != 0.f) stats_->scales.add(s * global);
+      }
+    }
+  }
+}
+
+std::shared_ptr<QuantizedTensor> NVFP4Quantizer::quantize(const Tensor& x, Usage usage,
+                                                          Ownership ownership,
+                                                          AmaxRecording amax) const {
+  ops::check_quantize_input("NVFP4Quantizer::quantize", x);
+  ops::check_quantize_usage("NVFP4Quantizer::quantize", usage);
+  const int64_t rows = x.rows(), cols = x.cols();
+  Tensor d[2], s[2], a[2];
+  for (Usage dir : {Usage::kRowwise, Usage::kColumnwise}) {
+    if (!has_usage(usage, dir)) continue;
+    const size_t i = dir == Usage::kRowwise ? 0 : 1;
+    const int64_t r = i == 0 ? rows : cols, c = i == 0 ? cols : rows;
+    d[i] = Tensor::empty(nvfp4_data_shape(r, c), DType::kU8, x.device());
+    s[i] = Tensor::empty(nvfp4_scale_shape(r, c), DType::kE4M3, x.device());
+    a[i] = Tensor::empty({1}, DType::kF32, x.device());
+    cast(x, dir, d[i], s[i], a[i], amax);
+  }
+  auto t = std::make_shared<NVFP4Tensor>(x.shape(), layout_, std::move(d[0]), std::move(s[0]),
+                                         std::move(a[0]), std::move(d[1]), std::move(s[1]),
+                                         std::move(a[1]), ownership);
+  t->set_quantizer(ops::quantizer_handle(*this));
+  return t;
+}
+
+void NVFP4Quantizer::quantize_into(QuantizedTensor& dst, const Tensor& src,
+                                   AmaxRecording amax) const {
+  constexpr const char* who = "NVFP4Quantizer::quantize_into";
+  OCTET_CHECK(dst.format() == kNVFP4Format, who, ": destination ", dst.describe(),
+              " is not an NVFP4 tensor");
+  OCTET_CHECK(!dst.buffers_taken(), who, ": destination ", dst.describe(),
+              " has its buffers with a save-for-backward context");
+  ops::check_quantize_input(who, src, &dst.shape());
+  auto& t = dynamic_cast<NVFP4Tensor&>(dst);
+  for (Usage d : {Usage::kRowwise, Usage::kColumnwise}) {
+    if (!t.has(d)) continue;
+    const bool row = d == Usage::kRowwise;
+    Tensor data = row ? t.rowwise_data() : t.columnwise_data();
+    Tensor scales = row ? t.rowwise_scales() : t.columnwise_scales();
+    Tensor a = row ? t.rowwise_extra() : t.columnwise_extra();
+    cast(src, d, data, scales, a, amax);
+  }
+  dst.bump_version();
+}
+
+std::string NVFP4Quantizer::describe() const {
+  const char* role = role_ == NVFP4Role::kWeight     ? "weight"
+                     : role_ == NVFP4Role::kGradient ? "gradient"
+                                                     : "activation";
+  return std::string("nvfp4 ") + role + (layout_.tiles_2d ? " 16x16" : " 1x16") +
+         (layout_.columnwise_rht ? " rht" : "") + (stochastic_ ? " sr" : "");
+}
+
+}  // namespace octet

@@ -1,0 +1,85 @@
+// NVFP4 (TE's NVFP4BlockScaling; DESIGN.md "Block-scaled recipes"): E2M1 values with an E4M3
+// scale per 16 values and an f32 tensor scale, 16x16 tiles for weights, stochastic rounding of
+// gradients from octet's Philox stream, the 16-point random Hadamard transform on the wgrad
+// GEMM's operands; the cast, the expansion a GEMM multiplies, the quantizer and the format's
+// entry in the format table. The rules are TE 2.14's and later (runtime/fp8_scaling.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/ops.h"
+#include "runtime/fp8_stats.h"
+#include "runtime/nvfp4_tensor.h"
+#include "runtime/quantized_tensor.h"
+
+namespace octet {
+namespace ops {
+
+// How one direction is cast.
+struct NVFP4Cast {
+  bool tiles_2d = false;    // 16x16 tiles (weights), else 1x16 blocks along the row
+  bool hadamard = false;    // transform each 16 values of a row first (bf16-rounded), then cast
+  bool stochastic = false;  // stochastic rounding; element i of the (rows, cols) grid takes
+                            // Philox draw offset + i of `seed` (its low 8 bits)
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
+// x (f32/bf16) viewed as (rows, cols), both multiples of 16 -> data u8 (rows, cols / 2) (element
+// 2j in the low nibble), scales e4m3 per nvfp4_scale_shape(rows, cols) (padding zeroed), amax
+// (1,) f32: the tensor amax (after the transform when there is one; NaN ignored). Per block:
+// sf = e4m3(block amax * 2688 / amax / 6), element = e2m1(x / (sf * amax / 2688)) (TE's exact
+// order of f32 operations). `counts` (host, nullable) gets what saturated and flushed.
+void quantize_nvfp4(const Tensor& x, const NVFP4Cast& cast, Tensor& data, Tensor& scales,
+                    Tensor& amax, FP8CastCounts* counts = nullptr);
+// (rows, cols) values e2m1 * the block's E4M3 scale, exact in f32 and bf16: what the GEMM
+// multiplies (the tensor scales go into its alpha).
+Tensor expand_nvfp4(const Tensor& data, const Tensor& scales, int64_t rows, int64_t cols,
+                    DType dtype);
+// TE's dequantization: e2m1 * RN(RN(sf * amax) * RN(1 / 2688)).
+Tensor dequantize_nvfp4(const Tensor& data, const Tensor& scales, const Tensor& amax, int64_t rows,
+                        int64_t cols, DType dtype);
+// The 16-point random Hadamard transform of every 16 values of x's rows (x f32/bf16, cols a
+// multiple of 16): y = x · diag(s) H16 / 4 with TE's fixed signs, rounded to bf16 values (in an
+// f32 tensor); `inverse` undoes it (rounded to f32).
+Tensor hadamard16(const Tensor& x, bool inverse = false);
+
+}  // namespace ops
+
+// The tensor roles of the NVFP4 recipe: what TE's recipe turns on for each.
+enum class NVFP4Role : uint8_t {
+  kActivation,  // inputs (and outputs): the column-wise copy gets the transform
+  kWeight,      // 16x16 tiles (unless switched off), no transform, round to nearest
+  kGradient,    // the column-wise copy gets the transform; both copies rounded stochastically
+};
+
+class NVFP4Quantizer final : public Quantizer {
+ public:
+  // `rng` (i64 (2,) on the host: seed, offset) is the slot's stochastic-rounding stream; each
+  // cast uses numel draws per direction and advances the offset, so a checkpoint that holds the
+  // tensor resumes the stream exactly. Null when the role rounds to nearest.
+  NVFP4Quantizer(NVFP4Role role, bool tiles_2d, bool hadamard, bool stochastic, Tensor rng,
+                 std::shared_ptr<SlotStats> stats = nullptr);
+
+  std::string_view format() const override { return kNVFP4Format; }
+  DType dtype() const override { return DType::kU8; }
+  std::shared_ptr<QuantizedTensor> quantize(const Tensor& x, Usage usage, Ownership ownership,
+                                            AmaxRecording amax) const override;
+  void quantize_into(QuantizedTensor& dst, const Tensor& src, AmaxRecording amax) const override;
+  std::string describe() const override;
+
+ private:
+  ops::NVFP4Cast cast_for(Usage direction, int64_t numel) const;
+  void cast(const Tensor& x, Usage direction, Tensor& data, Tensor& scales, Tensor& amax,
+            AmaxRecording recording) const;
+
+  NVFP4Role role_;
+  NVFP4Layout layout_;
+  bool stochastic_;
+  Tensor rng_;
+  std::shared_ptr<SlotStats> stats_;
+};
+
+}  // namespace octet
