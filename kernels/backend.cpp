@@ -33,10 +33,10 @@ void Backend::dequantize_fp8(const Tensor&, const Tensor&, Tensor&) const {
   unsupported("dequantize_fp8");
 }
 
-void Backend::quantize_mxfp8_rowwise(const Tensor&, Tensor&, Tensor&) const {
+void Backend::quantize_mxfp8_rowwise(const Tensor&, Tensor&, Tensor&, FP8CastCounts*) const {
   unsupported("quantize_mxfp8_rowwise");
 }
-void Backend::quantize_mxfp8_columnwise(const Tensor&, Tensor&, Tensor&) const {
+void Backend::quantize_mxfp8_columnwise(const Tensor&, Tensor&, Tensor&, FP8CastCounts*) const {
   unsupported("quantize_mxfp8_columnwise");
 }
 void Backend::dequantize_mxfp8(const Tensor&, const Tensor&, Tensor&) const {

@@ -68,9 +68,11 @@ class Backend {
   virtual void transpose_2d(const Tensor& x, Tensor& out) const;  // any element size
   virtual void dequantize_fp8(const Tensor& data, const Tensor& scale_inv, Tensor& out) const;
 
-  // ---- MXFP8 (layouts of kernels/cpu/mxfp8_cpu.h) ----
-  virtual void quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales) const;
-  virtual void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales) const;
+  // ---- MXFP8 (layouts of kernels/cpu/mxfp8_cpu.h); counts as in quantize_fp8 ----
+  virtual void quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales,
+                                      FP8CastCounts* counts) const;
+  virtual void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales,
+                                         FP8CastCounts* counts) const;
   virtual void dequantize_mxfp8(const Tensor& data, const Tensor& scales, Tensor& out) const;
 
   // ---- blockwise FP8 and NVFP4 (kernels/blockwise.h, kernels/nvfp4.h) ----

@@ -140,8 +140,12 @@ std::string DelayedScalingQuantizer::describe() const {
 // ---- current scaling ----
 
 CurrentScalingQuantizer::CurrentScalingQuantizer(DType dtype, Power2Scale power_2_scale,
-                                                 float amax_epsilon)
-    : dtype_(dtype), power_2_scale_(power_2_scale), amax_epsilon_(amax_epsilon) {
+                                                 float amax_epsilon,
+                                                 std::shared_ptr<SlotStats> stats)
+    : dtype_(dtype),
+      power_2_scale_(power_2_scale),
+      amax_epsilon_(amax_epsilon),
+      stats_(std::move(stats)) {
   OCTET_CHECK(is_fp8(dtype_), "CurrentScalingQuantizer: dtype must be e4m3 or e5m2, got ", dtype_);
   OCTET_CHECK(std::isfinite(amax_epsilon_) && amax_epsilon_ >= 0.f,
               "CurrentScalingQuantizer: amax_epsilon must be finite and >= 0, got ", amax_epsilon_);
@@ -150,6 +154,17 @@ CurrentScalingQuantizer::CurrentScalingQuantizer(DType dtype, Power2Scale power_
 float CurrentScalingQuantizer::scale_for(float amax) const {
   // The rule shared with the CUDA kernel (runtime/fp8_scaling.h), so both give the same scale.
   return current_scale(amax, fp8_max(dtype_), amax_epsilon_, power_2_scale_ == Power2Scale::kOn);
+}
+
+FP8CastCounts* CurrentScalingQuantizer::counts_for(AmaxRecording amax) const {
+  return amax == AmaxRecording::kRecord && stats_ ? &stats_->counts : nullptr;
+}
+
+void CurrentScalingQuantizer::record_scale(const Tensor& scale_inv, AmaxRecording amax) const {
+  // Read on the host only where it lives there: a CUDA cast never waits for its scale.
+  if (amax == AmaxRecording::kRecord && stats_ && scale_inv.device().is_cpu()) {
+    stats_->scales.add(scale_inv.item());
+  }
 }
 
 std::pair<Tensor, Tensor> CurrentScalingQuantizer::scales_for(const Tensor& x) const {
@@ -164,11 +179,12 @@ std::pair<Tensor, Tensor> CurrentScalingQuantizer::scales_for(const Tensor& x) c
 
 std::shared_ptr<QuantizedTensor> CurrentScalingQuantizer::quantize(const Tensor& x, Usage usage,
                                                                    Ownership ownership,
-                                                                   AmaxRecording) const {
+                                                                   AmaxRecording amax) const {
   ops::check_quantize_input("CurrentScalingQuantizer::quantize", x);
   ops::check_quantize_usage("CurrentScalingQuantizer::quantize", usage);
   auto [scale, scale_inv] = scales_for(x);
-  Cast c = cast_per_tensor(x, scale, dtype_, usage, nullptr);
+  Cast c = cast_per_tensor(x, scale, dtype_, usage, nullptr, counts_for(amax));
+  record_scale(scale_inv, amax);
   auto t = std::make_shared<Float8Tensor>(x.shape(), std::move(c.rowwise), std::move(c.columnwise),
                                           std::move(scale_inv), ownership);
   t->set_quantizer(ops::quantizer_handle(*this));
@@ -176,10 +192,11 @@ std::shared_ptr<QuantizedTensor> CurrentScalingQuantizer::quantize(const Tensor&
 }
 
 void CurrentScalingQuantizer::quantize_into(QuantizedTensor& dst, const Tensor& src,
-                                            AmaxRecording) const {
+                                            AmaxRecording amax) const {
   Float8Tensor& f = float8_destination("CurrentScalingQuantizer::quantize_into", dst, dtype_);
   ops::check_quantize_input("CurrentScalingQuantizer::quantize_into", src, &dst.shape());
-  requantize_per_tensor(f, src, scales_for(src).first, nullptr);
+  requantize_per_tensor(f, src, scales_for(src).first, nullptr, counts_for(amax));
+  record_scale(f.scale_inv(), amax);
 }
 
 std::string CurrentScalingQuantizer::describe() const {

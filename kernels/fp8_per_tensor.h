@@ -12,6 +12,7 @@
 
 #include "runtime/float8_tensor.h"
 #include "runtime/fp8_meta.h"
+#include "runtime/fp8_stats.h"
 #include "runtime/quantized_tensor.h"
 
 namespace octet {
@@ -67,7 +68,9 @@ enum class Power2Scale : uint8_t { kOff, kOn };  // round the scale down to a po
 // the scale down to a power of two. No state: AmaxRecording has no effect.
 class CurrentScalingQuantizer final : public Quantizer {
  public:
-  CurrentScalingQuantizer(DType dtype, Power2Scale power_2_scale, float amax_epsilon);
+  // `stats`: where amax-recording casts add their counts and their scale (CPU; null: nowhere).
+  CurrentScalingQuantizer(DType dtype, Power2Scale power_2_scale, float amax_epsilon,
+                          std::shared_ptr<SlotStats> stats = nullptr);
 
   std::string_view format() const override { return kPerTensorFormat; }
   DType dtype() const override { return dtype_; }
@@ -82,10 +85,14 @@ class CurrentScalingQuantizer final : public Quantizer {
  private:
   // (scale, scale_inv) for x, as (1,) f32 tensors on x's device.
   std::pair<Tensor, Tensor> scales_for(const Tensor& x) const;
+  // The slot's counts when this cast records, else null; record_scale adds a cast's scale_inv.
+  FP8CastCounts* counts_for(AmaxRecording amax) const;
+  void record_scale(const Tensor& scale_inv, AmaxRecording amax) const;
 
   DType dtype_;
   Power2Scale power_2_scale_;
   float amax_epsilon_;
+  std::shared_ptr<SlotStats> stats_;
 };
 
 namespace ops {

@@ -11,7 +11,8 @@ namespace ops {
 using detail::on_device;
 using detail::op_device;
 
-void quantize_mxfp8(const Tensor& x, Usage direction, Tensor& data, Tensor& scales) {
+void quantize_mxfp8(const Tensor& x, Usage direction, Tensor& data, Tensor& scales,
+                    FP8CastCounts* counts) {
   constexpr const char* op = "quantize_mxfp8";
   check_quantize_input(op, x);
   OCTET_CHECK(direction == Usage::kRowwise || direction == Usage::kColumnwise, op,
@@ -28,9 +29,9 @@ void quantize_mxfp8(const Tensor& x, Usage direction, Tensor& data, Tensor& scal
               ", got ", scales);
   const Device device = op_device(op, {{x, "x"}, {data, "data"}, {scales, "exponents"}});
   if (row) {
-    on_device(device)->quantize_mxfp8_rowwise(x, data, scales);
+    on_device(device)->quantize_mxfp8_rowwise(x, data, scales, counts);
   } else {
-    on_device(device)->quantize_mxfp8_columnwise(x, data, scales);
+    on_device(device)->quantize_mxfp8_columnwise(x, data, scales, counts);
   }
   data.bump_version();
   scales.bump_version();
@@ -150,25 +151,37 @@ std::shared_ptr<const QuantizedFormat> make_mxfp8_format() {
 
 }  // namespace ops
 
-MXFP8Quantizer::MXFP8Quantizer(DType dtype) : dtype_(dtype) {
+MXFP8Quantizer::MXFP8Quantizer(DType dtype, std::shared_ptr<SlotStats> stats)
+    : dtype_(dtype), stats_(std::move(stats)) {
   OCTET_CHECK(is_fp8(dtype_), "MXFP8Quantizer: dtype must be e4m3 or e5m2, got ", dtype_);
+}
+
+void MXFP8Quantizer::cast(const Tensor& x, Usage direction, Tensor& data, Tensor& scales,
+                          AmaxRecording amax) const {
+  const bool record = amax == AmaxRecording::kRecord && stats_ != nullptr;
+  ops::quantize_mxfp8(x, direction, data, scales, record ? &stats_->counts : nullptr);
+  // The spread of the exponents this cast chose (one byte per block, read on the host).
+  if (record && scales.device().is_cpu()) {
+    const uint8_t* e = scales.data_as<uint8_t>();
+    for (int64_t i = 0; i < scales.numel(); ++i) stats_->scales.add(from_e8m0(e[i]));
+  }
 }
 
 std::shared_ptr<QuantizedTensor> MXFP8Quantizer::quantize(const Tensor& x, Usage usage,
                                                           Ownership ownership,
-                                                          AmaxRecording) const {
+                                                          AmaxRecording amax) const {
   ops::check_quantize_input("MXFP8Quantizer::quantize", x);
   ops::check_quantize_usage("MXFP8Quantizer::quantize", usage);
   Tensor row, row_scales, col, col_scales;
   if (has_usage(usage, Usage::kRowwise)) {
     row = Tensor::empty(x.shape(), dtype_, x.device());
     row_scales = Tensor::empty(mxfp8_scale_shape(x.rows(), x.cols()), DType::kE8M0, x.device());
-    ops::quantize_mxfp8(x, Usage::kRowwise, row, row_scales);
+    cast(x, Usage::kRowwise, row, row_scales, amax);
   }
   if (has_usage(usage, Usage::kColumnwise)) {
     col = Tensor::empty({x.cols(), x.rows()}, dtype_, x.device());
     col_scales = Tensor::empty(mxfp8_scale_shape(x.cols(), x.rows()), DType::kE8M0, x.device());
-    ops::quantize_mxfp8(x, Usage::kColumnwise, col, col_scales);
+    cast(x, Usage::kColumnwise, col, col_scales, amax);
   }
   auto t = std::make_shared<MXFP8Tensor>(x.shape(), std::move(row), std::move(row_scales),
                                          std::move(col), std::move(col_scales), ownership);
@@ -176,7 +189,8 @@ std::shared_ptr<QuantizedTensor> MXFP8Quantizer::quantize(const Tensor& x, Usage
   return t;
 }
 
-void MXFP8Quantizer::quantize_into(QuantizedTensor& dst, const Tensor& src, AmaxRecording) const {
+void MXFP8Quantizer::quantize_into(QuantizedTensor& dst, const Tensor& src,
+                                   AmaxRecording amax) const {
   constexpr const char* who = "MXFP8Quantizer::quantize_into";
   OCTET_CHECK(dst.format() == kMXFP8Format && dst.dtype() == dtype_, who, ": destination ",
               dst.describe(), " is not an MXFP8 ", dtype_, " tensor");
@@ -188,11 +202,11 @@ void MXFP8Quantizer::quantize_into(QuantizedTensor& dst, const Tensor& src, Amax
   MXFP8Tensor& m = *mx;
   if (m.has(Usage::kRowwise)) {
     Tensor data = m.rowwise_data(), scales = m.rowwise_scales();
-    ops::quantize_mxfp8(src, Usage::kRowwise, data, scales);
+    cast(src, Usage::kRowwise, data, scales, amax);
   }
   if (m.has(Usage::kColumnwise)) {
     Tensor data = m.columnwise_data(), scales = m.columnwise_scales();
-    ops::quantize_mxfp8(src, Usage::kColumnwise, data, scales);
+    cast(src, Usage::kColumnwise, data, scales, amax);
   }
   dst.bump_version();
 }

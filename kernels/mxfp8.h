@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/fp8_stats.h"
 #include "runtime/mxfp8_tensor.h"
 #include "runtime/quantized_tensor.h"
 
@@ -18,8 +19,10 @@ namespace ops {
 //   kRowwise:    data (x's shape), scales (rows, ceil(cols / 32)), blocks along the last dim;
 //   kColumnwise: data (cols, rows), scales (cols, ceil(rows / 32)), blocks of 32 consecutive
 //                rows: the row-wise cast of x's transpose.
-// data's dtype (e4m3/e5m2) picks the format; scales are e8m0.
-void quantize_mxfp8(const Tensor& x, Usage direction, Tensor& data, Tensor& scales);
+// data's dtype (e4m3/e5m2) picks the format; scales are e8m0. With `counts` (host memory; CPU
+// only) the elements saturated and flushed to zero are added to it, as in ops::quantize_fp8.
+void quantize_mxfp8(const Tensor& x, Usage direction, Tensor& data, Tensor& scales,
+                    FP8CastCounts* counts = nullptr);
 // data (.., C) with scales (rows, ceil(C / 32)) -> f32 or bf16 of data's shape:
 // value = fp8 code value * 2^(e - 127), exact in f32.
 Tensor dequantize_mxfp8(const Tensor& data, const Tensor& scales, DType dtype);
@@ -27,10 +30,12 @@ Tensor dequantize_mxfp8(const Tensor& data, const Tensor& scales, DType dtype);
 }  // namespace ops
 
 // MXFP8: each requested direction is cast from x with one E8M0 exponent per block of 32
-// (ops::quantize_mxfp8). No state: AmaxRecording has no effect.
+// (ops::quantize_mxfp8). No scaling state: AmaxRecording only says whether the cast counts
+// towards the slot's health statistics.
 class MXFP8Quantizer final : public Quantizer {
  public:
-  explicit MXFP8Quantizer(DType dtype = DType::kE4M3);
+  // `stats`: where amax-recording casts add their counts and block scales (CPU; null: nowhere).
+  explicit MXFP8Quantizer(DType dtype = DType::kE4M3, std::shared_ptr<SlotStats> stats = nullptr);
 
   std::string_view format() const override { return kMXFP8Format; }
   DType dtype() const override { return dtype_; }
@@ -40,7 +45,12 @@ class MXFP8Quantizer final : public Quantizer {
   std::string describe() const override;
 
  private:
+  // One direction's cast, recorded into the slot's statistics when asked.
+  void cast(const Tensor& x, Usage direction, Tensor& data, Tensor& scales,
+            AmaxRecording amax) const;
+
   DType dtype_;
+  std::shared_ptr<SlotStats> stats_;
 };
 
 }  // namespace octet

@@ -36,9 +36,9 @@ std::shared_ptr<Quantizer> make_quantizer(const Recipe& recipe, const SlotContex
     case RecipeKind::kCurrent:
       return std::make_shared<CurrentScalingQuantizer>(
           recipe.dtype(slot.direction), recipe.power_2_scale ? Power2Scale::kOn : Power2Scale::kOff,
-          recipe.amax_epsilon);
+          recipe.amax_epsilon, context.stats);
     case RecipeKind::kMXFP8:
-      return std::make_shared<MXFP8Quantizer>(DType::kE4M3);
+      return std::make_shared<MXFP8Quantizer>(DType::kE4M3, context.stats);
     case RecipeKind::kBlockwise:
       return std::make_shared<BlockwiseQuantizer>(recipe.dtype(slot.direction),
                                                   recipe.block_scaling(slot), recipe.power_2_scale,

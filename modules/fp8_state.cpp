@@ -182,7 +182,7 @@ Usage FP8Weight::needed_usage() {
 }
 
 Operand FP8Weight::get(const Tensor& hp, FP8State* state, int gemm, FirstMicrobatch first) {
-  if (state == nullptr || !fp8_enabled()) return {hp, nullptr};
+  if (state == nullptr) return {hp, nullptr};
   const Quantizer* q = state->quantizer(forward_slot(gemm, ForwardTensor::kWeight));
   const Usage usage = needed_usage();
   if (first == FirstMicrobatch::kUnset) {

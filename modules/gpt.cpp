@@ -109,9 +109,49 @@ GPT::GPT(const GPTConfig& config) : Module("GPT"), config_(config) {
     layers_.push_back(
         register_module("layers." + std::to_string(i),
                         std::make_shared<TransformerLayer>(
-                            c, detail::derive_seed(c.seed, 100 + static_cast<uint64_t>(i)))));
+                            c, detail::derive_seed(c.seed, 100 + static_cast<uint64_t>(i)), i)));
   }
   ln_f_ = register_module("ln_f", std::make_shared<Norm>(c.d_model, detail::norm_options(c)));
+  // A pattern that keeps nothing in high precision is a typo, not a choice: say so.
+  OCTET_CHECK(c.high_precision_first_layers >= 0 && c.high_precision_last_layers >= 0,
+              "GPT: high_precision_first_layers ", c.high_precision_first_layers,
+              " and high_precision_last_layers ", c.high_precision_last_layers, " must be >= 0");
+  std::string names;
+  for (const auto& [name, state] : fp8_states()) names += (names.empty() ? "" : ", ") + name;
+  for (const std::string& p : c.high_precision_modules) {
+    bool matched = false;
+    for (const auto& [name, state] : fp8_states())
+      matched = matched || module_pattern_matches(p, name);
+    OCTET_CHECK(matched, "high-precision module pattern \"", p,
+                "\" names no FP8 module of this GPT (they are ", names, ")");
+  }
+}
+
+bool module_pattern_matches(std::string_view pattern, std::string_view name) {
+  // Glob match of `pattern` against a prefix of `name` that ends at a dot or at the end.
+  const auto glob = [](std::string_view p, std::string_view s) {
+    size_t pi = 0, si = 0, star = std::string_view::npos, mark = 0;
+    while (si < s.size()) {
+      if (pi < p.size() && (p[pi] == '?' || p[pi] == s[si])) {
+        ++pi;
+        ++si;
+      } else if (pi < p.size() && p[pi] == '*') {
+        star = pi++;
+        mark = si;
+      } else if (star != std::string_view::npos) {
+        pi = star + 1;
+        si = ++mark;
+      } else {
+        return false;
+      }
+    }
+    while (pi < p.size() && p[pi] == '*') ++pi;
+    return pi == p.size();
+  };
+  for (size_t end = 0; end <= name.size(); ++end) {
+    if ((end == name.size() || name[end] == '.') && glob(pattern, name.substr(0, end))) return true;
+  }
+  return false;
 }
 
 void GPT::check_fp8_rows(int64_t batch, int64_t seq) const {

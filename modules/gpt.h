@@ -35,8 +35,18 @@ struct GPTConfig {
   Recompute recompute = Recompute::kNo;  // LayerNormMLP recompute
   std::optional<Recipe> recipe;          // FP8 metas exist from construction
   FP8PrimaryWeights fp8_primary_weights = FP8PrimaryWeights::kNo;  // needs recipe
+  // Per-module precision: FP8 modules kept in high precision inside FP8 scopes (TE users keep the
+  // first and last layers so). A pattern (`*` any run of characters, `?` one) names a module or
+  // an enclosing one: "layers.0" is all of layer 0, "layers.*.attn.proj" every output
+  // projection. The LM head, tied to the token embedding, always runs in high precision.
+  std::vector<std::string> high_precision_modules;
+  int64_t high_precision_first_layers = 0;  // the first N transformer layers
+  int64_t high_precision_last_layers = 0;   // the last N
   uint64_t seed = 0;
 };
+
+// Whether a `*` / `?` pattern matches `name`, or a module enclosing it (a prefix ending at a dot).
+bool module_pattern_matches(std::string_view pattern, std::string_view name);
 
 class Embedding : public Module {
  public:
@@ -50,7 +60,7 @@ class Embedding : public Module {
 
 class CausalSelfAttention : public Module {
  public:
-  CausalSelfAttention(const GPTConfig& config, uint64_t seed);
+  CausalSelfAttention(const GPTConfig& config, uint64_t seed, int64_t layer = 0);
   Tensor forward(const Tensor& x,
                  FirstMicrobatch first);  // (B, T, C) -> (B, T, C), pre-norm inside
 
@@ -62,7 +72,9 @@ class CausalSelfAttention : public Module {
 
 class TransformerLayer : public Module {
  public:
-  TransformerLayer(const GPTConfig& config, uint64_t seed);
+  // `layer`: the index in the model, for per-module precision (GPTConfig::high_precision_*);
+  // a layer built on its own is layer 0.
+  TransformerLayer(const GPTConfig& config, uint64_t seed, int64_t layer = 0);
   // x + attention(x), then + mlp(.): the norms are inside the fused modules (pre-norm).
   Tensor forward(const Tensor& x, FirstMicrobatch first);
 

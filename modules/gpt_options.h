@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "modules/gpt.h"
 
@@ -23,6 +24,31 @@ inline NormOptions norm_options(const GPTConfig& c) {
 
 inline LinearOptions linear_options(const GPTConfig& c, uint64_t seed) {
   return {c.bias, c.dtype, c.init_std, seed, c.recipe, c.fp8_primary_weights};
+}
+
+// The FP8 module `name` of transformer layer `layer`: kept in high precision when the config's
+// first / last layers or a pattern say so.
+inline bool keeps_high_precision(const GPTConfig& c, int64_t layer, const std::string& name) {
+  if (layer < c.high_precision_first_layers || layer >= c.n_layer - c.high_precision_last_layers) {
+    return true;
+  }
+  for (const std::string& p : c.high_precision_modules) {
+    if (module_pattern_matches(p, name)) return true;
+  }
+  return false;
+}
+
+// linear_options for the FP8 module `name` of layer `layer`: without a recipe (nor FP8 primary
+// weights) when it is kept in high precision.
+inline LinearOptions module_linear_options(const GPTConfig& c, uint64_t seed, int64_t layer,
+                                           const std::string& name) {
+  LinearOptions o = linear_options(c, seed);
+  if (keeps_high_precision(c, layer, name)) {
+    o.recipe.reset();
+    o.fp8_primary_weights = FP8PrimaryWeights::kNo;
+    o.precision = Precision::kHigh;
+  }
+  return o;
 }
 
 }  // namespace octet::modules::detail

@@ -290,7 +290,7 @@ Tensor LayerNormMLP::forward(const Tensor& x, FirstMicrobatch first) {
   fn.norm = options_.norm;
   fn.act = act;
   fn.recompute = options_.recompute;
-  const bool fp8 = fp8_enabled();
+  const bool fp8 = fp8_enabled() && options_.linear.precision == Precision::kFP8;
   if (fp8) {
     check_gemm_shapes(fp8_recipe(), 0, "LayerNormMLP fc1", rows, hidden_, fc1_out);
     check_gemm_shapes(fp8_recipe(), 1, "LayerNormMLP fc2", rows, ffn_, hidden_);
@@ -330,7 +330,7 @@ std::pair<Tensor, Tensor> LayerNormLinear::forward_with_norm_output(const Tensor
   LayerNormLinearFn fn;
   fn.norm = options_.norm;
   fn.return_norm = options_.return_norm_output;
-  const bool fp8 = fp8_enabled();
+  const bool fp8 = fp8_enabled() && options_.linear.precision == Precision::kFP8;
   if (fp8) {
     check_gemm_shapes(fp8_recipe(), 0, "LayerNormLinear", x.rows(), in_, out_);
     fp8_->begin_forward(fp8_recipe(), x.device());

@@ -27,6 +27,8 @@ void WeightStorage::init(int64_t out, int64_t in, const LinearOptions& options, 
   }
   OCTET_CHECK(options.recipe.has_value(),
               "FP8 primary weights need the recipe at construction (LinearOptions::recipe)");
+  OCTET_CHECK(options.precision == Precision::kFP8,
+              "FP8 primary weights in a module kept in high precision (Precision::kHigh)");
   state.lock_recipe();
   const Quantizer* q = state.quantizer(forward_slot(gemm, ForwardTensor::kWeight));
   {
@@ -108,7 +110,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
 Tensor Linear::forward(const Tensor& x, FirstMicrobatch first) {
   OCTET_CHECK(x.dim() >= 1 && x.cols() == in_, "Linear(", in_, " -> ", out_, "): input ", x,
               " must end in ", in_);
-  const bool fp8 = fp8_enabled();
+  const bool fp8 = fp8_enabled() && options_.precision == Precision::kFP8;
   LinearFn fn;
   fn.has_bias = bias_.defined();
   if (fp8) {

@@ -14,6 +14,9 @@ namespace octet::modules {
 
 enum class Bias : uint8_t { kNo, kYes };
 enum class FP8PrimaryWeights : uint8_t { kNo, kYes };
+// kHigh: the module runs in high precision even inside an FP8 scope (per-module precision: the
+// layers a user keeps out of FP8).
+enum class Precision : uint8_t { kFP8, kHigh };
 
 // Options shared by the FP8 modules.
 struct LinearOptions {
@@ -23,6 +26,7 @@ struct LinearOptions {
   uint64_t seed = 0;             // initialisation stream
   std::optional<Recipe> recipe;  // known up front: FP8 metas exist from construction
   FP8PrimaryWeights fp8_primary_weights = FP8PrimaryWeights::kNo;  // needs `recipe`
+  Precision precision = Precision::kFP8;
 };
 
 // Makes a weight (out, in) of `options`: f32/bf16 leaf, or an owned FP8 primary weight cast with

@@ -28,20 +28,22 @@ Embedding::Embedding(int64_t num, int64_t dim, DType dtype, float init_std, uint
 
 Tensor Embedding::forward(const Tensor& ids) { return autograd::embedding(table_, ids); }
 
-CausalSelfAttention::CausalSelfAttention(const GPTConfig& config, uint64_t seed)
+CausalSelfAttention::CausalSelfAttention(const GPTConfig& config, uint64_t seed, int64_t layer)
     : Module("CausalSelfAttention"), d_model_(config.d_model), n_head_(config.n_head) {
+  const std::string prefix = "layers." + std::to_string(layer) + ".attn.";
   OCTET_CHECK(n_head_ > 0 && d_model_ > 0 && d_model_ % n_head_ == 0,
               "CausalSelfAttention: d_model ", d_model_, " must be a positive multiple of n_head ",
               n_head_);
   LayerNormLinearOptions qkv_options;
   qkv_options.norm = detail::norm_options(config);
-  qkv_options.linear = detail::linear_options(config, detail::derive_seed(seed, 0));
+  qkv_options.linear =
+      detail::module_linear_options(config, detail::derive_seed(seed, 0), layer, prefix + "qkv");
   qkv_ = register_module("qkv",
                          std::make_shared<LayerNormLinear>(d_model_, 3 * d_model_, qkv_options));
-  proj_ = register_module(
-      "proj",
-      std::make_shared<Linear>(d_model_, d_model_,
-                               detail::linear_options(config, detail::derive_seed(seed, 1))));
+  proj_ = register_module("proj", std::make_shared<Linear>(d_model_, d_model_,
+                                                           detail::module_linear_options(
+                                                               config, detail::derive_seed(seed, 1),
+                                                               layer, prefix + "proj")));
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, FirstMicrobatch first) {
@@ -53,7 +55,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x, FirstMicrobatch first) {
   return proj_->forward(y, first);
 }
 
-TransformerLayer::TransformerLayer(const GPTConfig& config, uint64_t seed)
+TransformerLayer::TransformerLayer(const GPTConfig& config, uint64_t seed, int64_t layer)
     : Module("TransformerLayer"),
       dropout_(config.dropout),
       dropout_gen_(detail::derive_seed(seed, 2)) {
@@ -62,12 +64,13 @@ TransformerLayer::TransformerLayer(const GPTConfig& config, uint64_t seed)
   OCTET_CHECK(config.ffn >= 0, "TransformerLayer: ffn ", config.ffn,
               " must be >= 0 (0: 4 * d_model)");
   attn_ = register_module(
-      "attn", std::make_shared<CausalSelfAttention>(config, detail::derive_seed(seed, 0)));
+      "attn", std::make_shared<CausalSelfAttention>(config, detail::derive_seed(seed, 0), layer));
   LayerNormMLPOptions mlp_options;
   mlp_options.norm = detail::norm_options(config);
   mlp_options.activation = config.activation;
   mlp_options.recompute = config.recompute;
-  mlp_options.linear = detail::linear_options(config, detail::derive_seed(seed, 1));
+  mlp_options.linear = detail::module_linear_options(config, detail::derive_seed(seed, 1), layer,
+                                                     "layers." + std::to_string(layer) + ".mlp");
   const int64_t ffn = config.ffn == 0 ? 4 * config.d_model : config.ffn;
   mlp_ = register_module("mlp", std::make_shared<LayerNormMLP>(config.d_model, ffn, mlp_options));
 }

@@ -22,8 +22,8 @@ namespace {
 
 // Ordered, so a recipe object keeps the key order it was written in.
 using Json = nlohmann::ordered_json;
-using FieldRef =
-    std::variant<int64_t*, double*, bool*, std::string*, std::array<double, 2>*, Json*>;
+using FieldRef = std::variant<int64_t*, double*, bool*, std::string*, std::array<double, 2>*, Json*,
+                              std::vector<std::string>*>;
 using Accessor = FieldRef (*)(RunConfig&);
 
 struct Entry {
@@ -78,6 +78,17 @@ const std::vector<Entry>& entries() {
         "scaling recipe: a recipe JSON file or an inline "
         "recipe object (see Recipes)"},
        [](RunConfig& c) -> FieldRef { return &c.fp8.recipe; }},
+      {{"fp8.high_precision_modules",
+        KeyType::kStringList,
+        {},
+        {},
+        "FP8 modules kept in high precision: patterns (`*`, `?`) over names like "
+        "`layers.0.mlp` or `layers.*.attn.proj`; `layers.0` is all of layer 0"},
+       [](RunConfig& c) -> FieldRef { return &c.fp8.high_precision_modules; }},
+      int_key(OCTET_KEY(fp8.high_precision_first_layers), 0, 128,
+              "the first N transformer layers kept out of FP8"),
+      int_key(OCTET_KEY(fp8.high_precision_last_layers), 0, 128,
+              "the last N transformer layers kept out of FP8"),
       choice_key(OCTET_KEY(data.kind), {"task", "text", "shards"},
                  "built-in task, a UTF-8 text file (bytes), or llm.c token shards"),
       string_key(OCTET_KEY(data.path),
@@ -197,6 +208,8 @@ std::string expectation(const KeySpec& s) {
       return "a device: \"cpu\", \"cuda\" or \"cuda:N\"";
     case KeyType::kRecipe:
       return "a recipe file path (a string) or an inline recipe object";
+    case KeyType::kStringList:
+      return "an array of strings";
   }
   OCTET_FAIL("unknown key type ", static_cast<int>(s.type));
 }
@@ -270,6 +283,14 @@ void set_value(RunConfig& config, const Entry& e, const Json& v, std::string_vie
       check(v.is_object() || (v.is_string() && !v.get<std::string>().empty()));
       *std::get<Json*>(field) = v;
       return;
+    case KeyType::kStringList: {
+      check(v.is_array() &&
+            std::all_of(v.begin(), v.end(), [](const Json& s) { return s.is_string(); }));
+      std::vector<std::string>& list = *std::get<std::vector<std::string>*>(field);
+      list.clear();
+      for (const Json& s : v) list.push_back(s.get<std::string>());
+      return;
+    }
   }
   OCTET_FAIL("unknown key type ", static_cast<int>(s.type));
 }
@@ -541,6 +562,10 @@ std::string keys_markdown() {
       case KeyType::kRecipe:
         type = "string or object";
         allowed = "a recipe file path or a recipe object";
+        break;
+      case KeyType::kStringList:
+        type = "[string, ...]";
+        allowed = "any";
         break;
     }
     md += "| `" + s.path + "` | " + type + " | `" + get_value(defaults, e).dump() + "` | " +

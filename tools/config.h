@@ -38,6 +38,10 @@ struct Fp8Config {
                                                                   {"margin", 0},
                                                                   {"amax_history_len", 1024},
                                                                   {"amax_compute_algo", "max"}});
+  // Modules kept in high precision under the recipe (modules::GPTConfig::high_precision_*).
+  std::vector<std::string> high_precision_modules;
+  int64_t high_precision_first_layers = 0;
+  int64_t high_precision_last_layers = 0;
   friend bool operator==(const Fp8Config&, const Fp8Config&) = default;
 };
 
@@ -110,10 +114,11 @@ enum class KeyType : uint8_t {
   kFloat,
   kBool,
   kString,
-  kChoice,     // a string from `choices`
-  kFloatPair,  // [a, b], each number in the range
-  kDevice,     // "cpu", "cuda", "cuda:N"
-  kRecipe,     // a string (path) or an object
+  kChoice,      // a string from `choices`
+  kFloatPair,   // [a, b], each number in the range
+  kDevice,      // "cpu", "cuda", "cuda:N"
+  kRecipe,      // a string (path) or an object
+  kStringList,  // an array of strings
 };
 
 enum class Bound : uint8_t { kClosed, kOpen };

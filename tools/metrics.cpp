@@ -30,17 +30,32 @@ nlohmann::ordered_json fraction(const std::optional<double>& f) {
   return f ? nlohmann::ordered_json(*f) : nlohmann::ordered_json(nullptr);
 }
 
+// A spread of dequantization scales as log2 min / median / max over its blocks; null when empty.
+nlohmann::ordered_json spread_json(const BlockScaleSpread& s) {
+  if (s.blocks() == 0) return nullptr;
+  return {{"blocks", s.blocks()},
+          {"log2_min", s.min_log2()},
+          {"log2_median", s.median_log2()},
+          {"log2_max", s.max_log2()}};
+}
+
 // Every slot and weight by name.
 void add_fp8_detail(nlohmann::ordered_json& line, const std::vector<train::SlotHealth>& slots,
                     const std::vector<train::WeightHealth>& weights) {
   if (!slots.empty()) {
     nlohmann::ordered_json fp8 = nlohmann::ordered_json::object();
     for (const train::SlotHealth& s : slots) {
-      fp8[s.name] = {{"scale", number(s.scale)},
-                     {"amax", number(s.amax)},
-                     {"amax_newest", number(s.amax_newest)},
-                     {"saturated_fraction", fraction(s.saturated_fraction)},
-                     {"flushed_fraction", fraction(s.flushed_fraction)}};
+      nlohmann::ordered_json slot;
+      if (s.delayed) {
+        slot = {{"scale", number(s.delayed->scale)},
+                {"amax", number(s.delayed->amax)},
+                {"amax_newest", number(s.delayed->amax_newest)}};
+      } else {
+        slot = {{"scale_inv", spread_json(s.scales)}};
+      }
+      slot["saturated_fraction"] = fraction(s.saturated_fraction);
+      slot["flushed_fraction"] = fraction(s.flushed_fraction);
+      fp8[s.name] = std::move(slot);
     }
     line["fp8_slots"] = std::move(fp8);
   }
@@ -53,18 +68,25 @@ void add_fp8_detail(nlohmann::ordered_json& line, const std::vector<train::SlotH
   }
 }
 
-// One summary of all slots and weights: the spread of scales, the largest amax, the shares of
-// every cast element that saturated and flushed, and the slot or weight where each share is worst.
+// One summary of all slots and weights: the spread of scales (delayed: the slots' scales and the
+// largest amax; stateless: log2 of every per-tensor or block scale the casts chose), the shares
+// of every cast element that saturated and flushed, and the slot or weight where each is worst.
 void add_fp8_summary(nlohmann::ordered_json& line, const std::vector<train::SlotHealth>& slots,
                      const std::vector<train::WeightHealth>& weights) {
   if (!slots.empty()) {
     float scale_min = INFINITY, scale_max = -INFINITY, amax = 0.f;
+    bool delayed = false;
+    BlockScaleSpread spread;
     FP8CastCounts all;
     const train::SlotHealth *worst_saturated = nullptr, *worst_flushed = nullptr;
     for (const train::SlotHealth& s : slots) {
-      scale_min = std::min(scale_min, s.scale);
-      scale_max = std::max(scale_max, s.scale);
-      amax = std::max(amax, s.amax);
+      if (s.delayed) {
+        delayed = true;
+        scale_min = std::min(scale_min, s.delayed->scale);
+        scale_max = std::max(scale_max, s.delayed->scale);
+        amax = std::max(amax, s.delayed->amax);
+      }
+      spread.merge(s.scales);
       all += s.counts;
       if (s.saturated_fraction &&
           (!worst_saturated || *s.saturated_fraction > *worst_saturated->saturated_fraction)) {
@@ -79,12 +101,15 @@ void add_fp8_summary(nlohmann::ordered_json& line, const std::vector<train::Slot
       if (all.total == 0) return std::nullopt;
       return static_cast<double>(n) / static_cast<double>(all.total);
     };
-    nlohmann::ordered_json fp8 = {{"slots", slots.size()},
-                                  {"scale_min", number(scale_min)},
-                                  {"scale_max", number(scale_max)},
-                                  {"amax_max", number(amax)},
-                                  {"saturated_fraction", fraction(share(all.saturated))},
-                                  {"flushed_fraction", fraction(share(all.flushed))}};
+    nlohmann::ordered_json fp8 = {{"slots", slots.size()}};
+    if (delayed) {
+      fp8["scale_min"] = number(scale_min);
+      fp8["scale_max"] = number(scale_max);
+      fp8["amax_max"] = number(amax);
+    }
+    if (!delayed || spread.blocks() > 0) fp8["scale_inv"] = spread_json(spread);
+    fp8["saturated_fraction"] = fraction(share(all.saturated));
+    fp8["flushed_fraction"] = fraction(share(all.flushed));
     if (worst_saturated) fp8["most_saturated"] = worst_saturated->name;
     if (worst_flushed) fp8["most_flushed"] = worst_flushed->name;
     line["fp8"] = std::move(fp8);

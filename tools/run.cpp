@@ -135,6 +135,9 @@ modules::GPTConfig gpt_config(const config::RunConfig& c, const data::Dataset& d
               "primary weights need an FP8 recipe");
   g.fp8_primary_weights = c.model.fp8_primary_weights ? modules::FP8PrimaryWeights::kYes
                                                       : modules::FP8PrimaryWeights::kNo;
+  g.high_precision_modules = c.fp8.high_precision_modules;
+  g.high_precision_first_layers = c.fp8.high_precision_first_layers;
+  g.high_precision_last_layers = c.fp8.high_precision_last_layers;
   g.seed = static_cast<uint64_t>(c.training.seed);
   return g;
 }

@@ -9,23 +9,46 @@
 
 namespace octet::train {
 
+namespace {
+
+// The delayed-scaling view of a slot and its counts (taken).
+void read_delayed(FP8Meta& meta, SlotId id, SlotHealth& h) {
+  const FP8Slot& slot = meta.slot(id);
+  SlotHealth::Delayed d;
+  d.scale = slot.scale.item();
+  const std::vector<float> history = slot.amax_history.to_floats();
+  for (float a : history) {
+    if (!std::isnan(a)) d.amax = std::max(d.amax, a);
+  }
+  // After an update the newest amax has rolled to the end (history[0] restarts at 0).
+  d.amax_newest = history.back();
+  h.delayed = d;
+  h.counts = meta.take_cast_counts(id);
+}
+
+}  // namespace
+
 std::vector<SlotHealth> fp8_slot_health(modules::Module& model) {
   std::vector<SlotHealth> out;
-  for (const auto& [module, meta] : model.fp8_metas()) {
+  for (const auto& [module, state] : model.fp8_states()) {
+    FP8Meta* meta = state->meta().get();
+    // A state that has run no recipe yet (or keeps its module in high precision) has no slots.
+    if (meta == nullptr && !state->has_slot_stats()) continue;
     for (FP8Direction d : {FP8Direction::kForward, FP8Direction::kBackward}) {
-      for (int i = 0; i < meta->num_slots(d); ++i) {
-        const FP8Slot& slot = meta->slot({d, i});
+      const int per_gemm =
+          d == FP8Direction::kForward ? kForwardSlotsPerGemm : kBackwardSlotsPerGemm;
+      const int slots = meta != nullptr ? meta->num_slots(d) : state->num_gemms() * per_gemm;
+      for (int i = 0; i < slots; ++i) {
         SlotHealth h;
         h.name = (module.empty() ? "" : module + ".") +
                  (d == FP8Direction::kForward ? "forward." : "backward.") + std::to_string(i);
-        h.scale = slot.scale.item();
-        const std::vector<float> history = slot.amax_history.to_floats();
-        for (float a : history) {
-          if (!std::isnan(a)) h.amax = std::max(h.amax, a);
+        if (meta != nullptr) {
+          read_delayed(*meta, {d, i}, h);
+        } else {
+          SlotStats stats = state->take_slot_stats({d, i});
+          h.counts = stats.counts;
+          h.scales = std::move(stats.scales);
         }
-        // After an update the newest amax has rolled to the end (history[0] restarts at 0).
-        h.amax_newest = history.back();
-        h.counts = meta->take_cast_counts({d, i});
         if (h.counts.total > 0) {
           const double total = static_cast<double>(h.counts.total);
           h.saturated_fraction = static_cast<double>(h.counts.saturated) / total;

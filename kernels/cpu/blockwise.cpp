@@ -30,20 +30,6 @@ float amax_of(const float* x, int64_t n) {
   return m;
 }
 
-// q[i] = fp8(x[i] * scale), adding what saturated and flushed to `counts`.
-void cast_block(DType fp8, const float* x, int64_t n, float scale, float max, uint8_t* q,
-                FP8CastCounts& counts) {
-  const bool e4m3 = fp8 == DType::kE4M3;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i] * scale;
-    const uint8_t code = e4m3 ? to_e4m3(v) : to_e5m2(v);
-    q[i] = code;
-    counts.saturated += std::fabs(v) > max ? 1 : 0;  // NaN compares false
-    counts.flushed += (x[i] != 0.f && !std::isnan(x[i]) && (code & 0x7Fu) == 0) ? 1 : 0;
-  }
-  counts.total += n;
-}
-
 // Which scale a 1D or 2D operand stored (rows, K) uses for element row r, K-block kb.
 struct ScaleIndex {
   BlockScaling blocks;
@@ -74,7 +60,7 @@ void quantize_blockwise(const Tensor& x, const ops::BlockwiseCast& c, Tensor& da
   const int64_t bands = ceil_div(rows, band);
   std::vector<FP8CastCounts> partial(static_cast<size_t>(num_threads()));
   parallel_for(0, bands, 1, [&](int64_t b0, int64_t b1) {
-    FP8CastCounts& mine = partial[static_cast<size_t>(parallel_chunk())];
+    FP8CastCounts* mine = counts ? &partial[static_cast<size_t>(parallel_chunk())] : nullptr;
     std::vector<float> in(static_cast<size_t>(band * cols));
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t r0 = b * band, nr = std::min(band, rows - r0);
@@ -84,9 +70,10 @@ void quantize_blockwise(const Tensor& x, const ops::BlockwiseCast& c, Tensor& da
       for (int64_t cb = 0; cb < col_blocks; ++cb) {
         const int64_t c0 = cb * kBlock, nc = std::min(kBlock, cols - c0);
         if (c.blocks == BlockScaling::k1D) {
-          const float scale = scale_of(amax_of(in.data() + c0, nc));
+          const float amax = amax_of(in.data() + c0, nc);
+          const float scale = scale_of(amax);
           s[cb * stride + r0] = scale_inverse(scale);
-          cast_block(data.dtype(), in.data() + c0, nc, scale, c.fp8_max, q + r0 * cols + c0, mine);
+          cast_fp8_block(data.dtype(), in.data() + c0, nc, scale, amax, q + r0 * cols + c0, mine);
           continue;
         }
         float amax = 0.f;
@@ -95,15 +82,13 @@ void quantize_blockwise(const Tensor& x, const ops::BlockwiseCast& c, Tensor& da
         const float scale = scale_of(amax);
         s[b * stride + cb] = scale_inverse(scale);
         for (int64_t r = 0; r < nr; ++r) {
-          cast_block(data.dtype(), in.data() + r * cols + c0, nc, scale, c.fp8_max,
-                     q + (r0 + r) * cols + c0, mine);
+          cast_fp8_block(data.dtype(), in.data() + r * cols + c0, nc, scale, amax,
+                         q + (r0 + r) * cols + c0, mine);
         }
       }
     }
   });
-  if (counts != nullptr) {
-    for (const FP8CastCounts& p : partial) *counts += p;
-  }
+  add_partial_counts(partial, rows * cols, counts);
 }
 
 void dequantize_blockwise(const Tensor& data, const Tensor& scale_inv, BlockScaling blocks,

@@ -52,11 +52,13 @@ class CpuBackend final : public Backend {
     cpu::dequantize_fp8(data, scale_inv.item(), out);
   }
 
-  void quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales) const override {
-    cpu::quantize_mxfp8_rowwise(x, data, scales);
+  void quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales,
+                              FP8CastCounts* counts) const override {
+    cpu::quantize_mxfp8_rowwise(x, data, scales, counts);
   }
-  void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales) const override {
-    cpu::quantize_mxfp8_columnwise(x, data, scales);
+  void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales,
+                                 FP8CastCounts* counts) const override {
+    cpu::quantize_mxfp8_columnwise(x, data, scales, counts);
   }
   void dequantize_mxfp8(const Tensor& data, const Tensor& scales, Tensor& out) const override {
     cpu::dequantize_mxfp8(data, scales, out);

@@ -26,6 +26,17 @@ void sum_rows(const Tensor& x, Tensor& out);
 
 void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnwise, float* amax,
                   FP8CastCounts* counts);
+// Adds the saturated and flushed elements of a block just cast (q = fp8(x * scale), n values,
+// max |x| = block_max) to *counts, all but `total`. Shared by every FP8 cast that counts.
+void count_fp8_block(const float* x, const uint8_t* q, int64_t n, float scale, float block_max,
+                     float fp8_max, FP8CastCounts* counts);
+// q = fp8(x * scale) for a block whose max |x| the caller knows, counted into *counts (nullable)
+// as count_fp8_block does.
+void cast_fp8_block(DType fp8, const float* x, int64_t n, float scale, float block_amax, uint8_t* q,
+                    FP8CastCounts* counts);
+// The threads' counts (one per parallel_chunk) and the element total added to *counts (nullable).
+void add_partial_counts(const std::vector<FP8CastCounts>& partial, int64_t total,
+                        FP8CastCounts* counts);
 void transpose_2d(const Tensor& x, Tensor& out);
 void dequantize_fp8(const Tensor& data, float scale_inv, Tensor& out);
 

@@ -37,8 +37,10 @@ OCTET_VECTOR_CLONES float cast_block(const float* x, int64_t n, float scale, uin
 //   block_max * |scale| <= fp8_max (or is NaN), the usual case, decided without a pass;
 // - flushed, x != 0 but q = +-0: looked for only when some q is +-0. NaN needs no test: it casts
 //   to 0x7F, and |NaN * scale| > fp8_max is false.
-OCTET_VECTOR_CLONES void count_block(const float* x, const uint8_t* q, int64_t n, float scale,
-                                     float block_max, float fp8_max, FP8CastCounts* counts) {
+}  // namespace
+
+OCTET_VECTOR_CLONES void count_fp8_block(const float* x, const uint8_t* q, int64_t n, float scale,
+                                         float block_max, float fp8_max, FP8CastCounts* counts) {
   int64_t zero_codes = 0;
   for (int64_t i = 0; i < n; ++i) zero_codes += (q[i] & 0x7Fu) == 0;
   if (zero_codes > 0) {
@@ -53,21 +55,42 @@ OCTET_VECTOR_CLONES void count_block(const float* x, const uint8_t* q, int64_t n
   }
 }
 
+namespace {
+
+template <bool kE4M3>
+OCTET_VECTOR_CLONES void cast_scaled(const float* x, int64_t n, float scale, uint8_t* q) {
+  for (int64_t i = 0; i < n; ++i) q[i] = kE4M3 ? to_e4m3(x[i] * scale) : to_e5m2(x[i] * scale);
+}
+
+}  // namespace
+
+void cast_fp8_block(DType fp8, const float* x, int64_t n, float scale, float block_amax, uint8_t* q,
+                    FP8CastCounts* counts) {
+  if (fp8 == DType::kE4M3) {
+    cast_scaled<true>(x, n, scale, q);
+  } else {
+    cast_scaled<false>(x, n, scale, q);
+  }
+  if (counts != nullptr) count_fp8_block(x, q, n, scale, block_amax, fp8_max(fp8), counts);
+}
+
+void add_partial_counts(const std::vector<FP8CastCounts>& partial, int64_t total,
+                        FP8CastCounts* counts) {
+  if (counts == nullptr) return;
+  for (const FP8CastCounts& p : partial) *counts += p;
+  counts->total += total;
+}
+
+namespace {
+
 // The cast, then, when `counts` is not null, its counts added to *counts (all but `total`: the
 // caller knows the size).
 float cast_any(DType fp8, const float* x, int64_t n, float scale, uint8_t* q,
                FP8CastCounts* counts) {
   const bool e4m3 = fp8 == DType::kE4M3;
   const float m = e4m3 ? cast_block<true>(x, n, scale, q) : cast_block<false>(x, n, scale, q);
-  if (counts != nullptr) count_block(x, q, n, scale, m, e4m3 ? kE4M3Max : kE5M2Max, counts);
+  if (counts != nullptr) count_fp8_block(x, q, n, scale, m, e4m3 ? kE4M3Max : kE5M2Max, counts);
   return m;
-}
-
-// Adds the threads' counts and the element total to *counts (when asked for).
-void add_counts(const std::vector<FP8CastCounts>& partial, int64_t total, FP8CastCounts* counts) {
-  if (counts == nullptr) return;
-  for (const FP8CastCounts& p : partial) *counts += p;
-  counts->total += total;
 }
 
 // Byte-size-generic tile transpose: out (cols, rows) from in (rows, cols).
@@ -147,7 +170,7 @@ void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnw
     partial[static_cast<size_t>(parallel_chunk())] = m;
   });
   merge_amax(partial, amax);
-  add_counts(partial_counts, rows * cols, counts);
+  add_partial_counts(partial_counts, rows * cols, counts);
 }
 
 void norm_quantize_fp8(const Tensor& x, const NormRow& norm, float scale, Tensor* rowwise,
@@ -181,7 +204,7 @@ void norm_quantize_fp8(const Tensor& x, const NormRow& norm, float scale, Tensor
     partial[static_cast<size_t>(parallel_chunk())] = m;
   });
   merge_amax(partial, amax);
-  add_counts(partial_counts, rows * cols, counts);
+  add_partial_counts(partial_counts, rows * cols, counts);
 }
 
 void transpose_2d(const Tensor& x, Tensor& out) {

@@ -39,24 +39,9 @@ float block_amax(const float* x, int64_t n) {
   return m;
 }
 
-template <bool kE4M3>
-OCTET_VECTOR_CLONES void cast_scaled(const float* x, int64_t n, float multiplier, uint8_t* q) {
-  for (int64_t i = 0; i < n; ++i) {
-    q[i] = kE4M3 ? to_e4m3(x[i] * multiplier) : to_e5m2(x[i] * multiplier);
-  }
-}
-
-void cast_any(DType fp8, const float* x, int64_t n, float multiplier, uint8_t* q) {
-  if (fp8 == DType::kE4M3) {
-    cast_scaled<true>(x, n, multiplier, q);
-  } else {
-    cast_scaled<false>(x, n, multiplier, q);
-  }
-}
-
 }  // namespace
 
-void quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales) {
+void quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales, FP8CastCounts* counts) {
   const int64_t rows = x.rows(), cols = x.cols();
   const int64_t blocks = (cols + kBlock - 1) / kBlock;
   const DType fp8 = data.dtype();
@@ -66,21 +51,26 @@ void quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales) {
   uint8_t* q = data.data_as<uint8_t>();
   uint8_t* e = scales.data_as<uint8_t>();
   const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(cols, 1));
+  std::vector<FP8CastCounts> partial(static_cast<size_t>(num_threads()));
   parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
+    FP8CastCounts* mine = counts ? &partial[static_cast<size_t>(parallel_chunk())] : nullptr;
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = r0; r < r1; ++r) {
       to_f32(x.dtype(), px + r * cols * es, row.data(), cols);
       for (int64_t b = 0; b < blocks; ++b) {
         const int64_t c0 = b * kBlock, n = std::min(kBlock, cols - c0);
-        const BlockScale s = block_scale(block_amax(row.data() + c0, n), max);
+        const float amax = block_amax(row.data() + c0, n);
+        const BlockScale s = block_scale(amax, max);
         e[r * blocks + b] = s.e;
-        cast_any(fp8, row.data() + c0, n, s.multiplier, q + r * cols + c0);
+        cast_fp8_block(fp8, row.data() + c0, n, s.multiplier, amax, q + r * cols + c0, mine);
       }
     }
   });
+  add_partial_counts(partial, rows * cols, counts);
 }
 
-void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales) {
+void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales,
+                               FP8CastCounts* counts) {
   const int64_t rows = x.rows(), cols = x.cols();
   const int64_t blocks = (rows + kBlock - 1) / kBlock;  // per output row (= input column)
   const DType fp8 = data.dtype();
@@ -93,7 +83,9 @@ void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales) {
   // column's block is contiguous: (tile, 32) floats.
   constexpr int64_t kTile = 64;
   const int64_t tiles = (cols + kTile - 1) / kTile;
+  std::vector<FP8CastCounts> partial(static_cast<size_t>(num_threads()));
   parallel_for(0, blocks * tiles, 1, [&](int64_t t0, int64_t t1) {
+    FP8CastCounts* mine = counts ? &partial[static_cast<size_t>(parallel_chunk())] : nullptr;
     std::vector<float> in(static_cast<size_t>(kBlock * kTile));
     std::vector<float> gathered(static_cast<size_t>(kTile * kBlock));
     for (int64_t t = t0; t < t1; ++t) {
@@ -106,12 +98,14 @@ void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales) {
       for (int64_t c = 0; c < nc; ++c) {
         float* column = gathered.data() + c * kBlock;
         for (int64_t r = 0; r < nr; ++r) column[r] = in[static_cast<size_t>(r * kTile + c)];
-        const BlockScale s = block_scale(block_amax(column, nr), max);
+        const float amax = block_amax(column, nr);
+        const BlockScale s = block_scale(amax, max);
         e[(c0 + c) * blocks + b] = s.e;
-        cast_any(fp8, column, nr, s.multiplier, q + (c0 + c) * rows + r0);
+        cast_fp8_block(fp8, column, nr, s.multiplier, amax, q + (c0 + c) * rows + r0, mine);
       }
     }
   });
+  add_partial_counts(partial, rows * cols, counts);
 }
 
 void dequantize_mxfp8(const Tensor& data, const Tensor& scales, Tensor& out) {

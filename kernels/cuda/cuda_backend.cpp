@@ -43,10 +43,13 @@ class CudaBackend final : public Backend {
     cuda::dequantize_fp8(data, scale_inv, out);
   }
 
-  void quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales) const override {
+  // No cast counts, as in quantize_fp8.
+  void quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales,
+                              FP8CastCounts*) const override {
     cuda::quantize_mxfp8_rowwise(x, data, scales);
   }
-  void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales) const override {
+  void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales,
+                                 FP8CastCounts*) const override {
     cuda::quantize_mxfp8_columnwise(x, data, scales);
   }
   void dequantize_mxfp8(const Tensor& data, const Tensor& scales, Tensor& out) const override {

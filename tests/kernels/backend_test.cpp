@@ -39,7 +39,8 @@ TEST(Backend, AnOpTheBackendLacksSaysNotSupportedOnTheBackendAndNamesTheOp) {
   expect_not_supported("sum_of_squares", [&] { empty.sum_of_squares(x); });
   expect_not_supported("quantize_fp8",
                        [&] { empty.quantize_fp8(x, one, &q, nullptr, nullptr, nullptr); });
-  expect_not_supported("quantize_mxfp8_rowwise", [&] { empty.quantize_mxfp8_rowwise(x, q, y); });
+  expect_not_supported("quantize_mxfp8_rowwise",
+                       [&] { empty.quantize_mxfp8_rowwise(x, q, y, nullptr); });
   expect_not_supported(
       "gemm", [&] { empty.gemm(x, Transpose::kNo, x, Transpose::kYes, y, GemmOptions{}); });
   expect_not_supported("softmax", [&] { empty.softmax(x, y); });

@@ -29,16 +29,27 @@ struct Case {
   std::optional<Recipe> recipe;  // none: high precision
 };
 
-const Case kCases[] = {{"f32", std::nullopt},
-                       {"delayed", Recipe::delayed()},
-                       {"current", Recipe::current()},
-                       {"mxfp8", Recipe::mxfp8()}};
+const Case kCases[] = {
+    {"f32", std::nullopt},      {"delayed", Recipe::delayed()},     {"current", Recipe::current()},
+    {"mxfp8", Recipe::mxfp8()}, {"blockwise", Recipe::blockwise()}, {"nvfp4", Recipe::nvfp4()}};
 
-// The bytes a saved column-wise copy of a (rows, cols) GEMM input holds under `recipe`.
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The bytes a saved column-wise copy of a (rows, cols) GEMM input holds under `recipe`: the data
+// stored (cols, rows) and the scales of its blocks along rows.
 int64_t saved_input_bytes(const std::optional<Recipe>& recipe, int64_t rows, int64_t cols) {
   if (!recipe) return rows * cols * 4;
-  if (recipe->kind == RecipeKind::kMXFP8) return rows * cols + cols * ((rows + 31) / 32);
-  return rows * cols + 4;
+  switch (recipe->kind) {
+    case RecipeKind::kMXFP8:  // one e8m0 per 32 rows of each column
+      return rows * cols + cols * ceil_div(rows, 32);
+    case RecipeKind::kBlockwise:  // f32 scale_inv (ceil(rows / 128), roundup(cols, 4))
+      return rows * cols + 4 * ceil_div(rows, 128) * (ceil_div(cols, 4) * 4);
+    case RecipeKind::kNVFP4:  // half a byte a value, e4m3 (roundup(cols, 128), roundup(rows / 16,
+                              // 4)), the f32 amax
+      return rows * cols / 2 + ceil_div(cols, 128) * 128 * (ceil_div(rows / 16, 4) * 4) + 4;
+    default:  // per-tensor: the data and the 4-byte scale_inv
+      return rows * cols + 4;
+  }
 }
 
 int64_t saved_now() { return memory_stats().current_of(MemTag::kSaved); }

@@ -3,6 +3,7 @@
 // caching through every FP8 module, state dict round trip with FP8 metas, and Module::to.
 #include "modules/gpt.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -355,6 +356,89 @@ TEST(GPT, StateDictRoundTripWithFp8MetasGivesIdenticalLogits) {
   EXPECT_EQ(fresh.forward(ids).to_floats(), gpt.forward(ids).to_floats());
   FP8Autocast scope(*c.recipe);
   EXPECT_EQ(fresh.forward(ids).to_floats(), gpt.forward(ids).to_floats());
+}
+
+// The FP8 modules whose first forward quantizer recorded an amax: those that ran a GEMM in FP8.
+std::set<std::string> modules_that_ran_fp8(GPT& gpt) {
+  std::set<std::string> out;
+  const std::string suffix = ".fp8_meta.forward.0.amax_history";
+  for (const auto& [name, t] : gpt.buffers()) {
+    if (!name.ends_with(suffix)) continue;
+    const std::vector<float> history = t->to_floats();
+    if (std::any_of(history.begin(), history.end(), [](float a) { return a != 0.f; }))
+      out.insert(name.substr(0, name.size() - suffix.size()));
+  }
+  return out;
+}
+
+TEST(GPT, HighPrecisionModulesStayOutOfFp8) {
+  GPTConfig c = tiny_config();
+  c.n_layer = 3;
+  c.recipe = Recipe::delayed();
+  c.high_precision_first_layers = 1;
+  c.high_precision_last_layers = 1;
+  c.high_precision_modules = {"layers.*.attn.proj"};
+  const Tensor ids = random_ids(2, 8, 16, 50);
+  {
+    GPT gpt(c);
+    FP8Autocast scope(*c.recipe);
+    gpt.forward(ids);
+    EXPECT_EQ(modules_that_ran_fp8(gpt),
+              (std::set<std::string>{"layers.1.attn.qkv", "layers.1.mlp"}));
+  }
+  {
+    GPTConfig one = c;
+    one.high_precision_first_layers = one.high_precision_last_layers = 0;
+    one.high_precision_modules = {"layers.2", "layers.?.mlp"};
+    GPT gpt(one);
+    FP8Autocast scope(*c.recipe);
+    gpt.forward(ids);
+    EXPECT_EQ(modules_that_ran_fp8(gpt),
+              (std::set<std::string>{"layers.0.attn.qkv", "layers.0.attn.proj", "layers.1.attn.qkv",
+                                     "layers.1.attn.proj"}));
+  }
+  // Every layer kept: the FP8 scope changes nothing, and the model is the f32 model bit for bit.
+  GPTConfig all = c;
+  all.high_precision_first_layers = 3;
+  all.fp8_primary_weights = FP8PrimaryWeights::kYes;  // not for modules kept in high precision
+  GPTConfig plain = tiny_config();
+  plain.n_layer = 3;
+  GPT kept(all), reference(plain);
+  autograd::NoGradGuard no_grad;
+  const std::vector<float> want = reference.forward(ids).to_floats();
+  EXPECT_EQ(kept.forward(ids).to_floats(), want);
+  FP8Autocast scope(*c.recipe);
+  EXPECT_EQ(kept.forward(ids).to_floats(), want);
+  EXPECT_TRUE(modules_that_ran_fp8(kept).empty());
+}
+
+TEST(GPT, ModulePatternsMatchWholeNamesOrEnclosingModules) {
+  EXPECT_TRUE(module_pattern_matches("layers.1", "layers.1.mlp"));
+  EXPECT_TRUE(module_pattern_matches("layers.1.mlp", "layers.1.mlp"));
+  EXPECT_FALSE(module_pattern_matches("layers.1", "layers.10.mlp"));
+  EXPECT_TRUE(module_pattern_matches("layers.*.proj", "layers.12.attn.proj"));
+  EXPECT_TRUE(module_pattern_matches("*.proj", "layers.0.attn.proj"));
+  EXPECT_FALSE(module_pattern_matches("layers.?.mlp", "layers.12.mlp"));
+  EXPECT_FALSE(module_pattern_matches("layers.0.ml", "layers.0.mlp"));
+}
+
+TEST(GPT, HighPrecisionSettingsThatKeepNothingAreClearErrors) {
+  GPTConfig c = tiny_config();
+  c.n_layer = 2;
+  c.high_precision_modules = {"layers.0.mlp", "layers.2"};
+  EXPECT_THAT(
+      test::error_of([&] { GPT gpt(c); }),
+      ::testing::HasSubstr(
+          "high-precision module pattern \"layers.2\" names no FP8 module of this GPT (they are "
+          "layers.0.attn.qkv, layers.0.attn.proj, layers.0.mlp, layers.1.attn.qkv, "
+          "layers.1.attn.proj, layers.1.mlp)"));
+  c.high_precision_modules = {"layers.0.mlp.fc"};  // a name inside a module, not a prefix at a dot
+  EXPECT_NE(test::error_of([&] { GPT gpt(c); }).find("\"layers.0.mlp.fc\" names no FP8 module"),
+            std::string::npos);
+  c.high_precision_modules.clear();
+  c.high_precision_last_layers = -1;
+  EXPECT_NE(test::error_of([&] { GPT gpt(c); }).find("high_precision_last_layers -1 must be >= 0"),
+            std::string::npos);
 }
 
 TEST(GPT, ToCpuIsANoOpAndCudaWithoutAGpuIsAClearError) {

@@ -39,6 +39,22 @@ TEST(Recipe, ShippedConfigsLoadAsTheDocumentedRecipes) {
   const Recipe mx = load_recipe(config_path("mxfp8.json"));
   EXPECT_EQ(mx.kind, RecipeKind::kMXFP8);
   EXPECT_EQ(mx, Recipe::mxfp8());
+
+  const Recipe block = load_recipe(config_path("blockwise.json"));
+  EXPECT_EQ(block.kind, RecipeKind::kBlockwise);
+  EXPECT_EQ(block.fp8_format, FP8Format::kE4M3);
+  EXPECT_TRUE(block.power_2_scale);
+  EXPECT_EQ(block.x_block_scaling, BlockScaling::k1D);
+  EXPECT_EQ(block.w_block_scaling, BlockScaling::k2D);
+  EXPECT_EQ(block.grad_block_scaling, BlockScaling::k1D);
+  EXPECT_EQ(block, Recipe::blockwise());
+
+  const Recipe fp4 = load_recipe(config_path("nvfp4.json"));
+  EXPECT_EQ(fp4.kind, RecipeKind::kNVFP4);
+  EXPECT_TRUE(fp4.random_hadamard_transform);
+  EXPECT_TRUE(fp4.stochastic_rounding);
+  EXPECT_TRUE(fp4.weight_2d_quantization);
+  EXPECT_EQ(fp4, Recipe::nvfp4());
 }
 
 TEST(Recipe, DefaultsWhenKeysAreLeftOut) {

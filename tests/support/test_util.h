@@ -11,6 +11,7 @@
 
 #include "runtime/device.h"
 #include "runtime/fp8.h"
+#include "runtime/recipe.h"
 #include "runtime/rng.h"
 #include "runtime/tensor.h"
 
@@ -37,6 +38,14 @@ inline Tolerance tolerance_for(DType dtype) {
     default:
       return {0.0, 0.0};
   }
+}
+
+// A module's output under a recipe against f64 (one GEMM's worth of quantization): TE's FP8
+// tolerance for the FP8 recipes; for NVFP4, E2M1's one mantissa bit (half a step is 1/6 to 1/4
+// of a value) on both operands, four times FP8's.
+inline Tolerance recipe_tolerance(const Recipe& recipe) {
+  if (recipe.kind == RecipeKind::kNVFP4) return {0.27, 0.5};
+  return {0.0675, 0.125};
 }
 
 // Passes when |got - want| <= abs + rel * |want| everywhere (NaN only matches NaN).
@@ -107,6 +116,9 @@ inline void poison(Tensor& t) {
 // rule octet must match bit for bit), else runtime/fp8.h (itself verified on all 2^32 inputs
 // against CUDA in tests/runtime/fp8_exhaustive_test.cpp).
 uint8_t reference_cast(float v, DType dtype);
+// The E2M1 cast reference: CUDA's __nv_cvt_float_to_fp4(v, __NV_E2M1, cudaRoundNearest) where
+// the toolkit's headers exist, else runtime/fp4.h (verified on all 2^32 inputs against CUDA).
+uint8_t reference_e2m1(float v);
 
 }  // namespace octet::test
 

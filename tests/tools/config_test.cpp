@@ -154,6 +154,7 @@ TEST(Config, OverrideValuesAreJsonOrBareStrings) {
       "training.device=cuda:1",
       "data.val_path=\"quoted.bin\"",
       "fp8.recipe=configs/recipes/mxfp8.json",
+      R"(fp8.high_precision_modules=["layers.0.mlp"])",
   });
   EXPECT_EQ(c.data.path, "input.txt");
   EXPECT_EQ(c.output.dir, "123");
@@ -164,6 +165,7 @@ TEST(Config, OverrideValuesAreJsonOrBareStrings) {
   EXPECT_EQ(c.training.device, "cuda:1");
   EXPECT_EQ(c.data.val_path, "quoted.bin");
   EXPECT_EQ(c.fp8.recipe, "configs/recipes/mxfp8.json");
+  EXPECT_EQ(c.fp8.high_precision_modules, std::vector<std::string>{"layers.0.mlp"});
 
   const RunConfig inline_recipe = with({R"(fp8.recipe={"recipe": "current"})"});
   EXPECT_EQ(inline_recipe.fp8.recipe, Json({{"recipe", "current"}}));
@@ -202,6 +204,11 @@ TEST(Config, TypeErrorsNameTheKeyTheValueAndTheExpectation) {
       {"fp8.recipe=", R"(config key "fp8.recipe" (from --set fp8.recipe=): expected a recipe )"
                       R"(file path (a string) or an inline recipe object, got "")"},
       {"data.val_fraction=0.9", R"(config key "data.val_fraction")"},
+      {R"(fp8.high_precision_modules=["layers.0", 3])",
+       R"(config key "fp8.high_precision_modules" (from --set )"
+       R"(fp8.high_precision_modules=["layers.0", 3]): expected an array of strings, got )"
+       R"(["layers.0",3])"},
+      {"fp8.high_precision_modules=layers.0", R"(expected an array of strings, got "layers.0")"},
       {"model=3", R"(config key "model" (from --set model=3) is a section: expected a JSON )"
                   R"(object of its keys, got 3)"},
   };
@@ -308,6 +315,9 @@ TEST(Config, RoundTripsThroughJson) {
             "model.fp8_primary_weights=true",
             "fp8.enabled=false",
             R"(fp8.recipe={"recipe": "current", "fp8_format": "e4m3", "power_2_scale": true})",
+            R"(fp8.high_precision_modules=["layers.*.attn.proj", "layers.1"])",
+            "fp8.high_precision_first_layers=1",
+            "fp8.high_precision_last_layers=2",
             "data.kind=shards",
             "data.path=train_*.bin",
             "data.val_path=val.bin",
