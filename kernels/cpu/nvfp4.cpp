@@ -28,27 +28,99 @@ int hadamard_sign(int i, int j) {
 }
 int sign_of(int i) { return (kHadamardSigns >> i) & 1u ? -1 : 1; }
 
+// max |x| over n values, NaN ignored (a NaN compares false and never wins).
 float amax_of(const float* x, int64_t n) {
   float m = 0.f;
-  for (int64_t i = 0; i < n; ++i) m = std::fmax(m, std::fabs(x[i]));  // fmax ignores NaN
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::fabs(x[i]);
+    m = v > m ? v : m;
+  }
   return m;
+}
+
+// The transform's coefficients, +-1/4: kForward[i][j] multiplies x[i] into y[j].
+struct HadamardTable {
+  double forward[kBlock][kBlock], inverse[kBlock][kBlock];
+  HadamardTable() {
+    for (int i = 0; i < kBlock; ++i) {
+      for (int j = 0; j < kBlock; ++j) {
+        forward[i][j] = 0.25 * sign_of(i) * hadamard_sign(i, j);
+        inverse[i][j] = 0.25 * hadamard_sign(i, j) * sign_of(j);
+      }
+    }
+  }
+};
+const HadamardTable& hadamard_table() {
+  static const HadamardTable table;
+  return table;
+}
+
+// Each byte's two E2M1 values (low nibble first).
+struct E2M1PairTable {
+  float pair[256][2];
+  E2M1PairTable() {
+    for (int b = 0; b < 256; ++b) {
+      pair[b][0] = from_e2m1(static_cast<uint8_t>(b & 0xF));
+      pair[b][1] = from_e2m1(static_cast<uint8_t>(b >> 4));
+    }
+  }
+};
+const E2M1PairTable& e2m1_pairs() {
+  static const E2M1PairTable table;
+  return table;
+}
+
+// Draws first .. first + 15 of the stream of `seed` (a Philox block serves four in a row).
+void block_draws(uint64_t seed, uint64_t first, uint32_t* bits) {
+  for (int64_t i = 0; i < kBlock;) {
+    const uint64_t index = first + static_cast<uint64_t>(i);
+    const detail::PhiloxBlock words = detail::philox_block(index / 4, seed);
+    for (uint64_t w = index % 4; w < 4 && i < kBlock; ++w) bits[i++] = words.w[w];
+  }
+}
+
+// One block of 16 values of a row: y = x * enc cast to E2M1 (to nearest, or stochastically with
+// bits[i] for element i), packed two a byte into q; what saturated and flushed added to *counts
+// (nullable). Cloned for AVX-512, where the 16 lanes run as one vector.
+OCTET_VECTOR_CLONES void encode_block(const float* x, float enc, const uint32_t* bits, uint8_t* q,
+                                      FP8CastCounts* counts) {
+  float y[kBlock];
+  uint8_t codes[kBlock];
+  for (int64_t i = 0; i < kBlock; ++i) y[i] = x[i] * enc;
+  if (bits == nullptr) {
+    for (int64_t i = 0; i < kBlock; ++i) codes[i] = to_e2m1(y[i]);
+  } else {
+    for (int64_t i = 0; i < kBlock; ++i) codes[i] = e2m1_stochastic(y[i], bits[i]);
+  }
+  for (int64_t i = 0; i < kBlock; i += 2) q[i / 2] = pack_e2m1(codes[i], codes[i + 1]);
+  if (counts == nullptr) return;
+  int64_t saturated = 0, flushed = 0;
+  for (int64_t i = 0; i < kBlock; ++i) {
+    saturated += std::fabs(y[i]) > kE2M1Max;  // NaN compares false
+    // A NaN casts to code 7, never to a zero.
+    flushed += (x[i] != 0.f) & ((codes[i] & 0x7u) == 0);
+  }
+  counts->saturated += saturated;
+  counts->flushed += flushed;
 }
 
 }  // namespace
 
 void hadamard16(const float* x, int64_t n, bool inverse, float* y) {
   // Forward y = x · diag(s) H / 4; inverse x = y · H diag(s) / 4 (the transpose: R is orthogonal).
-  // Each output is an exact sum of 16 terms x * (+-1/4) (f64 holds it), rounded once: the forward
-  // transform to bf16, which is what TE's writes, the inverse (for dequantization) to f32.
+  // Each output is a sum of 16 terms x * (+-1/4) in f64 (in the order of i), rounded once: the
+  // forward transform to bf16, which is what TE's writes, the inverse (for dequantization) to f32.
+  const HadamardTable& table = hadamard_table();
+  const auto& m = inverse ? table.inverse : table.forward;
   for (int64_t g = 0; g + kBlock <= n; g += kBlock) {
+    double sum[kBlock] = {};
+    for (int i = 0; i < kBlock; ++i) {
+      const double xi = x[g + i];
+      for (int j = 0; j < kBlock; ++j) sum[j] += xi * m[i][j];  // vectorizes over j
+    }
     for (int j = 0; j < kBlock; ++j) {
-      double sum = 0;
-      for (int i = 0; i < kBlock; ++i) {
-        const int sign =
-            inverse ? hadamard_sign(i, j) * sign_of(j) : sign_of(i) * hadamard_sign(i, j);
-        sum += static_cast<double>(x[g + i]) * (0.25 * sign);
-      }
-      y[g + j] = inverse ? static_cast<float>(sum) : from_bf16(to_bf16(static_cast<float>(sum)));
+      y[g + j] =
+          inverse ? static_cast<float>(sum[j]) : from_bf16(to_bf16(static_cast<float>(sum[j])));
     }
   }
 }
@@ -87,45 +159,31 @@ void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& c, Tensor& data, Tens
   const int64_t band = c.tiles_2d ? kBlock : 1;
   std::vector<FP8CastCounts> partial(static_cast<size_t>(num_threads()));
   parallel_for(0, rows / band, 1, [&](int64_t b0, int64_t b1) {
-    FP8CastCounts& mine = partial[static_cast<size_t>(parallel_chunk())];
-    std::vector<uint8_t> codes(static_cast<size_t>(kBlock));
+    FP8CastCounts* mine = counts ? &partial[static_cast<size_t>(parallel_chunk())] : nullptr;
+    uint32_t bits[kBlock];
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t r0 = b * band;
       for (int64_t cb = 0; cb < blocks; ++cb) {
         const int64_t c0 = cb * kBlock;
         float bamax = 0.f;
         for (int64_t r = r0; r < r0 + band; ++r) {
-          bamax = std::fmax(bamax, amax_of(v.data() + r * cols + c0, kBlock));
+          const float m = amax_of(v.data() + r * cols + c0, kBlock);
+          bamax = m > bamax ? m : bamax;
         }
         const uint8_t code = nvfp4_block_scale(bamax, global.multiplier);
         const float enc = nvfp4_block_encode(code, global.decode);
         for (int64_t r = r0; r < r0 + band; ++r) {
           sf[r * stride + cb] = code;  // a tile's 16 rows carry its one scale
-          const float* in = v.data() + r * cols + c0;
-          for (int64_t i = 0; i < kBlock; ++i) {
-            const float y = in[i] * enc;
-            // Element (r, c0 + i)'s draw of the stream: the same for any thread count.
-            const uint64_t index = c.offset + static_cast<uint64_t>(r * cols + c0 + i);
-            codes[static_cast<size_t>(i)] =
-                c.stochastic ? e2m1_stochastic(y, detail::philox_word(c.seed, index)) : to_e2m1(y);
-            mine.saturated += std::fabs(y) > kE2M1Max ? 1 : 0;
-            mine.flushed +=
-                (in[i] != 0.f && !std::isnan(in[i]) && (codes[static_cast<size_t>(i)] & 0x7u) == 0)
-                    ? 1
-                    : 0;
-          }
-          for (int64_t i = 0; i < kBlock; i += 2) {
-            q[r * (cols / 2) + (c0 + i) / 2] =
-                pack_e2m1(codes[static_cast<size_t>(i)], codes[static_cast<size_t>(i + 1)]);
-          }
-          mine.total += kBlock;
+          // Element (r, c)'s draw is offset + r * cols + c: the same for any thread count.
+          if (c.stochastic)
+            block_draws(c.seed, c.offset + static_cast<uint64_t>(r * cols + c0), bits);
+          encode_block(v.data() + r * cols + c0, enc, c.stochastic ? bits : nullptr,
+                       q + r * (cols / 2) + c0 / 2, mine);
         }
       }
     }
   });
-  if (counts != nullptr) {
-    for (const FP8CastCounts& p : partial) *counts += p;
-  }
+  add_partial_counts(partial, rows * cols, counts);
 }
 
 void transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t rows, int64_t cols,
@@ -166,16 +224,18 @@ void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax, 
   const size_t es = out.element_size();
   parallel_for(0, rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(cols, 1)),
                [&](int64_t r0, int64_t r1) {
+                 const E2M1PairTable& table = e2m1_pairs();
                  std::vector<float> row(static_cast<size_t>(cols));
                  for (int64_t r = r0; r < r1; ++r) {
+                   const uint8_t* bytes = q + r * (cols / 2);
                    for (int64_t cb = 0; cb < cols / kBlock; ++cb) {
                      float s = from_e4m3(sf[r * stride + cb]);
                      if (amax != nullptr) s = (s * global_amax) * inv_2688;
-                     for (int64_t i = 0; i < kBlock; ++i) {
-                       const int64_t c = cb * kBlock + i;
-                       const uint8_t byte = q[r * (cols / 2) + c / 2];
-                       const uint8_t code = (c & 1) ? byte >> 4 : byte & 0xFu;
-                       row[static_cast<size_t>(c)] = from_e2m1(code) * s;
+                     float* out_block = row.data() + cb * kBlock;
+                     for (int64_t i = 0; i < kBlock / 2; ++i) {
+                       const float* pair = table.pair[bytes[cb * kBlock / 2 + i]];
+                       out_block[2 * i] = pair[0] * s;
+                       out_block[2 * i + 1] = pair[1] * s;
                      }
                    }
                    from_f32(row.data(), out.dtype(), po + r * cols * es, cols);
