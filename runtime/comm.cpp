@@ -48,6 +48,10 @@ std::pair<std::string, std::string> item_at(
   return {};
 }
 
+[[noreturn]] void throw_collective(const auto&... parts) {
+  throw CollectiveError(detail::concat(parts...));
+}
+
 }  // namespace
 
 std::string_view reduce_op_name(ReduceOp op) {
@@ -178,7 +182,7 @@ void run_collectively(Communicator& comm, const std::function<void()>& f) {
   if (key[0] == 0.0) return;
   const int failed = comm.size() - static_cast<int>(key[0]);
   broadcast_string(comm, error, failed);
-  OCTET_FAIL("rank ", failed, ": ", error);
+  throw_collective("rank ", failed, ": ", error);
 }
 
 void require_same_on_all_ranks(Communicator& comm,
@@ -218,19 +222,20 @@ void require_same_on_all_ranks(Communicator& comm,
   broadcast_string(comm, name, bad_rank);
   broadcast_string(comm, value, bad_rank);
   if (name.empty() || name0.empty()) {
-    OCTET_FAIL(what, " differ across ranks: rank ", bad_rank, " has ",
-               name.empty() ? "nothing" : "\"" + name + "\"", " at position ", index,
-               " but rank 0 has ", name0.empty() ? "nothing" : "\"" + name0 + "\"");
+    throw_collective(what, " differ across ranks: rank ", bad_rank, " has ",
+                     name.empty() ? "nothing" : "\"" + name + "\"", " at position ", index,
+                     " but rank 0 has ", name0.empty() ? "nothing" : "\"" + name0 + "\"");
   }
   if (name != name0) {
-    OCTET_FAIL(what, " differ across ranks: rank ", bad_rank, " has \"", name, "\" at position ",
-               index, " but rank 0 has \"", name0, "\"");
+    throw_collective(what, " differ across ranks: rank ", bad_rank, " has \"", name,
+                     "\" at position ", index, " but rank 0 has \"", name0, "\"");
   }
   if (show_values) {
-    OCTET_FAIL(what, " differ across ranks: rank ", bad_rank, " has ", name, "=", value,
-               " but rank 0 has ", name, "=", value0);
+    throw_collective(what, " differ across ranks: rank ", bad_rank, " has ", name, "=", value,
+                     " but rank 0 has ", name, "=", value0);
   }
-  OCTET_FAIL(what, " differ across ranks: rank ", bad_rank, "'s \"", name, "\" is not rank 0's");
+  throw_collective(what, " differ across ranks: rank ", bad_rank, "'s \"", name,
+                   "\" is not rank 0's");
 }
 
 }  // namespace octet

@@ -121,11 +121,18 @@ LaunchInfo launch_info();
 // A build without MPI launched as several processes is an error that says so.
 std::shared_ptr<Communicator> world_communicator();
 
+// The error that every rank throws alike (require_same_on_all_ranks, run_collectively), so that a
+// program's top level can report it once, from rank 0.
+class CollectiveError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Rank `root`'s string on every rank.
 void broadcast_string(Communicator& comm, std::string& text, int root);
 
-// Throws the same error on every rank unless every rank holds the same `items` (name, value)
-// as rank 0: "<what> differ across ranks: rank R has <name>=<value> but rank 0 has <value>",
+// Throws the same CollectiveError on every rank unless every rank holds the same `items` (name,
+// value) as rank 0: "<what> differ across ranks: rank R has <name>=<value> but rank 0 has <value>",
 // for the first item that differs on any rank. `show_values` false leaves the values out
 // (tensor contents compared by hash).
 void require_same_on_all_ranks(Communicator& comm,
@@ -133,7 +140,8 @@ void require_same_on_all_ranks(Communicator& comm,
                                std::string_view what, bool show_values = true);
 
 // Runs `f` on every rank; `f` itself must not call collectives. When it throws on any rank,
-// every rank throws the error of the lowest rank that failed, "rank R: ...", so that a failure
+// every rank throws the error of the lowest rank that failed as a CollectiveError, "rank R:
+// ...", so that a failure
 // only some ranks meet (a file one rank cannot read or write) leaves no rank waiting in a
 // collective for it.
 void run_collectively(Communicator& comm, const std::function<void()>& f);
