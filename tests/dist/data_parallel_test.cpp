@@ -15,6 +15,8 @@
 #include <filesystem>
 
 #include "autograd/ops/arithmetic.h"
+#include "runtime/comm_nccl.h"
+#include "runtime/device.h"
 #include "tests/dist/dist_util.h"
 #include "tests/support/scratch_dir.h"
 
@@ -244,6 +246,40 @@ TEST(DataParallelSteps, GradientBucketsStartReducingDuringTheBackward) {
   // Every bucket started from a gradient hook, inside the backward: all but the last (the
   // token embedding's, whose gradient the pass ends with) while later nodes still ran.
   EXPECT_EQ(dp->started_in_backward(), dp->num_buckets());
+}
+
+// Over NCCL, one GPU per rank: run by tools/gpu-check on a machine with several GPUs (ctest runs
+// the CPU tests only).
+TEST(DataParallelCuda, EveryRankHoldsTheSameStateOnItsGpuAndZeroOneMatchesPlain) {
+  if (cuda_device_count() < world()->size()) {
+    GTEST_SKIP() << "skipped: " << world()->size() << " ranks need as many GPUs, "
+                 << cuda_device_count() << " found (" << cuda_status() << ")";
+  }
+  const Device device = Device::cuda(world()->rank());
+  const std::shared_ptr<Communicator> nccl = make_nccl_communicator(world(), device);
+  const Case c{"delayed_primary", Recipe::delayed(), FP8PrimaryWeights::kYes};
+  GPT plain_model = make_model(c);
+  plain_model.to(device);
+  Trainer plain(plain_model, dp_options(c.recipe, 1, nccl));
+  GPT zero_model = make_model(c);
+  zero_model.to(device);
+  Trainer zero(zero_model, dp_options(c.recipe, 1, nccl, ZeroStage::kOptimizerState));
+  auto step = [&](Trainer& t, GPT& m, int64_t s) {
+    return t.step([&](int64_t micro, modules::FirstMicrobatch first) {
+      const Rows b = rows_of(s, micro, my_first_row(), kRowsPerRank);
+      return m.loss(b.ids.to(device), b.targets.to(device), first);
+    });
+  };
+  for (int64_t s = 0; s < kSteps; ++s) {
+    const train::StepResult p = step(plain, plain_model, s);
+    const train::StepResult z = step(zero, zero_model, s);
+    EXPECT_FALSE(p.skipped) << "step " << s;
+    EXPECT_EQ(p.loss, z.loss) << "step " << s;
+    EXPECT_THAT(differing_across_ranks(plain_model.state_dict()), ::testing::IsEmpty())
+        << "step " << s;
+    EXPECT_THAT(differing(plain_model.state_dict(), zero_model.state_dict()), ::testing::IsEmpty())
+        << "step " << s;
+  }
 }
 
 }  // namespace
