@@ -21,13 +21,6 @@
                 ")");                                                                            \
   } while (0)
 
-#define OCTET_NCCL_CUDART_CHECK(call)                            \
-  do {                                                           \
-    const cudaError_t octet_nccl_rt = (call);                    \
-    OCTET_CHECK(octet_nccl_rt == cudaSuccess, #call,             \
-                " failed: ", cudaGetErrorString(octet_nccl_rt)); \
-  } while (0)
-
 namespace octet {
 namespace {
 
@@ -109,8 +102,8 @@ class NcclCommunicator final : public Communicator {
     if (part * n != t.numel()) {
       MemTagScope tag(MemTag::kWorkspace);
       buffer = Tensor::zeros({part * n}, t.dtype(), device_);
-      OCTET_NCCL_CUDART_CHECK(
-          cudaMemcpyAsync(buffer.data(), t.data(), t.nbytes(), cudaMemcpyDeviceToDevice, stream()));
+      Tensor head = buffer.slice(0, t.numel());
+      head.copy_bytes_from(t.reshape({t.numel()}));
     }
     // In place: this rank's part of the buffer receives the reduction, then every part is
     // gathered around it.
@@ -119,10 +112,7 @@ class NcclCommunicator final : public Communicator {
                                        nccl_op(op), comm_, stream()));
     OCTET_NCCL_CHECK(
         ncclAllGather(mine, buffer.data(), static_cast<size_t>(part), type, comm_, stream()));
-    if (!buffer.shares_storage(t)) {
-      OCTET_NCCL_CUDART_CHECK(
-          cudaMemcpyAsync(t.data(), buffer.data(), t.nbytes(), cudaMemcpyDeviceToDevice, stream()));
-    }
+    if (!buffer.shares_storage(t)) t.copy_bytes_from(buffer.slice(0, t.numel()));
     count_sent(2 * part * static_cast<int64_t>(es) * (n - 1));
     t.bump_version();
   }

@@ -224,9 +224,12 @@ int run_train(const Args& args, std::ostream& out) {
     if (p.has("--out")) c.output.dir = *p.value("--out");
   }
   config::validate(c);
-  const cli::ProgressStyle style = p.has("--quiet")          ? cli::ProgressStyle::kQuiet
-                                   : ::isatty(STDOUT_FILENO) ? cli::ProgressStyle::kLive
-                                                             : cli::ProgressStyle::kLines;
+  // Under a launcher the output is mpirun's to forward (its ranks see a pseudo-terminal even
+  // when mpirun's own output is a file): plain lines.
+  const bool terminal = ::isatty(STDOUT_FILENO) != 0 && launch_info().size == 1;
+  const cli::ProgressStyle style = p.has("--quiet") ? cli::ProgressStyle::kQuiet
+                                   : terminal       ? cli::ProgressStyle::kLive
+                                                    : cli::ProgressStyle::kLines;
   cli::train(c, resume, out, style);
   return 0;
 }

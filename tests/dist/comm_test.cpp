@@ -170,24 +170,8 @@ TEST(Comm, CountsTheBytesItSends) {
 
 TEST(Comm, RefusesTensorsItCannotReduce) {
   Tensor bf16 = Tensor::zeros({4}, DType::kBF16);
-  const std::string error = [&] {
-    try {
-      world()->all_reduce(bf16, ReduceOp::kSum);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  }();
+  const std::string error = error_of([&] { world()->all_reduce(bf16, ReduceOp::kSum); });
   EXPECT_THAT(error, HasSubstr("cannot be reduced (f32, i32 or i64 tensors)"));
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(Comm, RequireSameNamesTheFirstDifferenceOnEveryRank) {

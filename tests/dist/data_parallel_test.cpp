@@ -196,15 +196,6 @@ TEST(DataParallelAmax, ReduceAmaxFalseKeepsEachRanksOwnAmaxes) {
   }
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(DataParallelLaunch, DifferentOptionsOrWeightsFailOnEveryRankBeforeTheFirstStep) {
   const int last = world()->size() - 1;
   const bool odd_one = world()->rank() == last;

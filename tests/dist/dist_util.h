@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,6 +62,16 @@ inline std::vector<std::string> differing(const NamedTensors& a, const NamedTens
     }
   }
   return out;
+}
+
+// The message of the octet::Error that `f` throws; empty when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 inline modules::GPTConfig small_gpt(std::optional<Recipe> recipe,
