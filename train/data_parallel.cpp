@@ -132,7 +132,8 @@ void DataParallel::attach(modules::Optimizer& optimizer) {
       const Parameter& p = params_[s.param];
       if (b.gather == Gather::kFp8Bytes && p.initial_master != nullptr) {
         *p.initial_master = Tensor();  // this rank's part of the master is the optimizer's
-      } else if (b.gather == Gather::kMasters && !p.initial_master->defined()) {
+      } else if (b.gather == Gather::kMasters && p.initial_master != nullptr &&
+                 !p.initial_master->defined()) {
         MemTagScope tag(MemTag::kOptimizer);
         *p.initial_master = ops::dequantize(**p.fp8, DType::kF32);
       }
