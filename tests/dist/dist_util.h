@@ -15,6 +15,7 @@
 #include "modules/gpt.h"
 #include "runtime/comm.h"
 #include "runtime/safetensors.h"
+#include "tests/support/small_gpt.h"
 #include "train/trainer.h"
 
 namespace octet::test::dist {
@@ -74,21 +75,7 @@ inline std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
-inline modules::GPTConfig small_gpt(std::optional<Recipe> recipe,
-                                    modules::FP8PrimaryWeights primary, DType dtype = DType::kF32,
-                                    uint64_t seed = 9) {
-  modules::GPTConfig g;
-  g.vocab_size = 16;
-  g.max_seq_len = 16;
-  g.n_layer = 1;
-  g.d_model = 32;
-  g.n_head = 2;
-  g.dtype = dtype;
-  g.recipe = std::move(recipe);
-  g.fp8_primary_weights = primary;
-  g.seed = seed;
-  return g;
-}
+using test::small_gpt;
 
 inline constexpr int64_t kRowsPerRank = 4;  // sequences per rank and micro-batch
 inline constexpr int64_t kSeq = 16;
