@@ -36,6 +36,7 @@ Tensors AccumulateGrad::apply(Tensors grad_outputs) {
   } else {
     ops::add_(leaf->grad, g);
   }
+  if (leaf->grad_ready_hook) leaf->grad_ready_hook(leaf->grad);
   return {};
 }
 

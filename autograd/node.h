@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,6 +71,9 @@ struct AutogradMeta {
   std::shared_ptr<Node> grad_fn;    // non-leaves: the node that made this tensor
   int output_nr = 0;                // which output of grad_fn
   std::weak_ptr<Node> accumulator;  // leaves: the shared AccumulateGrad node
+  // Leaves: called with the gradient each time a backward pass has added into it (see
+  // set_grad_ready_hook).
+  std::function<void(const Tensor& grad)> grad_ready_hook;
 };
 
 // The node that adds an incoming gradient into a leaf's .grad.

@@ -58,6 +58,12 @@ void zero_grad(Tensor& t) {
   if (meta) meta->grad = Tensor();
 }
 
+void set_grad_ready_hook(Tensor& leaf, std::function<void(const Tensor&)> hook) {
+  OCTET_CHECK(requires_grad(leaf) && is_leaf(leaf), "set_grad_ready_hook on ", leaf,
+              ": only a leaf that requires a gradient has one");
+  leaf.autograd_meta()->grad_ready_hook = std::move(hook);
+}
+
 Tensor detach(const Tensor& t) {
   Tensor out = t;
   out.set_autograd_meta(nullptr);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "runtime/comm.h"
 #include "runtime/fp8_meta.h"
 #include "runtime/quantized_tensor.h"
 #include "runtime/recipe.h"
@@ -23,9 +24,17 @@ enum class FP8Enabled : uint8_t { kNo, kYes };
 // error where the caller can handle it; a destructor must not throw, so a scope that was not
 // closed logs the error and keeps it: the next FP8 scope opened on this thread throws it, so it
 // is never lost.
+//
+// Data parallel (TE's fp8_group): `amax_group` is the ranks the scope's modules keep identical
+// FP8 state over. Under a delayed recipe with reduce_amax, every update first all-reduces (MAX)
+// the newest amax of every slot of every module in it, packed into one call: the forward slots'
+// at the outermost scope's exit, the backward slots' at the end of the backward pass (the group
+// of the scope the module's forward ran in). Null inherits the enclosing scope's group; none, or
+// one rank, reduces nothing.
 class FP8Autocast {
  public:
-  explicit FP8Autocast(const Recipe& recipe, FP8Enabled enabled = FP8Enabled::kYes);
+  explicit FP8Autocast(const Recipe& recipe, FP8Enabled enabled = FP8Enabled::kYes,
+                       std::shared_ptr<Communicator> amax_group = nullptr);
   ~FP8Autocast();
   FP8Autocast(const FP8Autocast&) = delete;
   FP8Autocast& operator=(const FP8Autocast&) = delete;
@@ -36,6 +45,7 @@ class FP8Autocast {
  private:
   bool previous_enabled_;
   std::shared_ptr<const Recipe> previous_recipe_;
+  std::shared_ptr<Communicator> previous_group_;
   int uncaught_at_entry_;
   bool closed_ = false;
 };

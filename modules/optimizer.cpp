@@ -21,26 +21,40 @@ Tensor f32_zeros_like(const Tensor& t) {
 }  // namespace
 
 Optimizer::Optimizer(std::vector<Parameter> params, OptimizerOptions options)
-    : params_(std::move(params)), options_(options) {
+    : Optimizer(std::move(params), options, {}) {}
+
+Optimizer::Optimizer(std::vector<Parameter> params, OptimizerOptions options,
+                     std::vector<ElementRange> shards)
+    : params_(std::move(params)), shards_(std::move(shards)), options_(options) {
+  OCTET_CHECK(shards_.empty() || shards_.size() == params_.size(), "Optimizer: ", shards_.size(),
+              " shards for ", params_.size(), " parameters");
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    const ElementRange r = shards_[i];
+    OCTET_CHECK(r.begin >= 0 && r.begin <= r.end && r.end <= params_[i].tensor->numel(),
+                "Optimizer: shard [", r.begin, ", ", r.end, ") of parameter \"", params_[i].name,
+                "\" is outside its ", params_[i].tensor->numel(), " elements");
+  }
   MemTagScope tag(MemTag::kOptimizer);
-  for (Parameter& p : params_) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Parameter& p = params_[i];
     State s;
     if (p.is_fp8()) {
       if (p.initial_master != nullptr && p.initial_master->defined()) {
         // Shared, not copied: the optimizer owns the updates, and the module can still requantize
-        // an MXFP8 weight from it when a usage is missing.
-        s.master = *p.initial_master;
+        // an MXFP8 weight from it when a usage is missing. A shard is a copy of its part.
+        s.master = sharded() ? part(*p.initial_master, i).clone() : *p.initial_master;
         s.master.storage()->set_tag(MemTag::kOptimizer);
       } else {
         // A model built without gradients kept no f32 copy: the master starts from the FP8
         // values, and the module shares it (MXFP8 makes missing column-wise data from it).
-        s.master = ops::dequantize(**p.fp8, DType::kF32);
-        if (p.initial_master != nullptr) *p.initial_master = s.master;
+        const Tensor full = ops::dequantize(**p.fp8, DType::kF32);
+        s.master = sharded() ? part(full, i).clone() : full;
+        if (p.initial_master != nullptr && !sharded()) *p.initial_master = s.master;
       }
     } else if (p.tensor->dtype() == DType::kF32) {
-      s.master = *p.tensor;
+      s.master = part(*p.tensor, i);
     } else {
-      s.master = ops::cast(*p.tensor, DType::kF32);
+      s.master = ops::cast(part(*p.tensor, i), DType::kF32);
     }
     const bool adamw = options_.kind == OptimizerKind::kAdamW;
     if (adamw || options_.momentum != 0.f) s.m = f32_zeros_like(s.master);
@@ -50,9 +64,24 @@ Optimizer::Optimizer(std::vector<Parameter> params, OptimizerOptions options)
   step_tensor_ = Tensor::zeros({1}, DType::kI64);
 }
 
+ElementRange Optimizer::shard(size_t i) const {
+  return sharded() ? shards_[i] : ElementRange{0, params_[i].tensor->numel()};
+}
+
+Tensor Optimizer::part(const Tensor& t, size_t i) const {
+  if (!sharded()) return t;
+  return t.reshape({t.numel()}).slice(shards_[i].begin, shards_[i].end);
+}
+
 void Optimizer::step(float lr) {
   ++steps_;
   step_tensor_.data_as<int64_t>()[0] = steps_;
+  // Each parameter's gradient over its shard (the whole gradient when unsharded).
+  std::vector<Tensor> grads(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& g = autograd::grad(*params_[i].tensor);
+    if (g.defined() && shard(i).size() > 0) grads[i] = part(g, i);
+  }
   if (options_.kind == OptimizerKind::kAdamW) {
     // One multi-tensor update per device (one launch on CUDA).
     ops::AdamWHyper h;
@@ -64,10 +93,9 @@ void Optimizer::step(float lr) {
     h.step = steps_;
     std::vector<ops::AdamWTensors> cpu, cuda;
     for (size_t i = 0; i < params_.size(); ++i) {
-      const Tensor& g = autograd::grad(*params_[i].tensor);
-      if (!g.defined()) continue;
+      if (!grads[i].defined()) continue;
       State& s = state_[i];
-      (s.master.device().is_cpu() ? cpu : cuda).push_back({&s.master, &g, &s.m, &s.v});
+      (s.master.device().is_cpu() ? cpu : cuda).push_back({&s.master, &grads[i], &s.m, &s.v});
     }
     ops::adamw_step(cpu, h);
     ops::adamw_step(cuda, h);
@@ -75,15 +103,16 @@ void Optimizer::step(float lr) {
   for (size_t i = 0; i < params_.size(); ++i) {
     Parameter& p = params_[i];
     State& s = state_[i];
-    const Tensor& g = autograd::grad(*p.tensor);
-    if (!g.defined()) continue;
+    if (!grads[i].defined()) continue;
     if (options_.kind != OptimizerKind::kAdamW) {
-      ops::sgd_step(s.master, g, s.m, lr, options_.momentum, options_.weight_decay, steps_);
+      ops::sgd_step(s.master, grads[i], s.m, lr, options_.momentum, options_.weight_decay, steps_);
     }
     if (p.is_fp8()) {
-      ops::quantize_into(**p.fp8, s.master, AmaxRecording::kRecord);
+      // A shard alone cannot requantize the whole weight: the caller does (see the constructor).
+      if (!sharded()) ops::quantize_into(**p.fp8, s.master, AmaxRecording::kRecord);
     } else if (!p.tensor->shares_storage(s.master)) {
-      ops::copy_(*p.tensor, s.master);
+      Tensor dst = part(*p.tensor, i);
+      ops::copy_(dst, s.master);
     }
   }
 }
@@ -92,36 +121,50 @@ void Optimizer::zero_grad() {
   for (Parameter& p : params_) autograd::zero_grad(*p.tensor);
 }
 
-std::vector<std::pair<std::string, Tensor>> Optimizer::state_dict() {
-  std::vector<std::pair<std::string, Tensor>> out;
-  out.emplace_back("step", step_tensor_);
+std::vector<Optimizer::ShardEntry> Optimizer::shard_state() {
+  std::vector<ShardEntry> out;
+  out.push_back({"step", step_tensor_, -1});
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::string& n = params_[i].name;
     const State& s = state_[i];
-    if (!s.master.shares_storage(*params_[i].tensor)) out.emplace_back(n + ".master", s.master);
+    const auto index = static_cast<int64_t>(i);
+    if (!s.master.shares_storage(*params_[i].tensor))
+      out.push_back({n + ".master", s.master, index});
     if (options_.kind == OptimizerKind::kAdamW) {
-      out.emplace_back(n + ".exp_avg", s.m);
-      out.emplace_back(n + ".exp_avg_sq", s.v);
+      out.push_back({n + ".exp_avg", s.m, index});
+      out.push_back({n + ".exp_avg_sq", s.v, index});
     } else if (s.m.defined()) {
-      out.emplace_back(n + ".momentum", s.m);
+      out.push_back({n + ".momentum", s.m, index});
     }
   }
   return out;
 }
 
+std::vector<std::pair<std::string, Tensor>> Optimizer::state_dict() {
+  OCTET_CHECK(!sharded(),
+              "Optimizer::state_dict: this optimizer holds one rank's shard of the state (ZeRO-1); "
+              "gather it first (train::DataParallel::optimizer_state)");
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (ShardEntry& e : shard_state()) out.emplace_back(std::move(e.name), std::move(e.tensor));
+  return out;
+}
+
 void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state) {
-  std::vector<std::pair<std::string, Tensor>> live = state_dict();
+  std::vector<ShardEntry> live = shard_state();
   OCTET_CHECK(state.size() == live.size(), "optimizer state has ", state.size(),
               " entries, expected ", live.size(), " (different model or optimizer?)");
-  for (auto& [name, dst] : live) {
+  for (ShardEntry& e : live) {
     const Tensor* src = nullptr;
     for (const auto& [n, t] : state) {
-      if (n == name) src = &t;
+      if (n == e.name) src = &t;
     }
-    OCTET_CHECK(src != nullptr, "optimizer state: missing key \"", name, "\"");
-    OCTET_CHECK(src->shape() == dst.shape() && src->dtype() == dst.dtype(), "optimizer state: \"",
-                name, "\" is ", *src, " but expected ", dst);
-    dst.copy_bytes_from(*src);
+    OCTET_CHECK(src != nullptr, "optimizer state: missing key \"", e.name, "\"");
+    // Full tensors, as an unsharded optimizer holds them; a shard keeps its part.
+    const Shape want =
+        e.param < 0 ? e.tensor.shape() : params_[static_cast<size_t>(e.param)].tensor->shape();
+    OCTET_CHECK(src->shape() == want && src->dtype() == e.tensor.dtype(), "optimizer state: \"",
+                e.name, "\" is ", *src, " but expected ", e.tensor.dtype(), shape_str(want));
+    e.tensor.copy_bytes_from(e.param < 0 ? *src : part(*src, static_cast<size_t>(e.param)));
   }
   steps_ = step_tensor_.data_as<int64_t>()[0];
 }

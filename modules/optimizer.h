@@ -22,11 +22,28 @@ struct OptimizerOptions {
   float momentum = 0.9f;  // SGD only
 };
 
+// Elements [begin, end) of a flattened parameter.
+struct ElementRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+  friend bool operator==(const ElementRange&, const ElementRange&) = default;
+};
+
 class Optimizer {
  public:
   // State (moments, masters) is allocated under MemTag::kOptimizer. FP8 primary weights take
   // their initial f32 value (Parameter::initial_master) as the master copy, or dequantize.
   Optimizer(std::vector<Parameter> params, OptimizerOptions options);
+  // ZeRO-1: state only for `shards[i]` of parameter i (an empty range: none of it). step()
+  // updates those elements alone: f32 parameters in place, bf16 parameters get their rounded
+  // part; FP8 primary weights are left to the caller (train::DataParallel), which casts each
+  // rank's part and gathers the others'. The element-wise rules make every element's update
+  // the same bits as an unsharded optimizer's. state_dict() is then refused (shard_state()
+  // holds this rank's parts); load_state_dict takes full tensors, as checkpoints hold them, and
+  // keeps this rank's part.
+  Optimizer(std::vector<Parameter> params, OptimizerOptions options,
+            std::vector<ElementRange> shards);
 
   // One update with learning rate `lr` from each parameter's accumulated gradient (parameters
   // without a gradient are skipped). bf16 parameters get the rounded master; FP8 primary weights
@@ -45,13 +62,31 @@ class Optimizer {
 
   const std::vector<Parameter>& parameters() const { return params_; }
 
+  bool sharded() const { return !shards_.empty(); }
+  // Parameter i's range (the whole parameter when unsharded).
+  ElementRange shard(size_t i) const;
+  // Sharded: every state tensor with its state-dict name and its parameter's index, 1-D, the
+  // parameter's shard(i) elements (the "step" entry has index -1).
+  struct ShardEntry {
+    std::string name;
+    Tensor tensor;
+    int64_t param = -1;
+  };
+  std::vector<ShardEntry> shard_state();
+  // Parameter i's f32 master over shard(i), 1-D (shares the parameter's storage when it is f32).
+  const Tensor& master_part(size_t i) const { return state_[i].master; }
+
  private:
+  // t (parameter i's shape) flattened and cut to shard(i); t itself when unsharded.
+  Tensor part(const Tensor& t, size_t i) const;
+
   struct State {
     Tensor master;  // f32: the parameter itself for f32 parameters
     Tensor m, v;    // AdamW moments, or m = SGD momentum buffer
   };
   std::vector<Parameter> params_;
   std::vector<State> state_;
+  std::vector<ElementRange> shards_;  // empty: every element of every parameter
   OptimizerOptions options_;
   int64_t steps_ = 0;
   Tensor step_tensor_;  // (1,) i64 mirror of steps_ for the state dict

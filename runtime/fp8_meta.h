@@ -12,6 +12,8 @@
 
 namespace octet {
 
+class Communicator;
+
 struct FP8Slot {
   Tensor scale;         // (1,) f32: the cast multiplies by it; starts at 1
   Tensor scale_inv;     // (1,) f32: 1 / scale, rounded to nearest
@@ -63,12 +65,19 @@ class FP8Meta {
   // metrics log takes them once per logged step.
   FP8CastCounts take_cast_counts(SlotId id);
 
+  // The ranks of a data-parallel run whose amaxes this meta's updates reduce over (one packed
+  // all-reduce(MAX) of history[0] before an update, when the recipe's reduce_amax says so): the
+  // group of the FP8 scope its module's last training forward ran in; null in one process.
+  const std::shared_ptr<Communicator>& amax_group() const { return amax_group_; }
+  void set_amax_group(std::shared_ptr<Communicator> group) { amax_group_ = std::move(group); }
+
  private:
   Recipe recipe_;
   int num_gemms_;
   std::vector<FP8Slot> forward_;
   std::vector<FP8Slot> backward_;
   int64_t update_counts_[2] = {0, 0};
+  std::shared_ptr<Communicator> amax_group_;
 };
 
 }  // namespace octet

@@ -66,7 +66,9 @@ struct Recipe {
   int margin = 0;  // scale = (fp8_max / amax) / 2^margin
   int64_t amax_history_len = 1024;
   AmaxComputeAlgo amax_compute_algo = AmaxComputeAlgo::kMax;
-  bool reduce_amax = true;  // all-reduce amaxes across processes (one process: nothing to reduce)
+  // Data parallel: all-reduce (MAX) every slot's newest amax across the ranks before each update
+  // (modules/fp8_autocast.h); false: each rank keeps its own. One process: nothing to reduce.
+  bool reduce_amax = true;
   // current and blockwise
   bool power_2_scale = false;  // round the scale down to a power of two (blockwise: default on)
   float amax_epsilon = 0.f;    // scale = fp8_max / max(amax, amax_epsilon)

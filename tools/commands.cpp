@@ -13,6 +13,7 @@
 #include <regex>
 
 #include "autograd/grad_mode.h"
+#include "runtime/comm.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/memory.h"
@@ -223,9 +224,12 @@ int run_train(const Args& args, std::ostream& out) {
     if (p.has("--out")) c.output.dir = *p.value("--out");
   }
   config::validate(c);
-  const cli::ProgressStyle style = p.has("--quiet")          ? cli::ProgressStyle::kQuiet
-                                   : ::isatty(STDOUT_FILENO) ? cli::ProgressStyle::kLive
-                                                             : cli::ProgressStyle::kLines;
+  // Under a launcher the output is mpirun's to forward (its ranks see a pseudo-terminal even
+  // when mpirun's own output is a file): plain lines.
+  const bool terminal = ::isatty(STDOUT_FILENO) != 0 && launch_info().size == 1;
+  const cli::ProgressStyle style = p.has("--quiet") ? cli::ProgressStyle::kQuiet
+                                   : terminal       ? cli::ProgressStyle::kLive
+                                                    : cli::ProgressStyle::kLines;
   cli::train(c, resume, out, style);
   return 0;
 }
@@ -365,6 +369,34 @@ Args apply_global_options(const std::string& command, const Args& args) {
   return rest;
 }
 
+// The one line an error gets on stderr. Under a launcher of several processes it names the rank
+// and ends every rank (MPI_Abort), so that none waits forever in a collective for this one.
+int report_error(const std::string& command, const std::string& message, std::ostream& err,
+                 bool every_rank = false) {
+  LaunchInfo launch;
+  try {
+    launch = launch_info();
+  } catch (const std::exception&) {
+    // A malformed launcher environment: report as one process.
+  }
+  if (launch.size > 1 && every_rank) {
+    // Every rank has this error: rank 0 reports it once and ends the run; the others wait for
+    // that end rather than race it.
+    if (launch.rank == 0) {
+      err << "octet " << command << ": error: " << message << '\n' << std::flush;
+      world_communicator()->abort(1);
+    }
+    world_communicator()->barrier();
+  }
+  if (launch.size > 1) {
+    err << "rank " << launch.rank << ": error: octet " << command << ": " << message << '\n'
+        << std::flush;
+    world_communicator()->abort(1);
+  }
+  err << "octet " << command << ": error: " << message << '\n';
+  return 1;
+}
+
 int run_octet(const Args& args, std::ostream& out, std::ostream& err) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     out << help_text(args.size() > 1 && args[0] == "help" ? args[1] : "");
@@ -381,13 +413,14 @@ int run_octet(const Args& args, std::ostream& out, std::ostream& err) {
     err << "octet: unknown command \"" << command
         << "\"; the commands are train, eval, generate, bench and inspect (octet --help)\n";
     return 2;
+  } catch (const CollectiveError& e) {
+    return report_error(command, user_message(e.what()), err, /*every_rank=*/true);
   } catch (const Error& e) {
     OCTET_LOG_DEBUG("{}", e.what());  // with file:line, for whoever runs with debug logging
-    err << "octet " << command << ": error: " << user_message(e.what()) << '\n';
+    return report_error(command, user_message(e.what()), err);
   } catch (const std::exception& e) {
-    err << "octet " << command << ": error: " << user_message(e.what()) << '\n';
+    return report_error(command, user_message(e.what()), err);
   }
-  return 1;
 }
 
 }  // namespace octet::cli

@@ -144,6 +144,12 @@ const std::vector<Entry>& entries() {
       bool_key(OCTET_KEY(training.log_fp8_slots),
                "metrics.jsonl lists every FP8 slot and weight by name; false: one FP8 summary per "
                "line"),
+      int_key(OCTET_KEY(training.zero_stage), 0, 1,
+              "data parallel (mpirun -np N): 1 shards the optimizer state across the ranks "
+              "(ZeRO-1); 0: every rank holds all of it"),
+      int_key(OCTET_KEY(training.grad_bucket_kb), 1, 1 << 20,
+              "data parallel: KiB of f32 gradients per bucket, each reduced across the ranks as "
+              "soon as the backward has produced it"),
       string_key(OCTET_KEY(output.dir), "run directory: config, metrics, checkpoints, plots"),
   };
   return table;

@@ -88,6 +88,8 @@ struct TrainingConfig {
   int64_t max_nonfinite_steps = 10;  // skipped steps in a row before the run stops
   int64_t threads = 0;               // CPU threads; 0: the machine's cores
   bool log_fp8_slots = false;        // metrics.jsonl: every FP8 slot and weight, not a summary
+  int64_t zero_stage = 0;            // data parallel: 1 shards the optimizer state (ZeRO-1)
+  int64_t grad_bucket_kb = 256;      // data parallel: f32 gradient KiB per reduced bucket
   friend bool operator==(const TrainingConfig&, const TrainingConfig&) = default;
 };
 

@@ -104,5 +104,10 @@ Batch empty_batch(int64_t batch_size, int64_t seq_len) {
           Tensor::empty({batch_size, seq_len}, DType::kI32)};
 }
 
+void check_rows(int64_t batch_size, int64_t first, int64_t rows) {
+  OCTET_CHECK(first >= 0 && rows >= 1 && first + rows <= batch_size, "rows [", first, ", ",
+              first + rows, ") are not a non-empty part of a batch of ", batch_size, " rows");
+}
+
 }  // namespace detail
 }  // namespace octet::data

@@ -60,7 +60,14 @@ class Dataset {
   virtual Metric metric() const = 0;
 
   // The next (batch_size, seq_len) batch of `split`; advances that split's cursor only.
-  virtual Batch next_batch(Split split, int64_t batch_size, int64_t seq_len) = 0;
+  Batch next_batch(Split split, int64_t batch_size, int64_t seq_len) {
+    return next_rows(split, batch_size, seq_len, 0, batch_size);
+  }
+  // Rows [first, first + rows) of that batch, (rows, seq_len), with the cursor advanced past the
+  // whole batch: each rank of a data-parallel run reads only its own rows of every global
+  // batch, and its cursor stays where one process's would (so any number of ranks resumes it).
+  virtual Batch next_rows(Split split, int64_t batch_size, int64_t seq_len, int64_t first,
+                          int64_t rows) = 0;
   // How many distinct batches one pass over `split` holds before it repeats (-1: unbounded).
   virtual int64_t batches_per_pass(Split split, int64_t batch_size, int64_t seq_len) const = 0;
 
@@ -106,6 +113,8 @@ std::unique_ptr<Dataset> open_dataset(const DataOptions& options);
 namespace detail {
 // (B, T) i32 tensors filled by the caller; shared by every dataset.
 Batch empty_batch(int64_t batch_size, int64_t seq_len);
+// Throws unless [first, first + rows) is a non-empty range of a batch's rows.
+void check_rows(int64_t batch_size, int64_t first, int64_t rows);
 }  // namespace detail
 
 }  // namespace octet::data

@@ -49,6 +49,10 @@ then each --set (a dotted key, e.g. --set optimizer.lr=1e-3; every key: configs/
   --quiet           print only the closing summary
 
 A terminal gets a live progress line; otherwise plain lines now and then.
+
+Data parallel: mpirun -np N octet train ... trains on N ranks, each with training.batch_size
+sequences of every global batch (training.zero_stage=1 shards the optimizer state); rank 0
+prints and writes DIR. A resume may use another N.
 )";
   }
   if (command == "eval") {

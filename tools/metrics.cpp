@@ -141,6 +141,13 @@ nlohmann::ordered_json step_json(const StepRecord& r, const std::vector<train::S
   line["grad_norm"] = number(r.grad_norm);
   line["tokens_per_s"] = r.tokens_per_s;
   line["skipped_steps"] = r.skipped_steps;
+  line["world_size"] = r.world_size;
+  if (r.world_size > 1) {
+    // Payload bytes of this step: gradient buckets reduced, parameters gathered (ZeRO-1), and
+    // all this rank sent to the others.
+    line["comm_bytes"] = {
+        {"grads", r.comm.grads}, {"params", r.comm.params}, {"sent", r.comm.sent}};
+  }
   if (detail == Fp8Detail::kPerSlot) {
     add_fp8_detail(line, slots, weights);
   } else {

@@ -11,6 +11,7 @@
 #include "modules/module.h"
 #include "runtime/memory.h"
 #include "runtime/recipe.h"
+#include "train/data_parallel.h"
 #include "train/fp8_health.h"
 
 namespace octet::cli {
@@ -23,6 +24,8 @@ struct StepRecord {
   double grad_norm = 0.0;
   double tokens_per_s = 0.0;
   int64_t skipped_steps = 0;  // non-finite steps skipped so far in this run
+  int64_t world_size = 1;     // ranks training data-parallel
+  train::CommBytes comm;      // what the step communicated (world_size > 1)
 };
 // kSummary (the default, training.log_fp8_slots = false): one "fp8" object for all slots (scale
 // spread, largest amax, the shares of all cast elements saturated and flushed, the worst slot of

@@ -15,6 +15,7 @@
 #include "autograd/ops/arithmetic.h"
 #include "modules/fp8_autocast.h"
 #include "modules/optimizer.h"
+#include "runtime/comm_nccl.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
@@ -177,35 +178,50 @@ Tensor generate_tokens(modules::GPT& model, const std::optional<Recipe>& recipe,
 
 // The mean loss over the first eval_batches validation batches; the validation cursor is left where
 // it was, so an evaluation changes nothing a checkpoint records.
+// Data parallel: rank r takes batches r, r + N, ... and the ranks add up their sums.
 double heldout_loss(modules::GPT& model, data::Dataset& dataset, const config::RunConfig& c,
-                    const std::optional<Recipe>& recipe) {
+                    const std::optional<Recipe>& recipe, Communicator* comm) {
   autograd::NoGradGuard no_grad;
   const int64_t seq_len = run_seq_len(c, dataset);
   const data::DataState before = dataset.state();
   dataset.rewind(data::Split::kValidation);
+  const int ranks = comm != nullptr ? comm->size() : 1;
+  const int rank = comm != nullptr ? comm->rank() : 0;
   double sum = 0.0;
   for (int64_t b = 0; b < c.training.eval_batches; ++b) {
     const data::Batch batch =
         dataset.next_batch(data::Split::kValidation, c.training.batch_size, seq_len);
+    if (b % ranks != rank) continue;
     MaybeAutocast fp8(recipe);
     sum += model.loss(batch.inputs, batch.targets).item();
   }
   dataset.set_state(before);
+  if (ranks > 1) comm->all_reduce(std::span<double>(&sum, 1), ReduceOp::kSum);
   return sum / static_cast<double>(c.training.eval_batches);
 }
 
-EvalResult evaluate(modules::GPT& model, data::Dataset& dataset, const config::RunConfig& c) {
+EvalResult evaluate(modules::GPT& model, data::Dataset& dataset, const config::RunConfig& c,
+                    Communicator* comm) {
   const std::optional<Recipe> recipe = run_recipe(c);
   const bool was_training = model.training();
   model.eval();
   EvalResult result;
   result.metric = dataset.metric();
-  result.loss = heldout_loss(model, dataset, c, recipe);
+  result.loss = heldout_loss(model, dataset, c, recipe, comm);
   if (auto* task = dynamic_cast<data::AlgorithmicTask*>(&dataset)) {
-    const data::ExactMatch match = task->evaluate(
-        c.training.eval_examples, 256, [&](const Tensor& prompts, int64_t answer_len) {
+    const int ranks = comm != nullptr ? comm->size() : 1;
+    data::ExactMatch match = task->evaluate(
+        c.training.eval_examples, 256,
+        [&](const Tensor& prompts, int64_t answer_len) {
           return generate_tokens(model, recipe, prompts, answer_len, 0.f, nullptr);
-        });
+        },
+        ranks > 1 ? comm->rank() : 0, ranks);
+    if (ranks > 1) {
+      double counts[2] = {static_cast<double>(match.correct), static_cast<double>(match.total)};
+      comm->all_reduce(std::span<double>(counts, 2), ReduceOp::kSum);
+      match.correct = static_cast<int64_t>(counts[0]);
+      match.total = static_cast<int64_t>(counts[1]);
+    }
     result.value = match.accuracy();
     result.examples = match.total;
     result.mistakes = match.mistakes;
@@ -261,6 +277,25 @@ class Progress {
 
 }  // namespace
 
+// Every config key as (dotted key, JSON value), in schema order: what the ranks must agree on.
+std::vector<std::pair<std::string, std::string>> config_items(const config::RunConfig& c) {
+  std::vector<std::pair<std::string, std::string>> items;
+  const nlohmann::ordered_json json = config::to_json(c);
+  for (const auto& [section, keys] : json.items()) {
+    for (const auto& [key, value] : keys.items())
+      items.emplace_back(section + "." + key, value.dump());
+  }
+  return items;
+}
+
+// The device of this rank: training.device, where a bare "cuda" under a launcher of several
+// processes means the local rank's GPU.
+Device rank_device(const config::RunConfig& c, const LaunchInfo& launch) {
+  const Device device = parse_device(c.training.device);
+  if (c.training.device == "cuda" && launch.size > 1) return Device::cuda(launch.local_rank);
+  return device;
+}
+
 train::TrainerOptions trainer_options(const config::RunConfig& c) {
   train::TrainerOptions o;
   o.optimizer.kind =
@@ -276,6 +311,9 @@ train::TrainerOptions trainer_options(const config::RunConfig& c) {
   o.grad_accum = c.training.grad_accum;
   o.grad_clip = c.optimizer.grad_clip;
   o.max_nonfinite_steps = 0;  // the run stops itself, naming its config key and checkpoint
+  o.zero_stage =
+      c.training.zero_stage == 1 ? train::ZeroStage::kOptimizerState : train::ZeroStage::kNone;
+  o.grad_bucket_bytes = c.training.grad_bucket_kb * 1024;
   return o;
 }
 
@@ -289,10 +327,24 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
   const std::string metrics_path = (fs::path(c.output.dir) / "metrics.jsonl").string();
   const std::string svg_path = (fs::path(c.output.dir) / "loss.svg").string();
 
+  // Data parallel when a launcher started several processes; MPI is never touched otherwise.
+  const LaunchInfo launch = launch_info();
+  const std::shared_ptr<Communicator> world = world_communicator();
+  const int rank = world->rank(), ranks = world->size();
+  const bool lead = rank == 0;  // prints and writes the run directory
+  // A bad launch (ranks with different configs) stops here, before anything runs.
+  require_same_on_all_ranks(*world, config_items(c), "configs");
+  if (!lead) style = ProgressStyle::kQuiet;
+
   // A CUDA device the machine lacks is "no CUDA device (reason)", never a silent CPU run.
-  const Device device = parse_device(c.training.device);
+  const Device device = rank_device(c, launch);
   require_device(device);
-  if (c.training.threads > 0) set_num_threads(static_cast<int>(c.training.threads));
+  if (c.training.threads > 0) {
+    set_num_threads(static_cast<int>(c.training.threads));
+  } else if (launch.local_size > 1) {
+    // The cores this rank may run on, shared with the other ranks on the machine.
+    set_num_threads(std::max(1, omp_get_num_procs() / launch.local_size));
+  }
   std::unique_ptr<data::Dataset> dataset = data::open_dataset(config::data_options(c));
   const int64_t seq_len = run_seq_len(c, *dataset);
   const std::optional<Recipe> recipe = run_recipe(c);
@@ -300,17 +352,24 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
 
   modules::GPT model(gpt_config(c, *dataset));
   model.to(device);  // before the trainer's optimizer, whose state is made where parameters live
-  train::Trainer trainer(model, trainer_options(c));
+  train::TrainerOptions options = trainer_options(c);
+  if (ranks > 1) options.comm = device.is_cuda() ? make_nccl_communicator(world, device) : world;
+  train::Trainer trainer(model, options);
   Generator rng(static_cast<uint64_t>(c.training.seed));
 
   TrainerState state;
   state.config = c;
+  int64_t saved_ranks = ranks;
   if (resume == Resume::kYes) {
     OCTET_CHECK(fs::exists(ckpt_path), "--resume: no checkpoint at ", ckpt_path, " (output.dir is ",
                 c.output.dir, ")");
-    const Checkpoint ckpt = read_checkpoint(ckpt_path);
-    check_resumable(ckpt.state.config, c, ckpt_path);
+    Checkpoint ckpt;
+    run_collectively(*world, [&] {
+      ckpt = read_checkpoint(ckpt_path);
+      check_resumable(ckpt.state.config, c, ckpt_path);
+    });
     trainer.load(ckpt);
+    saved_ranks = train::checkpoint_world_size(ckpt);
     dataset->set_state(ckpt.state.data);
     rng.set_state(ckpt.state.rng);
     state.step = ckpt.state.step;
@@ -318,27 +377,45 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
     OCTET_CHECK(state.step <= c.training.steps, "--resume: checkpoint ", ckpt_path, " is at step ",
                 state.step, ", past training.steps ", c.training.steps);
   }
-  fs::create_directories(c.output.dir);
-  write_text_file((fs::path(c.output.dir) / "config.json").string(),
-                  config::to_json(c).dump(2) + "\n");
-  MetricsLog metrics(metrics_path,
-                     resume == Resume::kYes ? MetricsOpen::kResumeAt : MetricsOpen::kFresh,
-                     state.step);
+  // Rank 0 writes the run directory; the others write nothing (and wait for no file).
+  std::optional<MetricsLog> metrics;
+  run_collectively(*world, [&] {
+    if (!lead) return;
+    fs::create_directories(c.output.dir);
+    write_text_file((fs::path(c.output.dir) / "config.json").string(),
+                    config::to_json(c).dump(2) + "\n");
+    metrics.emplace(metrics_path,
+                    resume == Resume::kYes ? MetricsOpen::kResumeAt : MetricsOpen::kFresh,
+                    state.step);
+  });
   result.start_step = state.step;
 
   const int64_t total = c.training.steps;
-  const int64_t tokens_per_step = c.training.batch_size * seq_len * c.training.grad_accum;
+  // The global batch: every rank's rows of it together.
+  const int64_t tokens_per_step =
+      c.training.batch_size * seq_len * c.training.grad_accum * static_cast<int64_t>(ranks);
   const int64_t print_every = std::max<int64_t>(
       c.training.log_interval, (total / 40 + c.training.log_interval - 1) /
                                    c.training.log_interval * c.training.log_interval);
   Progress progress(out, style, total, print_every);
   progress.note(fmt::format(
-      "training {} ({} parameters) on {}, {} steps of {} tokens, {}",
+      "training {} ({} parameters) on {}, {} steps of {} tokens, {}{}",
       c.model.n_layer == 1 ? "a 1-layer GPT" : fmt::format("a {}-layer GPT", c.model.n_layer),
       model.num_parameters(), dataset->describe(), total, tokens_per_step,
-      recipe ? "FP8 " + describe(*recipe) : std::string("f32 (FP8 off)")));
-  if (resume == Resume::kYes)
-    progress.note(fmt::format("resumed from {} at step {}", ckpt_path, state.step));
+      recipe ? "FP8 " + describe(*recipe) : std::string("f32 (FP8 off)"),
+      ranks > 1 ? fmt::format("; data parallel over {} ranks ({}{})", ranks, world->backend(),
+                              c.training.zero_stage == 1 ? ", ZeRO-1" : "")
+                : std::string()));
+  if (resume == Resume::kYes) {
+    progress.note(fmt::format(
+        "resumed from {} at step {}{}", ckpt_path, state.step,
+        saved_ranks == ranks
+            ? std::string()
+            : fmt::format(" (written by {} rank{}, continued by {}: the data stream goes on from "
+                          "the same position, the global batch is now {} sequences)",
+                          saved_ranks, saved_ranks == 1 ? "" : "s", ranks,
+                          c.training.batch_size * ranks)));
+  }
 
   auto save = [&] {
     state.rng = rng.state();
@@ -347,12 +424,16 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
   };
   int64_t last_saved = resume == Resume::kYes ? state.step : -1;
   auto run_eval = [&](int64_t step) {
-    const EvalResult e = evaluate(model, *dataset, c);
-    metrics.append(
-        {{"step", step}, {"eval", {{"metric", e.name()}, {"value", e.value}, {"loss", e.loss}}}});
+    const EvalResult e = evaluate(model, *dataset, c, world.get());
     progress.note(fmt::format("step {}/{}: held-out {}", step, total, e.text()));
-    // The curve is rewritten at every evaluation, so it can be watched while the run goes on.
-    write_loss_curve(metrics_path, svg_path, dataset->metric());
+    run_collectively(*world, [&] {
+      if (!lead) return;
+      metrics->append({{"step", step},
+                       {"world_size", ranks},
+                       {"eval", {{"metric", e.name()}, {"value", e.value}, {"loss", e.loss}}}});
+      // The curve is rewritten at every evaluation, so it can be watched while the run goes on.
+      write_loss_curve(metrics_path, svg_path, dataset->metric());
+    });
     return e;
   };
 
@@ -363,8 +444,10 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
   while (state.step < total) {
     const int64_t step = state.step + 1;  // 1-based: the step being run
     const train::StepResult r = trainer.step([&](int64_t, modules::FirstMicrobatch first) {
+      // This rank's rows of the global batch; every rank's cursor moves past all of it.
+      const int64_t rows = c.training.batch_size;
       const data::Batch batch =
-          dataset->next_batch(data::Split::kTrain, c.training.batch_size, seq_len);
+          dataset->next_rows(data::Split::kTrain, rows * ranks, seq_len, rank * rows, rows);
       Tensor loss = model.loss(batch.inputs, batch.targets, first);
       if (hooks.poison_loss && hooks.poison_loss(step)) loss = autograd::scale(loss, NAN);
       return loss;
@@ -400,11 +483,16 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
           r.lr,
           r.grad_norm,
           static_cast<double>(interval_tokens) / std::max(seconds_since(interval_start), 1e-9),
-          state.skipped_steps};
-      metrics.append(
-          step_json(record, train::fp8_slot_health(model),
-                    recipe ? train::fp8_weight_health(model) : std::vector<train::WeightHealth>{},
-                    c.training.log_fp8_slots ? Fp8Detail::kPerSlot : Fp8Detail::kSummary));
+          state.skipped_steps,
+          ranks,
+          r.comm};
+      // The FP8 health is rank 0's (every rank's under reduce_amax, where they are identical).
+      if (lead) {
+        metrics->append(
+            step_json(record, train::fp8_slot_health(model),
+                      recipe ? train::fp8_weight_health(model) : std::vector<train::WeightHealth>{},
+                      c.training.log_fp8_slots ? Fp8Detail::kPerSlot : Fp8Detail::kSummary));
+      }
       interval_start = Clock::now();
       interval_tokens = 0;
     }
@@ -428,13 +516,14 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
   progress.finish();
   const EvalResult final_eval = run_eval(state.step);
   save();
-  write_loss_curve(metrics_path, svg_path, dataset->metric());
+  if (lead) write_loss_curve(metrics_path, svg_path, dataset->metric());
   result.end_step = state.step;
   result.final_eval = final_eval;
   result.skipped_steps = state.skipped_steps;
   result.seconds = seconds_since(t0);
   for (const std::string& m : final_eval.mistakes) progress.note("  e.g. " + m);
-  progress.note(memory_summary(memory_stats(device)));
+  progress.note(memory_summary(memory_stats(device)) +
+                (ranks > 1 ? fmt::format(" (rank 0 of {})", ranks) : std::string()));
   result.summary = fmt::format(
       "done: {} steps in {} ({} this run), {} on {} held-out {}{}; "
       "run directory {}",
@@ -444,7 +533,7 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
       state.skipped_steps > 0 ? fmt::format(", {} steps skipped (non-finite)", state.skipped_steps)
                               : std::string(),
       c.output.dir);
-  out << result.summary << '\n' << std::flush;
+  if (lead) out << result.summary << '\n' << std::flush;
   return result;
 }
 

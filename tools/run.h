@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "modules/gpt.h"
+#include "runtime/comm.h"
 #include "tools/config.h"
 #include "tools/data.h"
 
@@ -45,7 +46,10 @@ struct EvalResult {
 // over the first eval_batches validation batches, and exact match of greedy answers (tasks) or
 // that loss as is or in bits per byte (text)
 // (loss, bits per byte for text). Runs with gradients disabled, so no FP8 scale moves.
-EvalResult evaluate(modules::GPT& model, data::Dataset& dataset, const config::RunConfig& config);
+// Data parallel (`comm` of several ranks): each rank evaluates its share of the batches and the
+// ranks add up the counts and losses (the examples of mistakes are this rank's).
+EvalResult evaluate(modules::GPT& model, data::Dataset& dataset, const config::RunConfig& config,
+                    Communicator* comm = nullptr);
 
 // Greedy (temperature 0) or sampled continuation of (N, P) prompts under the run's FP8 recipe, as
 // the model was trained; returns (N, new_tokens). GPT::generate runs in inference mode.
@@ -85,6 +89,11 @@ struct TrainResult {
 // directory's checkpoint (whose config must be compatible). Progress goes to `out`; warnings to
 // the log. Throws octet::Error for bad input and when too many steps in a row are non-finite (the
 // last good checkpoint stays in place).
+//
+// Data parallel when a launcher started several processes (world_communicator()): every rank
+// checks that it runs the same config as rank 0, reads its own rows of each global batch of
+// N x training.batch_size sequences, and trains the same model; rank 0 alone prints and writes
+// the run directory. A resume may use another number of ranks (the data position is global).
 TrainResult train(const config::RunConfig& config, Resume resume, std::ostream& out,
                   ProgressStyle style, const TrainHooks& hooks = {});
 

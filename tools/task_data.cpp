@@ -116,18 +116,20 @@ TaskExample AlgorithmicTask::example(Split split, uint64_t index) const {
              " draws for example ", index);
 }
 
-Batch AlgorithmicTask::next_batch(Split split, int64_t batch_size, int64_t seq_len) {
+Batch AlgorithmicTask::next_rows(Split split, int64_t batch_size, int64_t seq_len, int64_t first,
+                                 int64_t rows) {
   OCTET_CHECK(batch_size > 0, "batch size ", batch_size, " must be positive");
   OCTET_CHECK(seq_len >= natural_seq_len(), "task ", task_kind_name(kind_), " with ", digits_,
               " digits needs a sequence length of at least ", natural_seq_len(), " (prompt ",
               prompt_len(), " + answer ", answer_len(), " - 1), got ", seq_len);
-  Batch batch = detail::empty_batch(batch_size, seq_len);
-  int32_t* inputs = batch.inputs.data_as<int32_t>();    // (B, T)
-  int32_t* targets = batch.targets.data_as<int32_t>();  // (B, T)
+  detail::check_rows(batch_size, first, rows);
+  Batch batch = detail::empty_batch(rows, seq_len);
+  int32_t* inputs = batch.inputs.data_as<int32_t>();    // (rows, T)
+  int32_t* targets = batch.targets.data_as<int32_t>();  // (rows, T)
   Cursor& c = cursor(split);
   const int64_t answer_from = prompt_len() - 1;  // the input position that predicts answer[0]
-  for (int64_t b = 0; b < batch_size; ++b) {
-    const TaskExample ex = example(split, c.position++);
+  for (int64_t b = 0; b < rows; ++b) {
+    const TaskExample ex = example(split, c.position + static_cast<uint64_t>(first + b));
     std::vector<int32_t> sequence = ex.prompt;
     sequence.insert(sequence.end(), ex.answer.begin(), ex.answer.end());
     const auto used = static_cast<int64_t>(sequence.size()) - 1;
@@ -139,16 +141,20 @@ Batch AlgorithmicTask::next_batch(Split split, int64_t batch_size, int64_t seq_l
       out[t] = inside && t >= answer_from ? sequence[static_cast<size_t>(t + 1)] : kIgnoreIndex;
     }
   }
+  c.position += static_cast<uint64_t>(batch_size);
   return batch;
 }
 
-ExactMatch AlgorithmicTask::evaluate(int64_t count, int64_t batch_size,
-                                     const GenerateFn& generate) const {
+ExactMatch AlgorithmicTask::evaluate(int64_t count, int64_t batch_size, const GenerateFn& generate,
+                                     int64_t share, int64_t shares) const {
   OCTET_CHECK(count > 0 && batch_size > 0, "exact-match evaluation of ", count,
               " examples in batches of ", batch_size, ": both must be positive");
+  OCTET_CHECK(shares >= 1 && share >= 0 && share < shares, "exact-match evaluation: share ", share,
+              " of ", shares, " is not one of them");
   ExactMatch result;
   const int64_t p = prompt_len(), a = answer_len();
   for (int64_t first = 0; first < count; first += batch_size) {
+    if ((first / batch_size) % shares != share) continue;
     const int64_t n = std::min(batch_size, count - first);
     std::vector<TaskExample> examples;
     Tensor prompts = Tensor::empty({n, p}, DType::kI32);  // (n, P)

@@ -50,7 +50,8 @@ class AlgorithmicTask final : public Dataset {
   int64_t vocab_size() const override { return kTaskVocab; }
   int64_t natural_seq_len() const override { return prompt_len() + answer_len() - 1; }
   Metric metric() const override { return Metric::kExactMatch; }
-  Batch next_batch(Split split, int64_t batch_size, int64_t seq_len) override;
+  Batch next_rows(Split split, int64_t batch_size, int64_t seq_len, int64_t first,
+                  int64_t rows) override;
   int64_t batches_per_pass(Split, int64_t, int64_t) const override { return -1; }
   std::vector<int32_t> encode(std::string_view text) const override;      // spaces are skipped
   std::string decode(const std::vector<int32_t>& tokens) const override;  // unknown ids: '?'
@@ -69,8 +70,11 @@ class AlgorithmicTask final : public Dataset {
   std::vector<int32_t> solve(const std::vector<int32_t>& prompt) const;
 
   // Exact match on held-out examples 0 .. count-1 (the same problems at every call), asking
-  // `generate` for answers `batch_size` prompts at a time.
-  ExactMatch evaluate(int64_t count, int64_t batch_size, const GenerateFn& generate) const;
+  // `generate` for answers `batch_size` prompts at a time. With `shares` > 1, only the batches k
+  // with k % shares == share (a data-parallel rank's share; the ranks' counts add up to the
+  // whole).
+  ExactMatch evaluate(int64_t count, int64_t batch_size, const GenerateFn& generate,
+                      int64_t share = 0, int64_t shares = 1) const;
 
  protected:
   void check_cursor(Split split, const Cursor& cursor) const override;

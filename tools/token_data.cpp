@@ -212,9 +212,11 @@ int64_t TokenStreamDataset::tokens_in(Split split) const {
   return total;
 }
 
-Batch TokenStreamDataset::next_batch(Split split, int64_t batch_size, int64_t seq_len) {
+Batch TokenStreamDataset::next_rows(Split split, int64_t batch_size, int64_t seq_len, int64_t first,
+                                    int64_t rows) {
   OCTET_CHECK(batch_size > 0 && seq_len > 0, "batch shape (", batch_size, ", ", seq_len,
               ") must be positive");
+  detail::check_rows(batch_size, first, rows);
   const std::vector<Segment>& segs = segments(split);
   const int64_t step = batch_size * seq_len;
   const int64_t need = step + 1;  // the last target is the token after the window
@@ -233,11 +235,12 @@ Batch TokenStreamDataset::next_batch(Split split, int64_t batch_size, int64_t se
     c.segment = (c.segment + 1) % segs.size();
     c.position = 0;
   }
-  const uint16_t* window = segs[c.segment].tokens + c.position;
-  Batch batch = detail::empty_batch(batch_size, seq_len);
-  int32_t* inputs = batch.inputs.data_as<int32_t>();
-  int32_t* targets = batch.targets.data_as<int32_t>();
-  for (int64_t i = 0; i < step; ++i) {
+  // Row j of the batch starts j * seq_len tokens into the window, as in one process's batch.
+  const uint16_t* window = segs[c.segment].tokens + c.position + first * seq_len;
+  Batch batch = detail::empty_batch(rows, seq_len);
+  int32_t* inputs = batch.inputs.data_as<int32_t>();    // (rows, T)
+  int32_t* targets = batch.targets.data_as<int32_t>();  // (rows, T)
+  for (int64_t i = 0; i < rows * seq_len; ++i) {
     inputs[i] = window[i];
     targets[i] = window[i + 1];
   }

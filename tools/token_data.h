@@ -64,7 +64,8 @@ struct Segment {
 class TokenStreamDataset : public Dataset {
  public:
   int64_t natural_seq_len() const override { return 0; }
-  Batch next_batch(Split split, int64_t batch_size, int64_t seq_len) override;
+  Batch next_rows(Split split, int64_t batch_size, int64_t seq_len, int64_t first,
+                  int64_t rows) override;
   int64_t batches_per_pass(Split split, int64_t batch_size, int64_t seq_len) const override;
   const std::vector<Segment>& segments(Split split) const {
     return split == Split::kTrain ? train_ : validation_;

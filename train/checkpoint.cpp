@@ -61,14 +61,18 @@ void check_recipes(const Checkpoint& c, modules::Module& model) {
 
 void save_checkpoint(const std::string& path, modules::Module& model, modules::Optimizer* optimizer,
                      const SafetensorsMetadata& metadata) {
+  save_checkpoint(path, model, optimizer != nullptr ? optimizer->state_dict() : NamedTensors{},
+                  metadata);
+}
+
+void save_checkpoint(const std::string& path, modules::Module& model,
+                     const NamedTensors& optimizer_state, const SafetensorsMetadata& metadata) {
   NamedTensors tensors;
   for (auto& [name, t] : model.state_dict()) {
     tensors.emplace_back(std::string(kModelPrefix) + name, t);
   }
-  if (optimizer != nullptr) {
-    for (auto& [name, t] : optimizer->state_dict()) {
-      tensors.emplace_back(std::string(kOptimizerPrefix) + name, t);
-    }
+  for (const auto& [name, t] : optimizer_state) {
+    tensors.emplace_back(std::string(kOptimizerPrefix) + name, t);
   }
   SafetensorsMetadata all = {
       {kFormatKey, std::string(kCheckpointFormat)},

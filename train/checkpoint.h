@@ -28,6 +28,10 @@ inline constexpr std::string_view kOptimizerPrefix = "optimizer.";
 // `metadata` that octet writes itself are an error.
 void save_checkpoint(const std::string& path, modules::Module& model, modules::Optimizer* optimizer,
                      const SafetensorsMetadata& metadata = {});
+// The same with the optimizer's state given as tensors (ZeRO-1: the shards gathered,
+// train::DataParallel::optimizer_state), named as Optimizer::state_dict names them.
+void save_checkpoint(const std::string& path, modules::Module& model,
+                     const NamedTensors& optimizer_state, const SafetensorsMetadata& metadata = {});
 
 // A checkpoint read and checked: every malformed or truncated file, a safetensors file that is
 // not an octet checkpoint, and a tensor outside model./optimizer. are octet::Errors naming the

@@ -1,6 +1,8 @@
 // The training step, evaluation and checkpoints of train::Trainer.
 #include "train/trainer.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 
 #include "autograd/engine.h"
@@ -17,6 +19,7 @@ namespace {
 constexpr const char* kStepKey = "step";
 constexpr const char* kSkippedKey = "skipped_steps";
 constexpr const char* kNonfiniteKey = "nonfinite_run";
+constexpr const char* kWorldSizeKey = "world_size";
 
 bool has_fp8_primary_weights(const std::vector<modules::Parameter>& params) {
   for (const modules::Parameter& p : params) {
@@ -25,13 +28,30 @@ bool has_fp8_primary_weights(const std::vector<modules::Parameter>& params) {
   return false;
 }
 
+std::unique_ptr<DataParallel> make_data_parallel(const TrainerOptions& o,
+                                                 const std::vector<modules::Parameter>& params) {
+  if (o.comm == nullptr || o.comm->size() == 1) return nullptr;
+  return std::make_unique<DataParallel>(o.comm, params, o.zero_stage, o.grad_bucket_bytes);
+}
+
+// The bytes of `t` as a hex FNV-1a digest, to compare tensors across ranks without moving them.
+std::string digest(const Tensor& t) {
+  const Tensor host = t.device().is_cpu() ? t : t.to(Device::cpu());
+  const auto* p = static_cast<const uint8_t*>(host.data());
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < host.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return fmt::format("{:016x}", h);
+}
+
 }  // namespace
 
 Trainer::Trainer(modules::Module& model, TrainerOptions options)
     : model_(model),
       options_(std::move(options)),
       params_(model.parameters()),
-      optimizer_(params_, options_.optimizer) {
+      dp_(make_data_parallel(options_, params_)),
+      optimizer_(params_, options_.optimizer,
+                 dp_ != nullptr ? dp_->optimizer_shards() : std::vector<modules::ElementRange>{}) {
   OCTET_CHECK(options_.grad_accum >= 1, "Trainer: grad_accum must be >= 1, got ",
               options_.grad_accum);
   OCTET_CHECK(options_.max_nonfinite_steps >= 0, "Trainer: max_nonfinite_steps must be >= 0, got ",
@@ -39,6 +59,37 @@ Trainer::Trainer(modules::Module& model, TrainerOptions options)
   // Caching pays only with several micro-batches and weights cast from high precision.
   cache_weights_ = options_.cache_fp8_weights && options_.recipe.has_value() &&
                    options_.grad_accum > 1 && !has_fp8_primary_weights(params_);
+  if (dp_ != nullptr) {
+    dp_->attach(optimizer_);
+    check_same_on_all_ranks();
+  }
+}
+
+void Trainer::check_same_on_all_ranks() {
+  // A bad launch is an error naming what differs, before any step could deadlock or diverge.
+  const TrainerOptions& o = options_;
+  const modules::OptimizerOptions& opt = o.optimizer;
+  require_same_on_all_ranks(
+      dp_->comm(),
+      {{"recipe", o.recipe ? describe(*o.recipe) : "none"},
+       {"grad_accum", std::to_string(o.grad_accum)},
+       {"grad_clip", fmt::format("{}", o.grad_clip)},
+       {"zero_stage", std::to_string(static_cast<int>(o.zero_stage))},
+       {"grad_bucket_bytes", std::to_string(o.grad_bucket_bytes)},
+       {"cache_fp8_weights", o.cache_fp8_weights ? "true" : "false"},
+       {"optimizer", fmt::format("kind {} betas {} {} eps {} weight_decay {} momentum {}",
+                                 static_cast<int>(opt.kind), opt.beta1, opt.beta2, opt.eps,
+                                 opt.weight_decay, opt.momentum)},
+       {"schedule",
+        fmt::format("lr {} warmup {} total {} min_lr_ratio {}", o.schedule.base_lr,
+                    o.schedule.warmup_steps, o.schedule.total_steps, o.schedule.min_lr_ratio)},
+       {"parameters", std::to_string(params_.size())}},
+      "Trainer options");
+  std::vector<std::pair<std::string, std::string>> state;
+  for (const auto& [name, t] : model_.state_dict()) state.emplace_back(name, digest(t));
+  require_same_on_all_ranks(dp_->comm(), state,
+                            "the model's state (build it from the same seed on every rank)",
+                            /*show_values=*/false);
 }
 
 StepResult Trainer::step(const MicroBatchLoss& loss_of) {
@@ -46,6 +97,7 @@ StepResult Trainer::step(const MicroBatchLoss& loss_of) {
   r.step = step_ + 1;
   r.lr = options_.schedule.at(step_);
   const int64_t accum = options_.grad_accum;
+  if (dp_ != nullptr) dp_->begin_step();
   double loss_sum = 0.0;
   bool finite = true;
   for (int64_t micro = 0; micro < accum && finite; ++micro) {
@@ -56,26 +108,40 @@ StepResult Trainer::step(const MicroBatchLoss& loss_of) {
     Tensor loss;
     {
       std::optional<modules::FP8Autocast> fp8;
-      if (options_.recipe) fp8.emplace(*options_.recipe);
+      if (options_.recipe) {
+        fp8.emplace(*options_.recipe, modules::FP8Enabled::kYes,
+                    dp_ != nullptr ? options_.comm : nullptr);
+      }
       loss = loss_of(micro, first);
       if (fp8) fp8->close();  // the forward scales update here; a failure throws here
     }
-    const double value = loss.item();
+    // Every rank decides on the mean, so all of them skip a step that is not finite anywhere.
+    const double value = dp_ != nullptr ? dp_->mean(loss.item()) : loss.item();
     if (!std::isfinite(value)) {
       finite = false;
       break;  // the graph is dropped unused; nothing it holds touches a weight
     }
-    autograd::backward(accum > 1 ? autograd::scale(loss, 1.f / static_cast<float>(accum)) : loss);
+    // Each rank's backward yields its share of the global mean's gradient (1 / ranks of its own
+    // mean's), and the buckets sum the shares. So the gradients an FP8 cast sees in backward are
+    // those of one process on the global batch, and their reduced amaxes give its scales.
+    const int64_t shares = accum * world_size();
+    if (dp_ != nullptr) dp_->begin_backward(micro + 1 == accum);
+    autograd::backward(shares > 1 ? autograd::scale(loss, 1.f / static_cast<float>(shares)) : loss);
     loss_sum += value;
   }
   r.grad_norm = NAN;
-  if (finite) {
+  if (finite && dp_ != nullptr) {
+    dp_->finish_gradients();
+    r.grad_norm = dp_->clip(options_.grad_clip);
+    finite = std::isfinite(r.grad_norm);
+  } else if (finite) {
     r.grad_norm = modules::clip_grad_norm(params_, options_.grad_clip);
     finite = std::isfinite(r.grad_norm);
   }
   r.loss = finite ? loss_sum / static_cast<double>(accum) : NAN;
   if (finite) {
     optimizer_.step(r.lr);
+    if (dp_ != nullptr) dp_->gather_parameters(optimizer_);
     nonfinite_run_ = 0;
   } else {
     ++nonfinite_run_;
@@ -87,6 +153,7 @@ StepResult Trainer::step(const MicroBatchLoss& loss_of) {
   step_ = r.step;
   r.skipped = !finite;
   r.nonfinite_run = nonfinite_run_;
+  if (dp_ != nullptr) r.comm = dp_->step_bytes();
   OCTET_CHECK(options_.max_nonfinite_steps == 0 || nonfinite_run_ < options_.max_nonfinite_steps,
               "training stopped at step ", r.step, ": the loss was NaN or inf for ", nonfinite_run_,
               " steps in a row (max_nonfinite_steps ", options_.max_nonfinite_steps,
@@ -113,30 +180,54 @@ void Trainer::save(const std::string& path, const SafetensorsMetadata& metadata)
   SafetensorsMetadata all = metadata;
   for (const auto& [key, value] : {std::pair<const char*, int64_t>{kStepKey, step_},
                                    {kSkippedKey, skipped_},
-                                   {kNonfiniteKey, nonfinite_run_}}) {
+                                   {kNonfiniteKey, nonfinite_run_},
+                                   {kWorldSizeKey, world_size()}}) {
     OCTET_CHECK(all.find(key) == all.end(), "Trainer::save: metadata key \"", key,
                 "\" is the trainer's own");
     all.emplace(key, std::to_string(value));
   }
-  save_checkpoint(path, model_, &optimizer_, all);
+  if (dp_ == nullptr) return save_checkpoint(path, model_, &optimizer_, all);
+  const NamedTensors optimizer_state = dp_->optimizer_state(optimizer_);  // a collective
+  run_collectively(dp_->comm(), [&] {
+    if (rank() == 0) save_checkpoint(path, model_, optimizer_state, all);
+  });
 }
 
 SafetensorsMetadata Trainer::load(const std::string& path) {
-  const Checkpoint c = read_checkpoint(path);
+  Checkpoint c;
+  if (dp_ == nullptr) {
+    c = read_checkpoint(path);
+  } else {
+    run_collectively(dp_->comm(), [&] { c = read_checkpoint(path); });
+  }
   load(c);
   return c.metadata;
 }
 
 void Trainer::load(const Checkpoint& c) {
-  const int64_t step = metadata_int(c, kStepKey);
-  const int64_t skipped = metadata_int(c, kSkippedKey);
-  // Checkpoints written before the trainer recorded it resume with no skipped step in a row.
-  const int64_t nonfinite =
-      c.metadata.count(kNonfiniteKey) != 0 ? metadata_int(c, kNonfiniteKey) : 0;
-  load_checkpoint(c, model_, &optimizer_);
+  int64_t step = 0, skipped = 0, nonfinite = 0;
+  auto restore = [&] {
+    step = metadata_int(c, kStepKey);
+    skipped = metadata_int(c, kSkippedKey);
+    // Checkpoints written before the trainer recorded it resume with no skipped step in a row.
+    nonfinite = c.metadata.count(kNonfiniteKey) != 0 ? metadata_int(c, kNonfiniteKey) : 0;
+    load_checkpoint(c, model_, &optimizer_);
+  };
+  if (dp_ == nullptr) {
+    restore();
+  } else {
+    run_collectively(dp_->comm(), restore);
+    dp_->after_load(optimizer_);
+    check_same_on_all_ranks();
+  }
   step_ = step;
   skipped_ = skipped;
   nonfinite_run_ = nonfinite;
+}
+
+int64_t checkpoint_world_size(const Checkpoint& c) {
+  // Checkpoints written before the key existed came from one process.
+  return c.metadata.count(kWorldSizeKey) != 0 ? metadata_int(c, kWorldSizeKey) : 1;
 }
 
 }  // namespace octet::train

@@ -12,19 +12,26 @@
 //   }
 //   trainer.save("run/checkpoint.safetensors");   // model, optimizer, FP8 metas, step
 //   trainer.load("run/checkpoint.safetensors");   // and back, bit for bit
+//
+// Data parallel: with options.comm = world_communicator() under `mpirun -np N`, every rank
+// builds the same model and trainer and passes step() its own part of each global batch; the
+// trainer averages the gradients, reduces the FP8 amaxes, and (ZeRO-1) shards the optimizer.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "modules/fp8_state.h"
 #include "modules/module.h"
 #include "modules/optimizer.h"
+#include "runtime/comm.h"
 #include "runtime/recipe.h"
 #include "runtime/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/data_parallel.h"
 
 namespace octet::train {
 
@@ -39,6 +46,12 @@ struct TrainerOptions {
   // Quantize each FP8 weight once per step (first micro-batch) and reuse it for the others; only
   // with several micro-batches, and never for FP8 primary weights (already FP8).
   bool cache_fp8_weights = true;
+  // Data parallel (train/data_parallel.h): the ranks that train the model together; null, or
+  // one rank, is this process alone. Every rank must build the same model from the same seed
+  // and the same options (checked, with an error naming what differs, before the first step).
+  std::shared_ptr<Communicator> comm;
+  ZeroStage zero_stage = ZeroStage::kNone;       // kOptimizerState: ZeRO-1
+  int64_t grad_bucket_bytes = int64_t{1} << 20;  // f32 gradient bytes per reduced bucket
 };
 
 struct StepResult {
@@ -48,6 +61,7 @@ struct StepResult {
   float lr = 0.f;             // the learning rate the step used (or would have)
   bool skipped = false;       // the loss or the gradient norm was NaN/inf: no update
   int64_t nonfinite_run = 0;  // skipped steps in a row, this one included
+  CommBytes comm;             // data parallel: what the step communicated (zeros alone)
 };
 
 class Trainer {
@@ -64,7 +78,9 @@ class Trainer {
   // loss / grad_accum), clipping, the update at schedule.at(step), zero_grad. A NaN/inf loss
   // ends the step at once (the remaining micro-batches are not asked for) and skips the update;
   // max_nonfinite_steps such steps in a row throw octet::Error. The gradient's global norm and
-  // the loss are reported.
+  // the loss are reported. Data parallel: the loss is the mean over the ranks (a NaN on one
+  // rank skips the step on all), and accumulation, clipping and the norm see the gradient
+  // averaged over the ranks.
   StepResult step(const MicroBatchLoss& loss);
 
   // Runs `f` with the model in eval mode and gradients disabled (no FP8 scale moves), then
@@ -72,9 +88,12 @@ class Trainer {
   double evaluate(const std::function<double()>& f);
 
   // Writes the model, the optimizer, every FP8 meta and the trainer's own state ("step",
-  // "skipped_steps", "nonfinite_run") with the caller's `metadata` (train/checkpoint.h).
+  // "skipped_steps", "nonfinite_run", "world_size") with the caller's `metadata`
+  // (train/checkpoint.h). Data parallel: a collective; rank 0 writes the one file (ZeRO-1's
+  // optimizer state gathered first), and a failure to write is an error on every rank.
   void save(const std::string& path, const SafetensorsMetadata& metadata = {});
-  // Restores all of it; returns the checkpoint's metadata for the caller's own entries.
+  // Restores all of it; returns the checkpoint's metadata for the caller's own entries. Any
+  // number of ranks loads a checkpoint written by any number (every rank reads the file).
   SafetensorsMetadata load(const std::string& path);
   void load(const Checkpoint& checkpoint);  // a checkpoint already read
 
@@ -84,16 +103,32 @@ class Trainer {
   const TrainerOptions& options() const { return options_; }
   modules::Optimizer& optimizer() { return optimizer_; }
   modules::Module& model() { return model_; }
+  // Data parallel: the gradient reduction (null in one process).
+  const DataParallel* data_parallel() const { return dp_.get(); }
+  // The optimizer's state as full tensors, named as Optimizer::state_dict names them (ZeRO-1:
+  // gathered from every rank, a collective).
+  NamedTensors optimizer_state() {
+    return dp_ != nullptr ? dp_->optimizer_state(optimizer_) : optimizer_.state_dict();
+  }
+  int rank() const { return dp_ != nullptr ? dp_->comm().rank() : 0; }
+  int world_size() const { return dp_ != nullptr ? dp_->comm().size() : 1; }
 
  private:
+  void check_same_on_all_ranks();
+
   modules::Module& model_;
   TrainerOptions options_;
   std::vector<modules::Parameter> params_;
+  std::unique_ptr<DataParallel> dp_;  // null in one process
   modules::Optimizer optimizer_;
   bool cache_weights_ = false;
   int64_t step_ = 0;
   int64_t skipped_ = 0;
   int64_t nonfinite_run_ = 0;
 };
+
+// How many ranks trained the checkpoint (1 for checkpoints of one process, or written before
+// the trainer recorded it).
+int64_t checkpoint_world_size(const Checkpoint& checkpoint);
 
 }  // namespace octet::train

@@ -1,10 +1,13 @@
 // Uses octet as a library: trains a LayerNormMLP under FP8 delayed scaling with AdamW to map random
 // inputs onto fixed random targets with train::Trainer, saves a checkpoint half way, restores it
 // into a fresh module and finishes there, and fails unless the loss fell and the resumed run's
-// losses equal the uninterrupted run's bit for bit.
+// losses equal the uninterrupted run's bit for bit. Alone it is one process; under
+// `mpirun -np 2` the same program trains data-parallel: each rank takes its own rows of the
+// batch and the trainer keeps the ranks' weights and FP8 state identical.
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +32,8 @@ train::TrainerOptions trainer_options(const Recipe& recipe) {
   options.recipe = recipe;
   options.schedule.base_lr = 3e-3f;
   options.schedule.total_steps = kSteps;
+  // Every process the launcher started (one without a launcher: then MPI is never touched).
+  options.comm = world_communicator();
   return options;
 }
 
@@ -41,7 +46,7 @@ std::vector<double> run(train::Trainer& trainer, modules::LayerNormMLP& mlp, con
       const Tensor diff = autograd::sub(mlp.forward(x, first), target);  // inside the FP8 scope
       return autograd::mean(autograd::mul(diff, diff));
     });
-    std::printf("step %2d  loss %.5f\n", step, r.loss);
+    if (trainer.rank() == 0) std::printf("step %2d  loss %.5f\n", step, r.loss);
     losses.push_back(r.loss);
   }
   return losses;
@@ -50,13 +55,18 @@ std::vector<double> run(train::Trainer& trainer, modules::LayerNormMLP& mlp, con
 }  // namespace
 
 int main() {
+  const std::shared_ptr<Communicator> world = world_communicator();
   try {
     const Recipe recipe = Recipe::delayed(FP8Format::kHybrid);  // e4m3 forward, e5m2 gradients
     Generator gen(7);
-    Tensor x = Tensor::empty({kTokens, kHidden}, DType::kF32);       // (tokens, hidden)
-    Tensor target = Tensor::empty({kTokens, kHidden}, DType::kF32);  // (tokens, hidden)
-    gen.fill_normal(x, 0.f, 1.f);
-    gen.fill_normal(target, 0.f, 0.5f);
+    Tensor all_x = Tensor::empty({kTokens, kHidden}, DType::kF32);       // (tokens, hidden)
+    Tensor all_target = Tensor::empty({kTokens, kHidden}, DType::kF32);  // (tokens, hidden)
+    gen.fill_normal(all_x, 0.f, 1.f);
+    gen.fill_normal(all_target, 0.f, 0.5f);
+    // This rank's rows (all of them in one process).
+    const int64_t rows = kTokens / world->size(), first_row = world->rank() * rows;
+    const Tensor x = all_x.slice(first_row, first_row + rows);
+    const Tensor target = all_target.slice(first_row, first_row + rows);
     const std::string checkpoint =
         (std::filesystem::temp_directory_path() / "octet_consumer_checkpoint.safetensors").string();
 
@@ -71,9 +81,11 @@ int main() {
     // A fresh module and trainer restored from the checkpoint finish the run exactly.
     modules::LayerNormMLP resumed(kHidden, kFfn, mlp_options(recipe));
     train::Trainer resumed_trainer(resumed, trainer_options(recipe));
-    resumed_trainer.load(checkpoint);
-    std::filesystem::remove(checkpoint);
-    std::printf("resumed at step %lld\n", static_cast<long long>(resumed_trainer.steps_done()));
+    resumed_trainer.load(checkpoint);  // every rank has read it when load returns
+    if (world->rank() == 0) {
+      std::filesystem::remove(checkpoint);
+      std::printf("resumed at step %lld\n", static_cast<long long>(resumed_trainer.steps_done()));
+    }
     const std::vector<double> again = run(resumed_trainer, resumed, x, target, kSaveAt, kSteps);
 
     for (size_t i = 0; i < again.size(); ++i) {
@@ -88,10 +100,15 @@ int main() {
       std::fprintf(stderr, "loss did not fall: %.5f -> %.5f\n", first, last);
       return 1;
     }
-    std::printf("loss fell from %.5f to %.5f; the resumed run matched bit for bit\n", first, last);
+    if (world->rank() == 0) {
+      std::printf(
+          "loss fell from %.5f to %.5f on %d rank(s); the resumed run matched bit for bit\n", first,
+          last, world->size());
+    }
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "rank %d: error: %s\n", world->rank(), e.what());
+    if (world->size() > 1) world->abort(1);  // no rank may wait for this one forever
     return 1;
   }
 }

@@ -2,7 +2,8 @@
 file(GLOB_RECURSE sources RELATIVE "${ROOT}"
      "${ROOT}/runtime/*.h" "${ROOT}/runtime/*.cpp" "${ROOT}/kernels/*.h" "${ROOT}/kernels/*.cpp"
      "${ROOT}/kernels/*.cu" "${ROOT}/kernels/*.cuh" "${ROOT}/autograd/*.h" "${ROOT}/autograd/*.cpp" "${ROOT}/modules/*.h"
-     "${ROOT}/modules/*.cpp" "${ROOT}/tools/*.h" "${ROOT}/tools/*.cpp" "${ROOT}/tests/*.h"
+     "${ROOT}/modules/*.cpp" "${ROOT}/train/*.h" "${ROOT}/train/*.cpp" "${ROOT}/tools/*.h"
+     "${ROOT}/tools/*.cpp" "${ROOT}/tests/*.h"
      "${ROOT}/tests/*.cpp" "${ROOT}/bench/*.cpp")
 set(bad "")
 foreach(f IN LISTS sources)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the built octet into a temporary prefix, builds examples/consumer against the installed
-# CMake package (find_package(octet) + octet::octet) and runs it: the library as a user gets it.
+# CMake package (find_package(octet) + octet::octet) and runs it: the library as a user gets it;
+# then, in a build with MPI, runs it again as two data-parallel ranks under mpirun.
 # Usage: install_consumer_test.sh <cmake> <build dir> <source dir> <generator> <c++ compiler>
 set -euo pipefail
 
@@ -21,3 +22,7 @@ fi
   > "$work/configure.log" || { cat "$work/configure.log"; exit 1; }
 "$cmake_bin" --build "$work/consumer" > "$work/build.log" || { cat "$work/build.log"; exit 1; }
 "$work/consumer/consumer"
+# The same program data-parallel over two processes, where Open MPI is installed.
+if command -v mpirun >/dev/null 2>&1 && [ -f "$build_dir/tests/octet_dist_tests" ]; then
+  bash "$source_dir/tests/dist/run_ranks.sh" mpirun 2 "$work/consumer/consumer"
+fi

@@ -348,6 +348,8 @@ TEST(Config, RoundTripsThroughJson) {
             "training.max_nonfinite_steps=2",
             "training.threads=3",
             "training.log_fp8_slots=true",
+            "training.zero_stage=1",
+            "training.grad_bucket_kb=64",
             "output.dir=/tmp/run"});
   const Json json = to_json(c);
   size_t keys = 0;

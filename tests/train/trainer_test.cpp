@@ -14,6 +14,7 @@
 #include "modules/fp8_autocast.h"
 #include "modules/gpt.h"
 #include "tests/support/scratch_dir.h"
+#include "tests/support/small_gpt.h"
 #include "tests/support/test_util.h"
 #include "train/checkpoint.h"
 #include "train/fp8_health.h"
@@ -21,19 +22,7 @@
 namespace octet::train {
 namespace {
 
-modules::GPTConfig small_gpt(std::optional<Recipe> recipe,
-                             modules::FP8PrimaryWeights primary = modules::FP8PrimaryWeights::kNo) {
-  modules::GPTConfig g;
-  g.vocab_size = 16;
-  g.max_seq_len = 16;
-  g.n_layer = 1;
-  g.d_model = 32;
-  g.n_head = 2;
-  g.recipe = std::move(recipe);
-  g.fp8_primary_weights = primary;
-  g.seed = 9;
-  return g;
-}
+using test::small_gpt;
 
 TrainerOptions options_for(std::optional<Recipe> recipe, int64_t accum = 2) {
   TrainerOptions o;

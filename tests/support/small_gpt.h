@@ -1,0 +1,29 @@
+// The small GPT the training tests share (1 layer, width 32, 2 heads, 16 tokens of context and
+// vocabulary): FP8 GEMM shapes hold for 4 or more sequences of 16 tokens.
+#pragma once
+
+#include <optional>
+#include <utility>
+
+#include "modules/gpt.h"
+
+namespace octet::test {
+
+inline modules::GPTConfig small_gpt(
+    std::optional<Recipe> recipe,
+    modules::FP8PrimaryWeights primary = modules::FP8PrimaryWeights::kNo, DType dtype = DType::kF32,
+    uint64_t seed = 9) {
+  modules::GPTConfig g;
+  g.vocab_size = 16;
+  g.max_seq_len = 16;
+  g.n_layer = 1;
+  g.d_model = 32;
+  g.n_head = 2;
+  g.dtype = dtype;
+  g.recipe = std::move(recipe);
+  g.fp8_primary_weights = primary;
+  g.seed = seed;
+  return g;
+}
+
+}  // namespace octet::test
