@@ -103,7 +103,7 @@ std::vector<std::pair<std::string, FP8Meta*>> Module::fp8_metas() {
 int64_t Module::num_parameters() {
   int64_t n = 0;
   // An FP8 weight counts its logical elements (packed 4-bit data holds two a byte).
-  for (const Parameter& p : parameters()) n += p.is_fp8() ? (*p.fp8)->numel() : p.tensor->numel();
+  for (const Parameter& p : parameters()) n += p.value_numel();
   return n;
 }
 

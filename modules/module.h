@@ -36,6 +36,11 @@ struct Parameter {
   FP8State* fp8_state = nullptr;
   int fp8_gemm = -1;
   bool is_fp8() const { return fp8 != nullptr && *fp8 != nullptr; }
+  // The shape of the values the parameter stands for, which its gradient, master copy and
+  // optimizer state have: an FP8 primary weight's logical shape (its leaf may be packed bytes,
+  // two NVFP4 values a byte), else the tensor's.
+  const Shape& value_shape() const { return is_fp8() ? (*fp8)->shape() : tensor->shape(); }
+  int64_t value_numel() const { return is_fp8() ? (*fp8)->numel() : tensor->numel(); }
 };
 
 class Module {

@@ -30,9 +30,9 @@ Optimizer::Optimizer(std::vector<Parameter> params, OptimizerOptions options,
               " shards for ", params_.size(), " parameters");
   for (size_t i = 0; i < shards_.size(); ++i) {
     const ElementRange r = shards_[i];
-    OCTET_CHECK(r.begin >= 0 && r.begin <= r.end && r.end <= params_[i].tensor->numel(),
+    OCTET_CHECK(r.begin >= 0 && r.begin <= r.end && r.end <= params_[i].value_numel(),
                 "Optimizer: shard [", r.begin, ", ", r.end, ") of parameter \"", params_[i].name,
-                "\" is outside its ", params_[i].tensor->numel(), " elements");
+                "\" is outside its ", params_[i].value_numel(), " elements");
   }
   MemTagScope tag(MemTag::kOptimizer);
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -65,7 +65,7 @@ Optimizer::Optimizer(std::vector<Parameter> params, OptimizerOptions options,
 }
 
 ElementRange Optimizer::shard(size_t i) const {
-  return sharded() ? shards_[i] : ElementRange{0, params_[i].tensor->numel()};
+  return sharded() ? shards_[i] : ElementRange{0, params_[i].value_numel()};
 }
 
 Tensor Optimizer::part(const Tensor& t, size_t i) const {
@@ -161,7 +161,7 @@ void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>
     OCTET_CHECK(src != nullptr, "optimizer state: missing key \"", e.name, "\"");
     // Full tensors, as an unsharded optimizer holds them; a shard keeps its part.
     const Shape want =
-        e.param < 0 ? e.tensor.shape() : params_[static_cast<size_t>(e.param)].tensor->shape();
+        e.param < 0 ? e.tensor.shape() : params_[static_cast<size_t>(e.param)].value_shape();
     OCTET_CHECK(src->shape() == want && src->dtype() == e.tensor.dtype(), "optimizer state: \"",
                 e.name, "\" is ", *src, " but expected ", e.tensor.dtype(), shape_str(want));
     e.tensor.copy_bytes_from(e.param < 0 ? *src : part(*src, static_cast<size_t>(e.param)));

@@ -77,7 +77,11 @@ std::string usage_of(const Checkpoint& c, const std::string& full_name, const Te
   if (full_name.starts_with(train::kOptimizerPrefix)) {
     return ends_with(full_name, ".master") ? "master" : "optimizer";
   }
-  if (full_name.find("fp8_meta.") != std::string::npos) return "fp8 meta";
+  // FP8 metas (delayed scaling) and other FP8 state (NVFP4's stochastic-rounding streams).
+  if (full_name.find("fp8_meta.") != std::string::npos ||
+      full_name.find("fp8_state.") != std::string::npos) {
+    return "fp8 meta";
+  }
   const nlohmann::ordered_json quantized = quantized_weights(c);
   if (!quantized.empty()) {
     for (const auto& [name, entry] : quantized.items()) {
@@ -144,6 +148,7 @@ nlohmann::ordered_json inspect_json(const Checkpoint& c) {
                        {"format", entry.value("format", "")},
                        {"dtype", entry.value("dtype", "")},
                        {"shape", entry.value("shape", nlohmann::json::array())},
+                       {"attributes", entry.value("attributes", nlohmann::json::object())},
                        {"layout", format_layout(entry.value("format", ""))}});
   }
   j["quantized_weights"] = std::move(weights);
@@ -193,8 +198,14 @@ std::string inspect_text(const Checkpoint& c) {
         for (const auto& d : entry.value("shape", nlohmann::ordered_json::array())) {
           shape.push_back(d.get<int64_t>());
         }
-        out += fmt::format("    {:<{}}  {} {}\n", name, width, entry.value("dtype", ""),
-                           shape_str(shape));
+        std::string attributes;
+        const nlohmann::ordered_json listed =
+            entry.value("attributes", nlohmann::ordered_json::object());
+        for (const auto& [key, value] : listed.items()) {
+          attributes += fmt::format("  {}: {}", key, value.get<std::string>());
+        }
+        out += fmt::format("    {:<{}}  {} {}{}\n", name, width, entry.value("dtype", ""),
+                           shape_str(shape), attributes);
       }
     }
   }
@@ -217,7 +228,7 @@ std::string inspect_text(const Checkpoint& c) {
       format_bytes(b.fp8_columnwise));
   out += fmt::format("  master weights            {:>12}\n", format_bytes(b.master));
   out += fmt::format("  optimizer state           {:>12}\n", format_bytes(b.optimizer));
-  out += fmt::format("  FP8 metas                 {:>12}\n", format_bytes(b.fp8_meta));
+  out += fmt::format("  FP8 metas and state       {:>12}\n", format_bytes(b.fp8_meta));
   out += "\nconfig:\n" + config::to_json(c.state.config).dump(2) + "\n";
   return out;
 }

@@ -24,7 +24,8 @@ nlohmann::ordered_json fp8_recipes(modules::Module& model) {
   return out;
 }
 
-// Per FP8 primary weight: its format, dtype, logical shape and the tensors of its checkpoint form.
+// Per FP8 primary weight: its format, dtype, logical shape, the tensors of its checkpoint form and
+// the format's attributes (block shape, packing) where it has any.
 nlohmann::ordered_json quantized_weights(modules::Module& model) {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const modules::Parameter& p : model.parameters()) {
@@ -34,10 +35,17 @@ nlohmann::ordered_json quantized_weights(modules::Module& model) {
     for (const auto& [suffix, t] : q.rowwise_state()) {
       tensors.push_back(std::string(kModelPrefix) + p.name + suffix);
     }
-    out[std::string(kModelPrefix) + p.name] = {{"format", std::string(q.format())},
-                                               {"dtype", std::string(dtype_name(q.dtype()))},
-                                               {"shape", q.shape()},
-                                               {"tensors", std::move(tensors)}};
+    nlohmann::ordered_json entry = {{"format", std::string(q.format())},
+                                    {"dtype", std::string(dtype_name(q.dtype()))},
+                                    {"shape", q.shape()},
+                                    {"tensors", std::move(tensors)}};
+    const auto attributes = q.attributes();
+    if (!attributes.empty()) {
+      nlohmann::ordered_json a = nlohmann::ordered_json::object();
+      for (const auto& [key, value] : attributes) a[key] = value;
+      entry["attributes"] = std::move(a);
+    }
+    out[std::string(kModelPrefix) + p.name] = std::move(entry);
   }
   return out;
 }

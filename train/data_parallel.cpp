@@ -71,8 +71,8 @@ DataParallel::DataParallel(std::shared_ptr<Communicator> comm, std::vector<Param
     }
     Bucket& b = buckets_[it->second];
     where_[k] = {it->second, b.slots.size()};
-    b.slots.push_back({k, b.numel, p.tensor->numel()});
-    b.numel += p.tensor->numel();
+    b.slots.push_back({k, b.numel, p.value_numel()});
+    b.numel += p.value_numel();
   }
   MemTagScope tag(MemTag::kGrads);
   for (Bucket& b : buckets_) {
@@ -86,7 +86,7 @@ DataParallel::DataParallel(std::shared_ptr<Communicator> comm, std::vector<Param
     for (size_t k = 0; k < params_.size(); ++k) {
       const auto [bi, si] = where_[k];
       if (bi == SIZE_MAX) {
-        shards_.push_back({0, params_[k].tensor->numel()});  // frozen: every rank keeps it all
+        shards_.push_back({0, params_[k].value_numel()});  // frozen: every rank keeps it all
         continue;
       }
       const Owned o = owned(buckets_[bi], buckets_[bi].slots[si], comm_->rank());
@@ -421,7 +421,7 @@ NamedTensors DataParallel::optimizer_state(modules::Optimizer& optimizer) {
       for (const Slot& s : b.slots) {
         const Parameter& p = params_[s.param];
         full_state[p.name + sfx] =
-            full.slice(s.offset, s.offset + s.numel).reshape(p.tensor->shape()).clone();
+            full.slice(s.offset, s.offset + s.numel).reshape(p.value_shape()).clone();
       }
     }
   }

@@ -52,6 +52,10 @@ std::vector<Case> cases() {
       {"current", Recipe::current(), FP8PrimaryWeights::kNo, DType::kF32, 1, 2e-3},
       {"mxfp8_primary_accum2", Recipe::mxfp8(), FP8PrimaryWeights::kYes, DType::kF32, 2},
       {"bf16_delayed", Recipe::delayed(), FP8PrimaryWeights::kNo, DType::kBF16, 1, 2e-3},
+      // The block recipes' column-wise blocks run along the token rows, which the ranks split,
+      // and NVFP4's tensor scale is each rank's own amax: close to one process, not equal.
+      {"blockwise_primary", Recipe::blockwise(), FP8PrimaryWeights::kYes, DType::kF32, 1, 2e-3},
+      {"nvfp4_primary", Recipe::nvfp4(), FP8PrimaryWeights::kYes, DType::kF32, 1, 2e-2},
   };
 }
 

@@ -1,5 +1,6 @@
 // The `octet` program end to end through run_octet (what main() calls): train -> checkpoint ->
 // resume -> eval -> generate -> inspect on a tiny run, and bad input as one clear line.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -172,6 +173,45 @@ TEST(Cli, Fp8PrimaryWeightsLoadRowwiseOnlyForInference) {
   EXPECT_THAT(gen.err, HasSubstr("weights 12.0 KiB FP8 row-wise, 0 B FP8 column-wise"));
   const auto i = nlohmann::json::parse(octet({"inspect", ckpt, "--json"}).out);
   EXPECT_EQ(i["bytes_by_usage"]["fp8_rowwise"], (96 + 32 + 128 + 128) * 32 + 4 * 4);
+}
+
+// The block formats' checkpoints say how their bytes are laid out, and inspect shows it.
+TEST(Cli, BlockFormatCheckpointsRecordTheirBlocksAndPacking) {
+  test::ScratchDir scratch;
+  for (const auto& [recipe, blocks] :
+       {std::pair{"blockwise", "128x128"}, std::pair{"nvfp4", "16x16"}}) {
+    const std::string dir = scratch.file(recipe);
+    const Outcome train =
+        octet(tiny_train(dir, {"--set", fmt::format("fp8.recipe={{\"recipe\":\"{}\"}}", recipe),
+                               "--set", "model.fp8_primary_weights=true"}));
+    ASSERT_EQ(train.code, 0) << train.err;
+    const std::string ckpt = dir + "/checkpoint.safetensors";
+    const Outcome text = octet({"inspect", ckpt});
+    ASSERT_EQ(text.code, 0) << text.err;
+    EXPECT_THAT(text.out, AllOf(HasSubstr(fmt::format("  {}: ", recipe)),
+                                HasSubstr(fmt::format("blocks: {}", blocks))))
+        << text.out;
+    const auto i = nlohmann::json::parse(octet({"inspect", ckpt, "--json"}).out);
+    ASSERT_EQ(i["quantized_weights"].size(), 4u) << i.dump();
+    for (const auto& w : i["quantized_weights"]) {
+      EXPECT_EQ(w["format"], recipe);
+      EXPECT_EQ(w["attributes"]["blocks"], blocks) << w.dump();
+    }
+    if (std::string(recipe) == "nvfp4") {
+      // Two e2m1 values a byte, stored as U8: fc1's (128, 32) weight is 128 x 16 bytes.
+      const auto& w = i["quantized_weights"][2];
+      EXPECT_NE(w["attributes"]["packing"].get<std::string>().find("low nibble"),
+                std::string::npos);
+      bool found = false;
+      for (const auto& t : i["tensors"]) {
+        if (t["name"] != w["name"]) continue;
+        found = true;
+        EXPECT_EQ(t["dtype"], "U8");
+        EXPECT_EQ(t["bytes"], 128 * 16) << t.dump();
+      }
+      EXPECT_TRUE(found) << w["name"];
+    }
+  }
 }
 
 TEST(Cli, CorruptTruncatedOrForeignCheckpointsAreClearErrors) {

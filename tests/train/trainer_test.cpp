@@ -125,6 +125,14 @@ TEST(TrainerCheckpoint, AnotherRecipeIsRefusedNamingBoth) {
       test::error_of([&] { load_checkpoint(dir.file("c.safetensors"), current_model, nullptr); });
   EXPECT_NE(message.find("\"recipe\":\"delayed\""), std::string::npos) << message;
   EXPECT_NE(message.find("\"recipe\":\"current\""), std::string::npos) << message;
+  // The block recipes too, with FP8 primary weights whose bytes would not even fit.
+  modules::GPT blockwise_model(small_gpt(Recipe::blockwise(), modules::FP8PrimaryWeights::kYes));
+  save_checkpoint(dir.file("b.safetensors"), blockwise_model, nullptr);
+  modules::GPT nvfp4_model(small_gpt(Recipe::nvfp4(), modules::FP8PrimaryWeights::kYes));
+  const std::string block_message =
+      test::error_of([&] { load_checkpoint(dir.file("b.safetensors"), nvfp4_model, nullptr); });
+  EXPECT_NE(block_message.find("\"recipe\":\"blockwise\""), std::string::npos) << block_message;
+  EXPECT_NE(block_message.find("\"recipe\":\"nvfp4\""), std::string::npos) << block_message;
 }
 
 TEST(Trainer, NonFiniteStepsAreSkippedAndTooManyThrow) {
