@@ -8,7 +8,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
 
 packages=(cmake ninja-build g++ pkg-config libfmt-dev libspdlog-dev nlohmann-json3-dev
-          libgtest-dev libdnnl-dev clang-format libopenmpi-dev openmpi-bin)
+          libgtest-dev libdnnl-dev clang-format libopenmpi-dev openmpi-bin
+          vim-runtime)  # vim-runtime: the text of bench/text_bench.sh
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
