@@ -62,4 +62,23 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
   if (error) std::rethrow_exception(error);
 }
 
+// Reductions: [begin, end) split into chunks that depend only on the range and `grain` (at least
+// `grain` elements each, at most kReductionChunks of them), never on the thread count, and
+// f(chunk, lo, hi) called once per chunk, on any thread. Partial results kept per chunk and
+// combined in chunk order give the same bits on 1, 2 or 16 threads.
+inline constexpr int64_t kReductionChunks = 64;
+inline int64_t reduction_chunks(int64_t n, int64_t grain) {
+  if (n <= 0) return 0;
+  const int64_t g = std::max<int64_t>(grain, 1);
+  return std::clamp<int64_t>((n + g - 1) / g, 1, kReductionChunks);
+}
+template <typename F>
+void parallel_chunks(int64_t begin, int64_t end, int64_t grain, F&& f) {
+  const int64_t n = end - begin;
+  const int64_t chunks = reduction_chunks(n, grain);
+  parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) f(c, begin + n * c / chunks, begin + n * (c + 1) / chunks);
+  });
+}
+
 }  // namespace octet

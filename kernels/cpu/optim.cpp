@@ -83,11 +83,13 @@ void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float m
   });
 }
 
+// Fixed chunks summed in order: the same bits on any number of threads.
 double sum_of_squares(const Tensor& x) {
-  std::vector<double> partial(static_cast<size_t>(num_threads()), 0.0);
+  std::vector<double> partial(static_cast<size_t>(reduction_chunks(x.numel(), kElementwiseGrain)),
+                              0.0);
   const bool f32 = x.dtype() == DType::kF32;
   const auto* px = static_cast<const uint8_t*>(x.data());
-  parallel_for(0, x.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+  parallel_chunks(0, x.numel(), kElementwiseGrain, [&](int64_t chunk, int64_t lo, int64_t hi) {
     float buf[kBlock];
     double acc = 0;
     for (int64_t i = lo; i < hi; i += kBlock) {
@@ -99,7 +101,7 @@ double sum_of_squares(const Tensor& x) {
       }
       for (int64_t j = 0; j < n; ++j) acc += static_cast<double>(p[j]) * p[j];
     }
-    partial[static_cast<size_t>(parallel_chunk())] = acc;
+    partial[static_cast<size_t>(chunk)] = acc;
   });
   double total = 0;
   for (double p : partial) total += p;

@@ -46,14 +46,15 @@ float max_block(const float* x, int64_t n, float m) {
 }
 
 // Applies `block(const float*, n)` over x in f32 blocks (converting other dtypes) and returns
-// the per-thread partials in thread order.
+// the partials of fixed chunks in chunk order: the same bits on any number of threads.
 template <typename T, typename Block, typename Combine>
 T reduce(const Tensor& x, T init, Block block, Combine combine) {
-  std::vector<T> partials(static_cast<size_t>(num_threads()), init);
+  std::vector<T> partials(static_cast<size_t>(reduction_chunks(x.numel(), kElementwiseGrain)),
+                          init);
   const auto* px = static_cast<const uint8_t*>(x.data());
   const size_t es = x.element_size();
   const bool f32 = x.dtype() == DType::kF32;
-  parallel_for(0, x.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+  parallel_chunks(0, x.numel(), kElementwiseGrain, [&](int64_t chunk, int64_t lo, int64_t hi) {
     T acc = init;
     float buf[kBlock];
     for (int64_t i = lo; i < hi; i += kBlock) {
@@ -65,7 +66,7 @@ T reduce(const Tensor& x, T init, Block block, Combine combine) {
       }
       acc = combine(acc, block(p, m));
     }
-    partials[static_cast<size_t>(parallel_chunk())] = acc;
+    partials[static_cast<size_t>(chunk)] = acc;
   });
   T result = init;
   for (const T& p : partials) result = combine(result, p);

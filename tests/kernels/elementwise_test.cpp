@@ -3,8 +3,11 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "kernels/ops.h"
+#include "kernels/optim.h"
 #include "runtime/float16.h"
 #include "runtime/parallel.h"
 #include "tests/support/test_util.h"
@@ -110,6 +113,40 @@ TEST(Reductions, SameResultForOneAndTwoThreads) {
   const float two = ops::sum(x).item();
   set_num_threads(threads);
   EXPECT_EQ(one, two);  // f64 partials: the f32 result does not depend on the split here
+}
+
+// The gradient norm's sum of squares in f64 (a 3M-element tensor: 64 fixed chunks), bit for bit
+// on any thread count: chunks depend on the size alone, and their partials add in chunk order.
+TEST(Reductions, SumOfSquaresIsTheSameBitsOnAnyThreadCount) {
+  const Tensor x = test::random_tensor({3 << 20}, DType::kF32, 11);
+  const int threads = num_threads();
+  std::vector<double> got;
+  for (int n : {1, 2, 3, 7, 16}) {
+    set_num_threads(n);
+    got.push_back(ops::sum_of_squares(x));
+  }
+  set_num_threads(threads);
+  for (size_t i = 1; i < got.size(); ++i) EXPECT_EQ(got[i], got[0]) << "thread count #" << i;
+  double want = 0;  // the f64 sum in one order: close, not necessarily equal
+  for (double v : test::to_doubles(x)) want += v * v;
+  EXPECT_NEAR(got[0], want, 1e-12 * want);
+}
+
+TEST(Reductions, ChunksDependOnTheSizeNotTheThreadCount) {
+  EXPECT_EQ(reduction_chunks(0, 100), 0);
+  EXPECT_EQ(reduction_chunks(99, 100), 1);
+  EXPECT_EQ(reduction_chunks(101, 100), 2);
+  EXPECT_EQ(reduction_chunks(int64_t{1} << 40, 100), kReductionChunks);
+  const int threads = num_threads();
+  for (int n : {1, 2, 5}) {
+    set_num_threads(n);
+    std::vector<std::pair<int64_t, int64_t>> seen(7);
+    parallel_chunks(10, 710, 100, [&](int64_t c, int64_t lo, int64_t hi) { seen[c] = {lo, hi}; });
+    for (int64_t c = 0; c < 7; ++c) {
+      EXPECT_EQ(seen[c], (std::pair<int64_t, int64_t>{10 + 100 * c, 110 + 100 * c})) << n;
+    }
+  }
+  set_num_threads(threads);
 }
 
 TEST(Reductions, SumRowsIsTheBiasGradient) {
