@@ -56,6 +56,39 @@ class CudaBackend final : public Backend {
     cuda::dequantize_mxfp8(data, scales, out);
   }
 
+  // Blockwise FP8 and NVFP4: no cast counts, as in quantize_fp8.
+  void quantize_blockwise(const Tensor& x, const BlockwiseCast& cast, Tensor& data,
+                          Tensor& scale_inv, FP8CastCounts*) const override {
+    cuda::quantize_blockwise(x, cast, data, scale_inv);
+  }
+  void dequantize_blockwise(const Tensor& data, const Tensor& scale_inv, BlockScaling blocks,
+                            Tensor& out) const override {
+    cuda::dequantize_blockwise(data, scale_inv, blocks, out);
+  }
+  void blockwise_gemm(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_blocks,
+                      const Tensor& b, const Tensor& b_scale_inv, BlockScaling b_blocks,
+                      Tensor& out, const Tensor* bias, Accumulate accumulate) const override {
+    cuda::blockwise_gemm(a, a_scale_inv, a_blocks, b, b_scale_inv, b_blocks, out, bias, accumulate);
+  }
+  void transpose_scales(const Tensor& src, int64_t rows, int64_t cols, Tensor& dst) const override {
+    cuda::transpose_scales(src, rows, cols, dst);
+  }
+  void quantize_nvfp4(const Tensor& x, const NVFP4Cast& cast, Tensor& data, Tensor& scales,
+                      Tensor& amax, FP8CastCounts*) const override {
+    cuda::quantize_nvfp4(x, cast, data, scales, amax);
+  }
+  void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax,
+                    Tensor& out) const override {
+    cuda::expand_nvfp4(data, scales, amax, out);
+  }
+  void hadamard16(const Tensor& x, bool inverse, Tensor& out) const override {
+    cuda::hadamard16(x, inverse, out);
+  }
+  void transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t rows, int64_t cols,
+                             Tensor& out_data, Tensor& out_scales) const override {
+    cuda::transpose_nvfp4_tiles(data, scales, rows, cols, out_data, out_scales);
+  }
+
   void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, Tensor& out,
             const GemmOptions& o) const override {
     // Fast FP8 accumulation is the forward GEMM's; everything else accumulates split.

@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/blockwise.h"
 #include "kernels/nn.h"
+#include "kernels/nvfp4.h"
 #include "kernels/optim.h"
 #include "kernels/quantizer.h"
 #include "runtime/fp8_meta.h"
@@ -46,6 +48,26 @@ void dequantize_fp8(const Tensor& data, const Tensor& scale_inv, Tensor& out);  
 void quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales);
 void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales);
 void dequantize_mxfp8(const Tensor& data, const Tensor& scales, Tensor& out);
+
+// ---- blockwise FP8 (blockwise.cu) and NVFP4 (nvfp4.cu): the layouts of
+// runtime/blockwise_tensor.h and runtime/nvfp4_tensor.h, the CPU's bytes (kernels/cpu/
+// block_formats_cpu.h). No cast counts: they are host memory, and reading them back would wait.
+void quantize_blockwise(const Tensor& x, const ops::BlockwiseCast& cast, Tensor& data,
+                        Tensor& scale_inv);
+void dequantize_blockwise(const Tensor& data, const Tensor& scale_inv, BlockScaling blocks,
+                          Tensor& out);
+// out (M, N) = A·Bᵀ: both operands expanded to f32 on the device, then one f32 GEMM.
+void blockwise_gemm(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_blocks,
+                    const Tensor& b, const Tensor& b_scale_inv, BlockScaling b_blocks, Tensor& out,
+                    const Tensor* bias, ops::Accumulate accumulate);
+void transpose_scales(const Tensor& src, int64_t rows, int64_t cols, Tensor& dst);
+// amax (1,) is written on the device and read there by the block cast.
+void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& cast, Tensor& data, Tensor& scales,
+                    Tensor& amax);
+void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax, Tensor& out);
+void hadamard16(const Tensor& x, bool inverse, Tensor& out);
+void transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t rows, int64_t cols,
+                           Tensor& out_data, Tensor& out_scales);
 
 // ---- GEMM (gemm.cu, cuBLASLt) ----
 // Which GEMM of a layer this is: the forward uses fast FP8 accumulation, dgrad and wgrad split

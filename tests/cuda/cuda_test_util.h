@@ -17,6 +17,7 @@
 #include "runtime/float8_tensor.h"
 #include "runtime/mxfp8_tensor.h"
 #include "runtime/quantized_tensor.h"
+#include "runtime/scaled_tensor.h"
 #include "runtime/tensor.h"
 #include "tests/support/test_util.h"
 
@@ -142,15 +143,23 @@ inline ::testing::AssertionResult same_quantized(const QuantizedTensor& got,
       buffers.push_back({"column-wise data", g.columnwise_data(), w.columnwise_data()});
     }
   } else {
-    const auto& g = dynamic_cast<const MXFP8Tensor&>(got);
-    const auto& w = dynamic_cast<const MXFP8Tensor&>(want);
+    // MXFP8, blockwise FP8, NVFP4: per direction data, scales (E8M0 exponents, f32 scale_inv,
+    // E4M3 codes) and, for NVFP4, the direction's amax.
+    const auto& g = dynamic_cast<const ScaledTensor&>(got);
+    const auto& w = dynamic_cast<const ScaledTensor&>(want);
     if (want.has(Usage::kRowwise)) {
-      buffers.push_back({"row-wise exponents", g.rowwise_scales(), w.rowwise_scales()});
+      buffers.push_back({"row-wise scales", g.rowwise_scales(), w.rowwise_scales()});
       buffers.push_back({"row-wise data", g.rowwise_data(), w.rowwise_data()});
+      if (w.rowwise_extra().defined()) {
+        buffers.push_back({"row-wise extra", g.rowwise_extra(), w.rowwise_extra()});
+      }
     }
     if (want.has(Usage::kColumnwise)) {
-      buffers.push_back({"column-wise exponents", g.columnwise_scales(), w.columnwise_scales()});
+      buffers.push_back({"column-wise scales", g.columnwise_scales(), w.columnwise_scales()});
       buffers.push_back({"column-wise data", g.columnwise_data(), w.columnwise_data()});
+      if (w.columnwise_extra().defined()) {
+        buffers.push_back({"column-wise extra", g.columnwise_extra(), w.columnwise_extra()});
+      }
     }
   }
   for (const Buffer& b : buffers) {

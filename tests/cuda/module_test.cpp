@@ -73,24 +73,40 @@ Result run(M& m, const Tensor& x_in, const Tensor& g, const Recipe& recipe) {
   return r;
 }
 
-void expect_match(const Result& gpu, const Result& cpu, const std::string& what) {
-  EXPECT_TRUE(fp8_close(gpu.y, cpu.y)) << what << ": y";
-  EXPECT_TRUE(fp8_close(gpu.dx, cpu.dx)) << what << ": dx";
+// How results are compared: fp8_close where an input of a cast may differ in its last bits
+// between the backends; f32 parity where every cast sees the same values (so the FP8 bytes are
+// equal) and only the order of the GEMMs' and reductions' f32 sums differs.
+enum class Match : uint8_t { kFp8Close, kF32Parity };
+
+::testing::AssertionResult matches(const Tensor& got, const Tensor& want, Match match) {
+  return match == Match::kFp8Close ? fp8_close(got, want)
+                                   : test::close_to(got, want, test::parity_tolerance(DType::kF32));
+}
+
+void expect_match(const Result& gpu, const Result& cpu, const std::string& what,
+                  Match match = Match::kFp8Close) {
+  EXPECT_TRUE(matches(gpu.y, cpu.y, match)) << what << ": y";
+  EXPECT_TRUE(matches(gpu.dx, cpu.dx, match)) << what << ": dx";
   ASSERT_EQ(gpu.grads.size(), cpu.grads.size()) << what;
   for (size_t i = 0; i < cpu.grads.size(); ++i) {
     EXPECT_EQ(gpu.grads[i].first, cpu.grads[i].first) << what;
-    EXPECT_TRUE(fp8_close(gpu.grads[i].second, cpu.grads[i].second))
+    EXPECT_TRUE(matches(gpu.grads[i].second, cpu.grads[i].second, match))
         << what << ": gradient of " << cpu.grads[i].first;
   }
 }
 
-const Recipe kRecipes[] = {Recipe::delayed(), Recipe::current(), Recipe::mxfp8()};
+const std::vector<Recipe> kRecipes = {Recipe::delayed(), Recipe::current(), Recipe::mxfp8()};
+// The block-scaled recipes, whose casts are stateless (NVFP4's stochastic rounding draws from
+// each slot's own stream, the same on both modules built from one seed).
+const std::vector<Recipe> kBlockRecipes = {Recipe::blockwise(),
+                                           Recipe::blockwise(FP8Format::kHybrid), Recipe::nvfp4()};
 
 // Builds the module twice from the same seed, moves one to the GPU and compares two steps (the
 // second runs on delayed scaling's updated scales).
 template <typename M, typename Make>
-void compare_module(Make make, const Shape& in_shape, const Shape& out_shape) {
-  for (const Recipe& recipe : kRecipes) {
+void compare_module(Make make, const Shape& in_shape, const Shape& out_shape,
+                    const std::vector<Recipe>& recipes = kRecipes, Match match = Match::kFp8Close) {
+  for (const Recipe& recipe : recipes) {
     SCOPED_TRACE(describe(recipe));
     std::unique_ptr<M> cpu = make(), gpu = make();
     gpu->to(test::gpu());
@@ -104,7 +120,7 @@ void compare_module(Make make, const Shape& in_shape, const Shape& out_shape) {
           test::random_tensor(out_shape, DType::kF32, 20 + static_cast<uint64_t>(step));
       const Result want = run(*cpu, x, g, recipe);
       const Result got = run(*gpu, on_gpu(x), on_gpu(g), recipe);
-      expect_match(got, want, "step " + std::to_string(step));
+      expect_match(got, want, "step " + std::to_string(step), match);
     }
   }
 }
@@ -141,6 +157,30 @@ TEST(CudaModules, LayerNormMLPMatchesTheCpuUnderEveryRecipe) {
       compare_module<LayerNormMLP>([&] { return std::make_unique<LayerNormMLP>(64, 128, o); },
                                    {2, 32, 64}, {2, 32, 64});
     }
+  }
+}
+
+// Linear alone: the input and dY are the same on both devices, so every block cast gives the
+// CPU's bytes, and the outputs and gradients differ by the f32 sums' order only.
+TEST(CudaModules, LinearMatchesTheCpuUnderTheBlockRecipes) {
+  OCTET_REQUIRE_CUDA();
+  LinearOptions o;
+  o.init_std = 0.1f;
+  compare_module<Linear>([&] { return std::make_unique<Linear>(64, 96, o); }, {2, 32, 64},
+                         {2, 32, 96}, kBlockRecipes, Match::kF32Parity);
+}
+
+// LayerNormMLP: the norm's and the activation's outputs may differ in their last bits (the GPU's
+// own reductions and math), so an element can take the neighbouring FP8/FP4 value: fp8_close.
+TEST(CudaModules, LayerNormMLPMatchesTheCpuUnderTheBlockRecipes) {
+  OCTET_REQUIRE_CUDA();
+  for (Recompute recompute : {Recompute::kNo, Recompute::kYes}) {
+    SCOPED_TRACE(recompute == Recompute::kYes ? "recompute" : "no recompute");
+    LayerNormMLPOptions o;
+    o.recompute = recompute;
+    o.linear.init_std = 0.1f;
+    compare_module<LayerNormMLP>([&] { return std::make_unique<LayerNormMLP>(64, 128, o); },
+                                 {2, 32, 64}, {2, 32, 64}, kBlockRecipes);
   }
 }
 

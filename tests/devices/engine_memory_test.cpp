@@ -19,6 +19,8 @@
 #include "autograd/ops/arithmetic.h"
 #include "autograd/ops/linalg.h"
 #include "autograd/variable.h"
+#include "kernels/blockwise.h"
+#include "kernels/nvfp4.h"
 #include "kernels/ops.h"
 #include "kernels/quantizer.h"
 #include "runtime/memory.h"
@@ -260,8 +262,14 @@ class QuantizedSave : public test::DeviceTest {
     return DelayedScalingQuantizer(scalar(scale), here(Tensor::zeros({1}, DType::kF32)), dtype);
   }
 
+  // The quantizer of `format`: the two given, or the block formats' own (stateless: 128x128
+  // blockwise tiles, NVFP4 activations with the transform on the column-wise copy).
   static const Quantizer& of_format(std::string_view format, const Quantizer& per_tensor,
                                     const Quantizer& mxfp8) {
+    static const BlockwiseQuantizer blockwise(DType::kE4M3, BlockScaling::k2D, true, 0.f);
+    static const NVFP4Quantizer nvfp4(NVFP4Role::kActivation, false, true, false, Tensor());
+    if (format == kBlockwiseFormat) return blockwise;
+    if (format == kNVFP4Format) return nvfp4;
     return format == kPerTensorFormat ? per_tensor : mxfp8;
   }
 
@@ -333,6 +341,19 @@ TEST_P(QuantizedSave, InternalPerTensorDroppedGraphFreesTheBuffers) {
 }
 TEST_P(QuantizedSave, InternalMxfp8DroppedGraphFreesTheBuffers) {
   dropped_graph_frees_the_buffers(kMXFP8Format);
+}
+
+TEST_P(QuantizedSave, InternalBlockwiseBuffersGoToTheContextAndComeBackIdentical) {
+  buffers_go_to_the_context_and_come_back_identical(kBlockwiseFormat);
+}
+TEST_P(QuantizedSave, InternalNvfp4BuffersGoToTheContextAndComeBackIdentical) {
+  buffers_go_to_the_context_and_come_back_identical(kNVFP4Format);
+}
+TEST_P(QuantizedSave, InternalBlockwiseDroppedGraphFreesTheBuffers) {
+  dropped_graph_frees_the_buffers(kBlockwiseFormat);
+}
+TEST_P(QuantizedSave, InternalNvfp4DroppedGraphFreesTheBuffers) {
+  dropped_graph_frees_the_buffers(kNVFP4Format);
 }
 
 TEST_P(QuantizedSave, OwnedIsSavedByReferenceAndNeverEmptied) {

@@ -1,0 +1,218 @@
+// Blockwise FP8 (TE's Float8BlockScaling) on the GPU, in the layouts of runtime/blockwise_tensor.h:
+// the 1x128 / 128x128 block cast, its expansion, the scale transpose, and the GEMM as the CPU's
+// documented fallback (both operands expanded to f32, one f32 GEMM). The scale rule is
+// runtime/fp8_scaling.h's and the element cast runtime/fp8.h's, so the bytes and scales are the
+// CPU's (kernels/cpu/blockwise.cpp).
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+#include "runtime/blockwise_tensor.h"
+#include "runtime/fp8_scaling.h"
+
+namespace octet::cuda {
+namespace {
+
+constexpr int kBlock = static_cast<int>(kFP8BlockLen);
+constexpr int kPerLane = kBlock / kWarp;  // 1D: each lane of a block's warp holds 4 values
+static_assert(kBlock % kWarp == 0, "a 1x128 block is whole warps' worth of values");
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The largest finite value of the input dtype: a block scale that overflows becomes it.
+float value_for_inf(DType input) { return input == DType::kBF16 ? from_bf16(0x7F7Fu) : FLT_MAX; }
+
+struct CastParams {
+  float fp8_max, amax_epsilon, inf_value;
+  bool power_2;
+};
+
+__device__ __forceinline__ float block_scale(float amax, const CastParams& p) {
+  return blockwise_scale(amax, p.fp8_max, p.amax_epsilon, p.power_2, p.inf_value);
+}
+
+template <bool kE4M3>
+__device__ __forceinline__ uint8_t cast_one(float v, float scale) {
+  const float y = __fmul_rn(v, scale);
+  return kE4M3 ? to_e4m3(y) : to_e5m2(y);
+}
+
+// 1D: one warp per block of 128 values of a row; warp w casts block w % col_blocks of row
+// w / col_blocks. scale_inv is [col block][row] with row stride `stride`.
+template <typename In, bool kE4M3>
+__global__ void blockwise_1d_kernel(const In* x, uint8_t* q, float* scale_inv, int64_t rows,
+                                    int64_t cols, int64_t col_blocks, int64_t stride,
+                                    CastParams p) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps_per_block = blockDim.x / kWarp;
+  const int64_t step = int64_t{gridDim.x} * warps_per_block;
+  const int64_t total = rows * col_blocks;
+  // w is the same on every lane of a warp: whole warps enter and leave the loop together.
+  for (int64_t w = blockIdx.x * warps_per_block + threadIdx.x / kWarp; w < total; w += step) {
+    const int64_t r = w / col_blocks, cb = w % col_blocks;
+    float v[kPerLane];
+    float m = 0.f;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int64_t c = cb * kBlock + k * kWarp + lane;
+      v[k] = c < cols ? load_in(x, r * cols + c) : 0.f;
+      const float a = fabsf(v[k]);
+      m = a > m ? a : m;  // a NaN compares false and never wins, as in the CPU's fmax
+    }
+    m = warp_reduce(m, MaxOp());  // every operand is a number: the max is exact
+    const float scale = block_scale(m, p);
+    if (lane == 0) scale_inv[cb * stride + r] = scale_inverse(scale);
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int64_t c = cb * kBlock + k * kWarp + lane;
+      if (c < cols) q[r * cols + c] = cast_one<kE4M3>(v[k], scale);
+    }
+  }
+}
+
+// 2D: one thread block per 128x128 tile (tile t: row band t / col_blocks, column block
+// t % col_blocks); scale_inv is [row block][col block] with row stride `stride`.
+template <typename In, bool kE4M3>
+__global__ void blockwise_2d_kernel(const In* x, uint8_t* q, float* scale_inv, int64_t rows,
+                                    int64_t cols, int64_t col_blocks, int64_t stride,
+                                    CastParams p) {
+  const int64_t rb = blockIdx.x / col_blocks, cb = blockIdx.x % col_blocks;
+  const int64_t r0 = rb * kBlock, c0 = cb * kBlock;
+  const int64_t nr = rows - r0 < kBlock ? rows - r0 : kBlock;
+  const int64_t nc = cols - c0 < kBlock ? cols - c0 : kBlock;
+  float m = 0.f;
+  for (int64_t i = threadIdx.x; i < nr * nc; i += blockDim.x) {
+    const float a = fabsf(load_in(x, (r0 + i / nc) * cols + c0 + i % nc));
+    m = a > m ? a : m;
+  }
+  m = block_reduce(m, MaxOp(), 0.f);
+  const float scale = block_scale(m, p);
+  if (threadIdx.x == 0) scale_inv[rb * stride + cb] = scale_inverse(scale);
+  for (int64_t i = threadIdx.x; i < nr * nc; i += blockDim.x) {
+    const int64_t at = (r0 + i / nc) * cols + c0 + i % nc;
+    q[at] = cast_one<kE4M3>(load_in(x, at), scale);
+  }
+}
+
+// out (rows, cols) = fp8 value * its block's scale_inv, f32 or bf16.
+template <bool kE4M3>
+__global__ void dequantize_blockwise_kernel(const uint8_t* q, const float* scale_inv, void* out,
+                                            DType dout, int64_t cols, int64_t stride, bool two_d,
+                                            int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / cols, kb = (i % cols) / kBlock;
+    const float s = scale_inv[two_d ? (r / kBlock) * stride + kb : kb * stride + r];
+    const float v = kE4M3 ? from_e4m3(q[i]) : from_e5m2(q[i]);
+    store_f32(out, dout, i, mul_keep_nan(v, s));  // NaN codes keep the CPU's NaN bits
+  }
+}
+
+// dst[c][r] = src[r][c] for r < rows, c < cols, element size es (dst zeroed before).
+__global__ void transpose_scales_kernel(const uint8_t* src, uint8_t* dst, int64_t rows,
+                                        int64_t cols, int64_t src_stride, int64_t dst_stride,
+                                        int64_t es) {
+  const int64_t n = rows * cols * es;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t e = i / es, byte = i % es, r = e / cols, c = e % cols;
+    dst[(c * dst_stride + r) * es + byte] = src[(r * src_stride + c) * es + byte];
+  }
+}
+
+template <typename In, bool kE4M3>
+void launch_quantize(const Tensor& x, const ops::BlockwiseCast& cast, Tensor& data,
+                     Tensor& scale_inv) {
+  const int64_t rows = x.rows(), cols = x.cols();
+  const int64_t col_blocks = ceil_div(cols, kBlock);
+  const int64_t stride = scale_inv.size(1);
+  const CastParams p{cast.fp8_max, cast.amax_epsilon, value_for_inf(x.dtype()), cast.power_2_scale};
+  const cudaStream_t stream = stream_of(x);
+  const auto* in = static_cast<const In*>(x.data());
+  uint8_t* q = data.data_as<uint8_t>();
+  float* s = scale_inv.data_as<float>();
+  if (cast.blocks == BlockScaling::k1D) {
+    blockwise_1d_kernel<In, kE4M3><<<blocks_for(rows * col_blocks * kWarp), kThreads, 0, stream>>>(
+        in, q, s, rows, cols, col_blocks, stride, p);
+    OCTET_CUDA_LAUNCH_CHECK("blockwise_1d_kernel");
+    return;
+  }
+  const int64_t tiles = ceil_div(rows, kBlock) * col_blocks;
+  OCTET_CHECK(tiles <= int64_t{0x7FFFFFFF}, "quantize_blockwise: ", x, " has too many tiles");
+  blockwise_2d_kernel<In, kE4M3><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(
+      in, q, s, rows, cols, col_blocks, stride, p);
+  OCTET_CUDA_LAUNCH_CHECK("blockwise_2d_kernel");
+}
+
+}  // namespace
+
+void quantize_blockwise(const Tensor& x, const ops::BlockwiseCast& cast, Tensor& data,
+                        Tensor& scale_inv) {
+  const cudaStream_t stream = stream_of(x);
+  // The layout's padding stays 0; the kernels write every real block's scale.
+  OCTET_CUDA_CHECK(cudaMemsetAsync(scale_inv.data(), 0, scale_inv.nbytes(), stream));
+  if (x.numel() == 0) return;
+  const bool e4m3 = data.dtype() == DType::kE4M3;
+  if (x.dtype() == DType::kF32) {
+    e4m3 ? launch_quantize<float, true>(x, cast, data, scale_inv)
+         : launch_quantize<float, false>(x, cast, data, scale_inv);
+  } else {
+    e4m3 ? launch_quantize<uint16_t, true>(x, cast, data, scale_inv)
+         : launch_quantize<uint16_t, false>(x, cast, data, scale_inv);
+  }
+}
+
+void dequantize_blockwise(const Tensor& data, const Tensor& scale_inv, BlockScaling blocks,
+                          Tensor& out) {
+  const int64_t n = data.numel();
+  if (n == 0) return;
+  const int64_t cols = data.cols(), stride = scale_inv.size(1);
+  const bool two_d = blocks == BlockScaling::k2D;
+  const uint8_t* q = data.data_as<uint8_t>();
+  const float* s = scale_inv.data_as<float>();
+  const cudaStream_t stream = stream_of(data);
+  if (data.dtype() == DType::kE4M3) {
+    dequantize_blockwise_kernel<true><<<blocks_for(n), kThreads, 0, stream>>>(
+        q, s, out.data(), out.dtype(), cols, stride, two_d, n);
+  } else {
+    dequantize_blockwise_kernel<false><<<blocks_for(n), kThreads, 0, stream>>>(
+        q, s, out.data(), out.dtype(), cols, stride, two_d, n);
+  }
+  OCTET_CUDA_LAUNCH_CHECK("dequantize_blockwise_kernel");
+}
+
+void blockwise_gemm(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_blocks,
+                    const Tensor& b, const Tensor& b_scale_inv, BlockScaling b_blocks, Tensor& out,
+                    const Tensor* bias, ops::Accumulate accumulate) {
+  // The CPU's fallback: each operand expanded to f32 with its block scales (exact for
+  // power-of-two scales), then one f32 GEMM, whose accumulation is the only rounding.
+  // cuBLASLt's native block-scaled modes (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F /
+  // BLK128x128_32F, Hopper) would replace the expansion here.
+  Tensor ax, bx;
+  {
+    MemTagScope workspace(MemTag::kWorkspace);
+    ax = Tensor::empty(a.shape(), DType::kF32, a.device());
+    bx = Tensor::empty(b.shape(), DType::kF32, b.device());
+  }
+  dequantize_blockwise(a, a_scale_inv, a_blocks, ax);
+  dequantize_blockwise(b, b_scale_inv, b_blocks, bx);
+  gemm(ax, ops::Transpose::kNo, bx, ops::Transpose::kYes, out, 1.f, accumulate, bias, nullptr,
+       nullptr, GemmRole::kGeneric, ops::Epilogue::kNone, nullptr, nullptr);
+}
+
+void transpose_scales(const Tensor& src, int64_t rows, int64_t cols, Tensor& dst) {
+  const cudaStream_t stream = stream_of(src);
+  OCTET_CUDA_CHECK(cudaMemsetAsync(dst.data(), 0, dst.nbytes(), stream));
+  const int64_t es = static_cast<int64_t>(src.element_size());
+  const int64_t n = rows * cols * es;
+  if (n == 0) return;
+  transpose_scales_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+      static_cast<const uint8_t*>(src.data()), static_cast<uint8_t*>(dst.data()), rows, cols,
+      src.size(1), dst.size(1), es);
+  OCTET_CUDA_LAUNCH_CHECK("transpose_scales_kernel");
+}
+
+}  // namespace octet::cuda

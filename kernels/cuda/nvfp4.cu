@@ -1,0 +1,242 @@
+// NVFP4 (TE's NVFP4BlockScaling) on the GPU, in the layouts of runtime/nvfp4_tensor.h: the
+// 16-point random Hadamard transform, the two-level cast (tensor amax, E4M3 scale per 1x16 block
+// or 16x16 tile, E2M1 values to nearest or stochastically from the CPU's Philox stream), the tile
+// transpose and the expansion the GEMM multiplies. Every step is the CPU's operation on the same
+// values (kernels/cpu/nvfp4.cpp, runtime/fp8_scaling.h, runtime/fp4.h), so the bytes are the CPU's.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+#include "runtime/fp4.h"
+#include "runtime/fp8_scaling.h"
+#include "runtime/nvfp4_tensor.h"
+#include "runtime/philox.h"
+
+namespace octet::cuda {
+namespace {
+
+constexpr int kBlock = static_cast<int>(kNVFP4BlockLen);
+
+// TE's fixed sign vector of the transform (bit i set: sign i is -1), as on the CPU.
+constexpr uint32_t kHadamardSigns = 0xD7E8u;
+
+// The transform's coefficient +-1/4 that multiplies x[i] into y[j]: forward diag(s) H / 4,
+// inverse H diag(s) / 4, H the Sylvester matrix of order 16 ((-1)^popcount(i & j)).
+__device__ __forceinline__ double hadamard_coefficient(int i, int j, bool inverse) {
+  uint32_t v = static_cast<uint32_t>(i & j);
+  v ^= v >> 2;
+  v ^= v >> 1;
+  const bool h_negative = (v & 1u) != 0u;
+  const bool s_negative = ((kHadamardSigns >> (inverse ? j : i)) & 1u) != 0u;
+  return h_negative != s_negative ? -0.25 : 0.25;
+}
+
+// One thread per output value j of group g: the CPU's sum of 16 terms x[i] * (+-1/4) in f64, in
+// the order of i (each product is exact), rounded once: to bf16 values forward, to f32 inverse.
+// A NaN result gets the bits x86 gives it (the GPU's arithmetic returns its canonical NaN): the
+// first NaN term, quieted, or the default NaN 0xFFC00000 of an inf - inf.
+template <typename In>
+__global__ void hadamard16_kernel(const In* x, float* y, bool inverse, int64_t n) {
+  for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < n;
+       k += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t g = k - k % kBlock;
+    const int j = static_cast<int>(k % kBlock);
+    double sum = 0.0;
+    bool nan = false;
+    uint32_t nan_bits = 0u;
+    for (int i = 0; i < kBlock; ++i) {
+      const float xi = load_in(x, g + i);
+      const double term = __dmul_rn(static_cast<double>(xi), hadamard_coefficient(i, j, inverse));
+      sum = __dadd_rn(sum, term);
+      if (!nan && isnan(sum)) {
+        nan = true;
+        nan_bits = isnan(xi) ? __float_as_uint(xi) | 0x00400000u : 0xFFC00000u;
+      }
+    }
+    const float f = nan ? __uint_as_float(nan_bits) : static_cast<float>(sum);
+    y[k] = inverse ? f : from_bf16(to_bf16(f));
+  }
+}
+
+// Draws first .. first + 15 of the stream of `seed` (a Philox block serves four in a row), as
+// the CPU's block_draws takes them.
+__device__ __forceinline__ void block_draws(uint64_t seed, uint64_t first, uint32_t* bits) {
+  int i = 0;
+  while (i < kBlock) {
+    const uint64_t index = first + static_cast<uint64_t>(i);
+    const octet::detail::PhiloxBlock words = octet::detail::philox_block(index / 4, seed);
+    for (uint64_t w = index % 4; w < 4 && i < kBlock; ++w) bits[i++] = words.w[w];
+  }
+}
+
+struct CastParams {
+  bool tiles_2d, stochastic;
+  uint64_t seed, offset;
+};
+
+// A (16, 16) thread block covers 16 rows (a tile's band) and 16 consecutive column blocks:
+// thread (tx, ty) casts block cb = blockIdx.x * 16 + tx of row r = blockIdx.y * 16 + ty. Under 2D
+// tiles the tile's amax is the max of its 16 rows' block amaxes (exact in any order).
+__global__ void nvfp4_cast_kernel(const float* v, const float* amax, uint8_t* q, uint8_t* sf,
+                                  int64_t cols, int64_t blocks, int64_t stride, CastParams p) {
+  __shared__ float row_amax[kBlock][kBlock];  // [row in band][column block in group]
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t cb = blockIdx.x * int64_t{kBlock} + tx;
+  const int64_t r = blockIdx.y * int64_t{kBlock} + ty;
+  const bool inside = cb < blocks;
+  const float* in = v + r * cols + cb * kBlock;
+  float m = 0.f;
+  if (inside) {
+    for (int i = 0; i < kBlock; ++i) {
+      const float a = fabsf(in[i]);
+      m = a > m ? a : m;  // a NaN compares false and never wins
+    }
+  }
+  if (p.tiles_2d) {
+    row_amax[ty][tx] = m;
+    __syncthreads();
+    for (int rr = 0; rr < kBlock; ++rr) {
+      const float o = row_amax[rr][tx];
+      m = o > m ? o : m;
+    }
+  }
+  if (!inside) return;
+  const NVFP4GlobalScale global = nvfp4_global_scale(amax[0]);
+  const uint8_t code = nvfp4_block_scale(m, global.multiplier);
+  const float enc = nvfp4_block_encode(code, global.decode);
+  sf[r * stride + cb] = code;  // a tile's 16 rows carry its one scale
+  uint32_t bits[kBlock];
+  // Element (r, c)'s draw is offset + r * cols + c, as on the CPU.
+  if (p.stochastic)
+    block_draws(p.seed, p.offset + static_cast<uint64_t>(r * cols + cb * kBlock), bits);
+  uint8_t* out = q + r * (cols / 2) + cb * (kBlock / 2);
+  for (int i = 0; i < kBlock; i += 2) {
+    const float y0 = __fmul_rn(in[i], enc), y1 = __fmul_rn(in[i + 1], enc);
+    const uint8_t c0 = p.stochastic ? e2m1_stochastic(y0, bits[i]) : to_e2m1(y0);
+    const uint8_t c1 = p.stochastic ? e2m1_stochastic(y1, bits[i + 1]) : to_e2m1(y1);
+    out[i / 2] = pack_e2m1(c0, c1);
+  }
+}
+
+// out (rows, cols) = e2m1 value * its block's E4M3 scale, times amax / 2688 folded into the scale
+// as TE does (RN(RN(sf * amax) * RN(1 / 2688))) when amax is given.
+__global__ void expand_nvfp4_kernel(const uint8_t* q, const uint8_t* sf, const float* amax,
+                                    void* out, DType dout, int64_t cols, int64_t stride,
+                                    int64_t n) {
+  const float inv_2688 = octet::detail::bits_to_float(0x39C30C31u);
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    const uint8_t byte = q[r * (cols / 2) + c / 2];
+    const uint8_t code = (c & 1) ? byte >> 4 : byte & 0xFu;
+    float s = from_e4m3(sf[r * stride + c / kBlock]);
+    if (amax != nullptr) s = mul_keep_nan(mul_keep_nan(s, amax[0]), inv_2688);
+    store_f32(out, dout, i, mul_keep_nan(from_e2m1(code), s));
+  }
+}
+
+// One thread per output byte (c, rp) of the nibble transpose: rows 2rp (low) and 2rp + 1 (high)
+// of column c.
+__global__ void transpose_nibbles_kernel(const uint8_t* q, uint8_t* oq, int64_t rows, int64_t cols,
+                                         int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = i / (rows / 2), r = 2 * (i % (rows / 2));
+    const int shift = (c & 1) ? 4 : 0;
+    const uint8_t lo = (q[r * (cols / 2) + c / 2] >> shift) & 0xFu;
+    const uint8_t hi = (q[(r + 1) * (cols / 2) + c / 2] >> shift) & 0xFu;
+    oq[i] = static_cast<uint8_t>(lo | (hi << 4));
+  }
+}
+
+// Tile (rb, cb)'s scale sits on each of its 16 rows, column cb; transposed: rows of cb (one per
+// column c), column rb.
+__global__ void transpose_tile_scales_kernel(const uint8_t* sf, uint8_t* os, int64_t row_blocks,
+                                             int64_t ss, int64_t os_stride, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = i / row_blocks, rb = i % row_blocks;
+    os[c * os_stride + rb] = sf[(rb * kBlock) * ss + c / kBlock];
+  }
+}
+
+void launch_hadamard(const Tensor& x, bool inverse, float* y) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const cudaStream_t stream = stream_of(x);
+  if (x.dtype() == DType::kF32) {
+    hadamard16_kernel<float>
+        <<<blocks_for(n), kThreads, 0, stream>>>(x.data_as<float>(), y, inverse, n);
+  } else {
+    hadamard16_kernel<uint16_t><<<blocks_for(n), kThreads, 0, stream>>>(
+        static_cast<const uint16_t*>(x.data()), y, inverse, n);
+  }
+  OCTET_CUDA_LAUNCH_CHECK("hadamard16_kernel");
+}
+
+}  // namespace
+
+void hadamard16(const Tensor& x, bool inverse, Tensor& out) {
+  launch_hadamard(x, inverse, out.data_as<float>());
+}
+
+void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& cast, Tensor& data, Tensor& scales,
+                    Tensor& amax) {
+  const int64_t rows = x.rows(), cols = x.cols();
+  const cudaStream_t stream = stream_of(x);
+  // The values the cast sees, in f32: x itself, or its conversion, or its transform.
+  Tensor values = x;
+  if (cast.hadamard || x.dtype() != DType::kF32) {
+    MemTagScope workspace(MemTag::kWorkspace);
+    values = Tensor::empty({rows, cols}, DType::kF32, x.device());
+    if (cast.hadamard) {
+      launch_hadamard(x, false, values.data_as<float>());
+    } else {
+      convert(x, values);
+    }
+  }
+  octet::cuda::amax(values, amax);
+  // The layout's padding stays 0.
+  OCTET_CUDA_CHECK(cudaMemsetAsync(scales.data(), 0, scales.nbytes(), stream));
+  if (x.numel() == 0) return;
+  const int64_t blocks = cols / kBlock;
+  const int64_t groups = (blocks + kBlock - 1) / kBlock, bands = rows / kBlock;
+  OCTET_CHECK(groups <= int64_t{0x7FFFFFFF} && bands <= 65535, "quantize_nvfp4: ", x,
+              " is too large for one launch");
+  const CastParams p{cast.tiles_2d, cast.stochastic, cast.seed, cast.offset};
+  nvfp4_cast_kernel<<<dim3(static_cast<unsigned>(groups), static_cast<unsigned>(bands)),
+                      dim3(kBlock, kBlock), 0, stream>>>(
+      values.data_as<float>(), amax.data_as<float>(), data.data_as<uint8_t>(),
+      scales.data_as<uint8_t>(), cols, blocks, scales.size(1), p);
+  OCTET_CUDA_LAUNCH_CHECK("nvfp4_cast_kernel");
+}
+
+void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax, Tensor& out) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  expand_nvfp4_kernel<<<blocks_for(n), kThreads, 0, stream_of(data)>>>(
+      data.data_as<uint8_t>(), scales.data_as<uint8_t>(),
+      amax != nullptr ? amax->data_as<float>() : nullptr, out.data(), out.dtype(), out.cols(),
+      scales.size(1), n);
+  OCTET_CUDA_LAUNCH_CHECK("expand_nvfp4_kernel");
+}
+
+void transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t rows, int64_t cols,
+                           Tensor& out_data, Tensor& out_scales) {
+  const cudaStream_t stream = stream_of(data);
+  OCTET_CUDA_CHECK(cudaMemsetAsync(out_scales.data(), 0, out_scales.nbytes(), stream));
+  const int64_t n = rows * cols / 2;  // every byte of out_data (cols, rows / 2) is written
+  if (n == 0) return;
+  transpose_nibbles_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+      data.data_as<uint8_t>(), out_data.data_as<uint8_t>(), rows, cols, n);
+  OCTET_CUDA_LAUNCH_CHECK("transpose_nibbles_kernel");
+  const int64_t row_blocks = rows / kBlock, m = cols * row_blocks;
+  transpose_tile_scales_kernel<<<blocks_for(m), kThreads, 0, stream>>>(
+      scales.data_as<uint8_t>(), out_scales.data_as<uint8_t>(), row_blocks, scales.size(1),
+      out_scales.size(1), m);
+  OCTET_CUDA_LAUNCH_CHECK("transpose_tile_scales_kernel");
+}
+
+}  // namespace octet::cuda
