@@ -46,8 +46,8 @@ inline cudaStream_t stream_of(const Tensor& t) {
 }
 
 // A small host table (per-tensor or per-slot pointers and sizes for a multi-tensor kernel) in a
-// new device workspace, copied on `stream`. Waits for the copy: `table` is pageable host memory
-// that the caller frees on return.
+// new device workspace, uploaded on the device's octet stream (`stream`) through the staging
+// ring (runtime/cuda.h): no wait, and `table` may be freed on return.
 template <typename T>
 Tensor upload_table(const std::vector<T>& table, Device device, cudaStream_t stream) {
   const size_t bytes = table.size() * sizeof(T);
@@ -56,9 +56,9 @@ Tensor upload_table(const std::vector<T>& table, Device device, cudaStream_t str
     MemTagScope tag(MemTag::kWorkspace);
     out = Tensor::empty({static_cast<int64_t>(bytes)}, DType::kU8, device);
   }
-  OCTET_CUDA_CHECK(
-      cudaMemcpyAsync(out.data(), table.data(), bytes, cudaMemcpyHostToDevice, stream));
-  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream));
+  OCTET_ASSERT(stream == static_cast<cudaStream_t>(octet::cuda::stream(device)),
+               "upload_table: the staging ring copies on the device's octet stream");
+  octet::cuda::upload_async(device, out.data(), table.data(), bytes);
   return out;
 }
 
