@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cuda/check.h"
+#include "kernels/math/grid_index.h"
 #include "runtime/cuda.h"
 #include "runtime/float16.h"
 #include "runtime/fp8.h"
@@ -27,10 +28,13 @@ inline unsigned blocks_for(int64_t n, int threads = kThreads) {
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMax ? kMax : blocks));
 }
 
-// Threads for one block per row of `cols`: a warp multiple, no more than the row needs.
+// Threads for one block per row of `cols`: a warp multiple, no more than the row needs, and one
+// warp for empty rows (a launch with 0 threads is an invalid configuration; the row kernels
+// still write their per-row results, as the CPU does).
 inline int row_threads(int64_t cols) {
   if (cols >= 4096) return 1024;
   if (cols >= kThreads) return kThreads;
+  if (cols <= 0) return kWarp;
   return static_cast<int>((cols + kWarp - 1) / kWarp * kWarp);
 }
 
@@ -121,10 +125,13 @@ __device__ __forceinline__ float mul_keep_nan(float v, float s) {
   return __fmul_rn(v, s);
 }
 
-// |x| is non-negative, so its f32 bits order like unsigned integers: atomicMax on the bits is a
-// float max. `value` must be >= 0 (NaN filtered by the caller).
+// A float max on the bits: non-negative floats order like their bits read as signed ints, and
+// every target with the sign bit set (-0.0, a negative value, a negative NaN such as an all-ones
+// poison) reads as a negative int, so a value >= 0 replaces it, as the CPU's max does. (On the
+// bits read as unsigned, a -0.0 target, 0x80000000, was above every positive value: such an amax
+// could never rise.) `value` must be >= 0 (NaN filtered by the caller).
 __device__ __forceinline__ void atomic_max_nonneg(float* target, float value) {
-  atomicMax(reinterpret_cast<unsigned int*>(target), __float_as_uint(value));
+  atomicMax(reinterpret_cast<int*>(target), __float_as_int(value));
 }
 
 struct SumOp {
