@@ -83,5 +83,44 @@ TEST(CudaHostSync, TrainingStepMakesNoStreamWaitOrBlockingUpload) {
   }
 }
 
+TEST(CudaHostSync, FullAndZerosFillOnTheStreamLikeTheCpu) {
+  OCTET_REQUIRE_CUDA();
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int64_t n : {1, 2, 3, 1000, 4097, 65536 + 5}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " n=" + std::to_string(n));
+      const cuda::HostSyncCounts before = cuda::host_sync_counts();
+      const Tensor full = Tensor::full({n}, -3.25f, dtype, test::gpu());
+      const Tensor zeros = Tensor::zeros({n}, dtype, test::gpu());
+      const cuda::HostSyncCounts made = minus(cuda::host_sync_counts(), before);
+      EXPECT_EQ(made.total(), 0) << text(made);
+      EXPECT_TRUE(test::same_bits(full, Tensor::full({n}, -3.25f, dtype)));
+      EXPECT_TRUE(test::same_bits(zeros, Tensor::zeros({n}, dtype)));
+    }
+  }
+}
+
+TEST(CudaHostSync, UploadsAroundTheStagingRingKeepTheirBytes) {
+  OCTET_REQUIRE_CUDA();
+  // 40 uploads of 1 MiB and odd sizes go around the 16 MiB ring more than twice; every one must
+  // arrive intact although its host tensor is gone before the device reads it.
+  std::vector<Tensor> on_device;
+  std::vector<Tensor> want;
+  for (int64_t i = 0; i < 40; ++i) {
+    const int64_t n = (i % 3 == 0) ? 262144 : 262144 - 37 * i;  // f32 elements
+    Tensor host = test::random_tensor({n}, DType::kF32, 100 + static_cast<uint64_t>(i));
+    want.push_back(host);
+    {
+      const Tensor scratch = Tensor::from_floats(host.to_floats(), {n});  // freed below
+      on_device.push_back(scratch.to(test::gpu()));
+    }
+  }
+  const cuda::HostSyncCounts before = cuda::host_sync_counts();
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_TRUE(test::same_bits(on_device[i], want[i])) << "upload " << i;
+  }
+  EXPECT_EQ(minus(cuda::host_sync_counts(), before).device_to_host,
+            static_cast<int64_t>(want.size()));
+}
+
 }  // namespace
 }  // namespace octet::modules
