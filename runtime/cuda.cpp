@@ -1,6 +1,9 @@
 // The per-device octet stream, the device guard, and the caching device allocator.
 #include "runtime/cuda.h"
 
+#include <atomic>
+#include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,6 +24,20 @@
 #endif
 
 namespace octet::cuda {
+
+namespace {
+std::atomic<int64_t> g_device_to_host{0}, g_stream_waits{0}, g_blocking_uploads{0};
+}  // namespace
+
+HostSyncCounts host_sync_counts() {
+  return {g_device_to_host.load(), g_stream_waits.load(), g_blocking_uploads.load()};
+}
+
+namespace detail {
+void count_device_to_host() { ++g_device_to_host; }
+void count_stream_wait() { ++g_stream_waits; }
+void count_blocking_upload() { ++g_blocking_uploads; }
+}  // namespace detail
 
 #if OCTET_WITH_CUDA
 
@@ -50,6 +67,7 @@ void* stream(Device device) {
 }
 
 void synchronize(Device device) {
+  detail::count_stream_wait();
   DeviceGuard guard(device);
   OCTET_CUDART_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream(device))));
 }
@@ -136,6 +154,7 @@ class CachingAllocator final : public Allocator {
     std::lock_guard lock(mutex_);
     DeviceGuard guard(Device::cuda(index_));
     // Blocks may still be read by queued kernels of their last owner: wait for the stream.
+    detail::count_stream_wait();
     cudaStreamSynchronize(static_cast<cudaStream_t>(stream(Device::cuda(index_))));
     for (auto& [size, blocks] : free_) {
       for (void* ptr : blocks) {
@@ -188,6 +207,100 @@ void empty_cache(Device device) {
   detail::caching_allocator(device.index).release_cached();
 }
 
+namespace {
+
+// The page-locked ring behind upload_async, one per device. Each upload takes the next free
+// stretch and records an event after its copy; a stretch is reused once the event of every
+// upload that used it has passed (the stream runs them in order, so waiting for the newest
+// overlapping one is enough, and with 16 MiB that wait is rare).
+class StagingRing {
+ public:
+  static constexpr size_t kBytes = size_t{16} << 20;
+  static constexpr size_t kAlign = 256;
+
+  explicit StagingRing(int index) : index_(index) {}
+
+  void upload(void* dst, const void* src, size_t bytes) {
+    const Device device = Device::cuda(index_);
+    DeviceGuard guard(device);
+    const auto s = static_cast<cudaStream_t>(stream(device));
+    if (bytes > kBytes / 4) {
+      detail::count_blocking_upload();
+      OCTET_CUDART_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+      return;
+    }
+    std::lock_guard lock(mutex_);
+    if (base_ == nullptr) {
+      void* p = nullptr;
+      OCTET_CUDART_CHECK(cudaHostAlloc(&p, kBytes, cudaHostAllocDefault));
+      base_ = static_cast<uint8_t*>(p);
+    }
+    const size_t size = (bytes + kAlign - 1) / kAlign * kAlign;
+    size_t begin = head_ + size <= kBytes ? head_ : 0;
+    // Uploads that have run give their stretch back without a wait.
+    while (!pending_.empty() && cudaEventQuery(pending_.front().done) == cudaSuccess) {
+      retire_front();
+    }
+    (void)cudaGetLastError();  // cudaEventQuery's cudaErrorNotReady is not an error
+    size_t newest = pending_.size();
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      if (pending_[i].begin < begin + size && begin < pending_[i].end) newest = i;
+    }
+    if (newest < pending_.size()) {
+      detail::count_stream_wait();
+      OCTET_CUDART_CHECK(cudaEventSynchronize(pending_[newest].done));
+      for (size_t i = 0; i <= newest; ++i) retire_front();
+    }
+    std::memcpy(base_ + begin, src, bytes);
+    OCTET_CUDART_CHECK(cudaMemcpyAsync(dst, base_ + begin, bytes, cudaMemcpyHostToDevice, s));
+    cudaEvent_t done = nullptr;
+    if (!free_events_.empty()) {
+      done = free_events_.back();
+      free_events_.pop_back();
+    } else {
+      OCTET_CUDART_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    }
+    OCTET_CUDART_CHECK(cudaEventRecord(done, s));
+    pending_.push_back({begin, begin + size, done});
+    head_ = begin + size;
+  }
+
+ private:
+  struct Pending {
+    size_t begin, end;
+    cudaEvent_t done;
+  };
+
+  void retire_front() {
+    free_events_.push_back(pending_.front().done);
+    pending_.pop_front();
+  }
+
+  int index_;
+  std::mutex mutex_;
+  uint8_t* base_ = nullptr;  // never freed: the driver may be gone at exit
+  size_t head_ = 0;
+  std::deque<Pending> pending_;
+  std::vector<cudaEvent_t> free_events_;
+};
+
+StagingRing& staging_ring(int index) {
+  static std::mutex m;
+  static auto* rings = new std::map<int, std::unique_ptr<StagingRing>>();
+  std::lock_guard lock(m);
+  auto& ring = (*rings)[index];
+  if (ring == nullptr) ring = std::make_unique<StagingRing>(index);
+  return *ring;
+}
+
+}  // namespace
+
+void upload_async(Device device, void* dst, const void* src, size_t bytes) {
+  OCTET_CHECK(device.is_cuda(), "upload_async to ", device, ": not a CUDA device");
+  if (bytes == 0) return;
+  staging_ring(device.index).upload(dst, src, bytes);
+}
+
 namespace detail {
 Allocator& device_allocator(int index) { return caching_allocator(index); }
 }  // namespace detail
@@ -208,6 +321,7 @@ DeviceGuard::DeviceGuard(Device device) {
 DeviceGuard::~DeviceGuard() = default;
 CacheStats cache_stats(Device device) { no_cuda(device); }
 void empty_cache(Device device) { no_cuda(device); }
+void upload_async(Device device, void*, const void*, size_t) { no_cuda(device); }
 
 #endif
 

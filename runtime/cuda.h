@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "runtime/device.h"
 
@@ -44,9 +45,31 @@ CacheStats cache_stats(Device device);
 // Returns every free cached block to the driver (cudaFree).
 void empty_cache(Device device);
 
+// Copies `bytes` of host memory to `dst` on `device` in order on its octet stream, without making
+// the host wait: the bytes are first copied into a page-locked staging ring, which the device
+// reads when the stream gets there, so `src` may be reused on return. An upload larger than a
+// quarter of the ring goes through a blocking cudaMemcpy instead (counted below).
+void upload_async(Device device, void* dst, const void* src, size_t bytes);
+
+// Host synchronisation done by octet's CUDA code (counted in every CUDA build, the emulation's
+// too): a training step should make none but its loss read. device_to_host: copies to host
+// memory (each waits for the stream); stream_waits: waits for a stream, an event or a device;
+// blocking_uploads: host-to-device copies that held the host until the stream reached them.
+struct HostSyncCounts {
+  int64_t device_to_host = 0;
+  int64_t stream_waits = 0;
+  int64_t blocking_uploads = 0;
+  int64_t total() const { return device_to_host + stream_waits + blocking_uploads; }
+};
+HostSyncCounts host_sync_counts();  // since the process started, all devices
+
 namespace detail {
 // The caching allocator of CUDA device `index` (runtime/memory.cpp's allocator_for uses it).
 Allocator& device_allocator(int index);
+// Called where the synchronisation happens (runtime/, kernels/cuda/).
+void count_device_to_host();
+void count_stream_wait();
+void count_blocking_upload();
 }  // namespace detail
 
 }  // namespace octet::cuda

@@ -51,6 +51,9 @@ void Storage::move_to(Device device) {
       if (gpu_to_gpu) {
         status = cudaStreamSynchronize(static_cast<cudaStream_t>(cuda::stream(device_)));
       }
+      if (gpu_to_gpu) cuda::detail::count_stream_wait();
+      if (device.is_cpu()) cuda::detail::count_device_to_host();
+      if (device_.is_cpu()) cuda::detail::count_blocking_upload();  // a move, not in a step
       if (status == cudaSuccess) status = cudaMemcpy(moved, data_, nbytes_, cudaMemcpyDefault);
       // A device-to-device cudaMemcpy may return before the copy ends; the source block goes back
       // to its device's cache below, whose next owner's kernels would not wait for the copy.

@@ -23,10 +23,15 @@ void copy_bytes(Device dst_device, void* dst, Device src_device, const void* src
   // The legacy default stream of the GPU end's device orders the copy with that device's octet
   // stream (runtime/cuda.h). GPU-to-GPU copies wait for the source device's stream first.
   const Device gpu = dst_device.is_cuda() ? dst_device : src_device;
+  if (src_device.is_cpu()) {  // an upload: staged, in order on the stream, the host goes on
+    cuda::upload_async(dst_device, dst, src, n);
+    return;
+  }
   cuda::DeviceGuard guard(gpu);
   if (dst_device.is_cuda() && src_device.is_cuda() && dst_device != src_device) {
     cuda::synchronize(src_device);
   }
+  if (dst_device.is_cpu()) cuda::detail::count_device_to_host();
   const cudaError_t status = cudaMemcpy(dst, src, n, cudaMemcpyDefault);
   OCTET_CHECK(status == cudaSuccess, "cudaMemcpy of ", n, " bytes from ", src_device, " to ",
               dst_device, " failed: ", cudaGetErrorString(status));
@@ -71,19 +76,47 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
   if (device.is_cpu()) {
     std::memset(t.data(), 0, t.nbytes());
-  } else {
-    std::vector<uint8_t> host(t.nbytes(), 0);
-    copy_bytes(device, t.data(), Device::cpu(), host.data(), host.size());
+  } else if (t.nbytes() > 0) {
+#if OCTET_WITH_CUDA
+    // On the stream, with no host buffer and no wait.
+    cuda::DeviceGuard guard(device);
+    const cudaError_t status =
+        cudaMemsetAsync(t.data(), 0, t.nbytes(), static_cast<cudaStream_t>(cuda::stream(device)));
+    OCTET_CHECK(status == cudaSuccess, "cudaMemsetAsync of ", t.nbytes(), " bytes on ", device,
+                " failed: ", cudaGetErrorString(status));
+#else
+    OCTET_FAIL("zeros on ", device, " needs a CUDA build");
+#endif
   }
   return t;
 }
 
 Tensor Tensor::full(const Shape& shape, float value, DType dtype, Device device) {
-  Tensor host =
-      from_floats(std::vector<float>(static_cast<size_t>(shape_numel(shape)), value), shape, dtype);
-  if (device.is_cpu()) return host;
+  if (device.is_cpu()) {
+    return from_floats(std::vector<float>(static_cast<size_t>(shape_numel(shape)), value), shape,
+                       dtype);
+  }
   Tensor t = empty(shape, dtype, device);
-  copy_bytes(device, t.data(), Device::cpu(), host.data(), host.nbytes());
+  if (t.nbytes() == 0) return t;
+#if OCTET_WITH_CUDA
+  // One element uploaded, then doubled in place by device-to-device copies on the stream (a
+  // handful of copies, no host buffer of the tensor's size and no wait).
+  const Tensor one = from_floats({value}, {1}, dtype);
+  const size_t element = one.nbytes(), total = t.nbytes();
+  auto* base = static_cast<uint8_t*>(t.data());
+  copy_bytes(device, base, Device::cpu(), one.data(), element);
+  cuda::DeviceGuard guard(device);
+  const auto stream = static_cast<cudaStream_t>(cuda::stream(device));
+  for (size_t have = element; have < total; have *= 2) {
+    const size_t n = have < total - have ? have : total - have;
+    const cudaError_t status =
+        cudaMemcpyAsync(base + have, base, n, cudaMemcpyDeviceToDevice, stream);
+    OCTET_CHECK(status == cudaSuccess, "full: cudaMemcpyAsync on ", device,
+                " failed: ", cudaGetErrorString(status));
+  }
+#else
+  OCTET_FAIL("full on ", device, " needs a CUDA build");
+#endif
   return t;
 }
 

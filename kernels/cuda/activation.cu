@@ -36,9 +36,12 @@ __global__ void backward_kernel(const float* dy, const float* x, float* dx, int6
 template <Activation kAct>
 __global__ void gated_forward_kernel(const float* x, float* y, int64_t rows, int64_t h) {
   const int64_t n = rows * h;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t r = i / h, j = i - r * h;
+  const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  if (first >= n) return;
+  math::GridRowCol at = math::GridRowCol::start(first, stride, h);
+  for (int64_t i = first; i < n; i += stride, at.advance()) {
+    const int64_t r = at.row, j = at.col;
     const float* row = x + r * 2 * h;
     y[i] = act<kAct>(row[j]) * row[h + j];
   }
@@ -49,9 +52,12 @@ template <Activation kAct>
 __global__ void gated_backward_kernel(const float* dy, const float* x, float* dx, int64_t rows,
                                       int64_t h) {
   const int64_t n = rows * h;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t r = i / h, j = i - r * h;
+  const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  if (first >= n) return;
+  math::GridRowCol at = math::GridRowCol::start(first, stride, h);
+  for (int64_t i = first; i < n; i += stride, at.advance()) {
+    const int64_t r = at.row, j = at.col;
     const float* row = x + r * 2 * h;
     float* drow = dx + r * 2 * h;
     const float a = row[j], g = row[h + j], d = dy[i];

@@ -312,6 +312,7 @@ Plan* plan_for(const PlanKey& key, cudnnHandle_t handle) {
       plan = build_forward(handle, shape);
     } catch (const Error& e) {
       why = e.what();
+      (void)cudaGetLastError();  // a failed cuDNN call can leave a CUDA error for the next check
     }
   } else {
     for (const BackwardForm& form : kBackwardForms) {
@@ -320,6 +321,7 @@ Plan* plan_for(const PlanKey& key, cudnnHandle_t handle) {
         break;
       } catch (const Error& e) {
         why += std::string(why.empty() ? "" : "; ") + e.what();
+        (void)cudaGetLastError();
       }
     }
   }
@@ -348,6 +350,8 @@ bool execute(const PlanKey& key, Plan& plan, cudnnHandle_t handle, cudaStream_t 
     OCTET_CUDNN_CHECK(cudnnBackendFinalize(pack.get()));
     OCTET_CUDNN_CHECK(cudnnBackendExecute(handle, plan.plan, pack.get()));
   } catch (const Error& e) {
+    // Cleared so that the fallback's own launch checks do not report cuDNN's error as theirs.
+    (void)cudaGetLastError();
     report_once(shape_text(key) + ": execution failed: " + e.what());
     plan_cache()[key].reset();  // later calls of this shape go straight to the fallback
     return false;
@@ -355,14 +359,39 @@ bool execute(const PlanKey& key, Plan& plan, cudnnHandle_t handle, cudaStream_t 
   return true;
 }
 
+std::string rule_text(CudnnRule rule) {
+  switch (rule) {
+    case CudnnRule::kUse:
+      return "used";
+    case CudnnRule::kDeclineOldVersion:
+      return "cuDNN older than 9.0";
+    case CudnnRule::kDeclineVersion:
+      return "cuDNN 9.10.0 and 9.10.1 are refused (cudnn-frontend refuses their fused attention)";
+    case CudnnRule::kDeclineBackwardKvLength1:
+      return "backward with key/value length 1 is not supported from cuDNN 9.18";
+  }
+  return "unknown rule";
+}
+
+// Successful cuDNN runs in this process (guarded by attention_mutex()).
+AttentionRuns& runs() {
+  static AttentionRuns counts;
+  return counts;
+}
+
 // B, T, H, D of a packed qkv (B, T, 3*H*D), or false when cuDNN's fused attention cannot take it.
-bool supported(const Tensor& qkv, int64_t heads, Shape4* shape) {
+bool supported(const Tensor& qkv, int64_t heads, Direction direction, Shape4* shape) {
   if (qkv.dim() != 3 || heads <= 0 || qkv.size(2) % (3 * heads) != 0) return false;
   *shape = {qkv.size(0), qkv.size(1), heads, qkv.size(2) / (3 * heads)};
   if (shape->B == 0 || shape->T == 0) return false;
   // The fused engines take head dims up to 128 in multiples of 8 (16-byte bf16 rows).
   if (shape->D > 128 || shape->D % 8 != 0) return false;
-  return cudnnGetVersion() >= 90000;
+  const CudnnRule rule = cudnn_rule(static_cast<int64_t>(cudnnGetVersion()),
+                                    direction == Direction::kBackward, shape->T);
+  if (rule == CudnnRule::kUse) return true;
+  std::lock_guard lock(attention_mutex());  // report_once's set
+  report_once(rule_text(rule) + " (cuDNN " + std::to_string(cudnnGetVersion()) + ")");
+  return false;
 }
 
 PlanKey key_for(Device device, const Shape4& s, float scale, Direction direction) {
@@ -373,9 +402,14 @@ PlanKey key_for(Device device, const Shape4& s, float scale, Direction direction
 
 }  // namespace
 
+AttentionRuns attention_runs() {
+  std::lock_guard lock(attention_mutex());
+  return runs();
+}
+
 bool attention_forward(const Tensor& qkv, int64_t heads, float scale, Tensor& out, Tensor& lse) {
   Shape4 s{};
-  if (!supported(qkv, heads, &s)) return false;
+  if (!supported(qkv, heads, Direction::kForward, &s)) return false;
   const Device device = qkv.device();
   DeviceGuard guard(device);
   std::lock_guard lock(attention_mutex());
@@ -398,13 +432,14 @@ bool attention_forward(const Tensor& qkv, int64_t heads, float scale, Tensor& ou
                                        lse.data(), &scale_value, &neg_inf};
   if (!execute(key, *plan, handle, stream, uids, pointers, device)) return false;
   from_bf16_into(o16, out, stream);
+  ++runs().forward;
   return true;
 }
 
 bool attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         int64_t heads, float scale, Tensor& dqkv) {
   Shape4 s{};
-  if (!supported(qkv, heads, &s)) return false;
+  if (!supported(qkv, heads, Direction::kBackward, &s)) return false;
   const Device device = qkv.device();
   DeviceGuard guard(device);
   std::lock_guard lock(attention_mutex());
@@ -458,6 +493,7 @@ bool attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
   }
   if (!execute(key, *plan, handle, stream, uids, pointers, device)) return false;
   from_bf16_into(dqkv16, dqkv, stream);
+  ++runs().backward;
   return true;
 }
 

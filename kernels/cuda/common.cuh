@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cuda/check.h"
+#include "kernels/math/grid_index.h"
 #include "runtime/cuda.h"
 #include "runtime/float16.h"
 #include "runtime/fp8.h"
@@ -27,10 +28,13 @@ inline unsigned blocks_for(int64_t n, int threads = kThreads) {
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMax ? kMax : blocks));
 }
 
-// Threads for one block per row of `cols`: a warp multiple, no more than the row needs.
+// Threads for one block per row of `cols`: a warp multiple, no more than the row needs, and one
+// warp for empty rows (a launch with 0 threads is an invalid configuration; the row kernels
+// still write their per-row results, as the CPU does).
 inline int row_threads(int64_t cols) {
   if (cols >= 4096) return 1024;
   if (cols >= kThreads) return kThreads;
+  if (cols <= 0) return kWarp;
   return static_cast<int>((cols + kWarp - 1) / kWarp * kWarp);
 }
 
@@ -46,8 +50,8 @@ inline cudaStream_t stream_of(const Tensor& t) {
 }
 
 // A small host table (per-tensor or per-slot pointers and sizes for a multi-tensor kernel) in a
-// new device workspace, copied on `stream`. Waits for the copy: `table` is pageable host memory
-// that the caller frees on return.
+// new device workspace, uploaded on the device's octet stream (`stream`) through the staging
+// ring (runtime/cuda.h): no wait, and `table` may be freed on return.
 template <typename T>
 Tensor upload_table(const std::vector<T>& table, Device device, cudaStream_t stream) {
   const size_t bytes = table.size() * sizeof(T);
@@ -56,9 +60,9 @@ Tensor upload_table(const std::vector<T>& table, Device device, cudaStream_t str
     MemTagScope tag(MemTag::kWorkspace);
     out = Tensor::empty({static_cast<int64_t>(bytes)}, DType::kU8, device);
   }
-  OCTET_CUDA_CHECK(
-      cudaMemcpyAsync(out.data(), table.data(), bytes, cudaMemcpyHostToDevice, stream));
-  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream));
+  OCTET_ASSERT(stream == static_cast<cudaStream_t>(octet::cuda::stream(device)),
+               "upload_table: the staging ring copies on the device's octet stream");
+  octet::cuda::upload_async(device, out.data(), table.data(), bytes);
   return out;
 }
 
@@ -121,10 +125,13 @@ __device__ __forceinline__ float mul_keep_nan(float v, float s) {
   return __fmul_rn(v, s);
 }
 
-// |x| is non-negative, so its f32 bits order like unsigned integers: atomicMax on the bits is a
-// float max. `value` must be >= 0 (NaN filtered by the caller).
+// A float max on the bits: non-negative floats order like their bits read as signed ints, and
+// every target with the sign bit set (-0.0, a negative value, a negative NaN such as an all-ones
+// poison) reads as a negative int, so a value >= 0 replaces it, as the CPU's max does. (On the
+// bits read as unsigned, a -0.0 target, 0x80000000, was above every positive value: such an amax
+// could never rise.) `value` must be >= 0 (NaN filtered by the caller).
 __device__ __forceinline__ void atomic_max_nonneg(float* target, float value) {
-  atomicMax(reinterpret_cast<unsigned int*>(target), __float_as_uint(value));
+  atomicMax(reinterpret_cast<int*>(target), __float_as_int(value));
 }
 
 struct SumOp {

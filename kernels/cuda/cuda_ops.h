@@ -83,6 +83,18 @@ void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb
           Tensor* out_amax);
 void release_workspace();
 
+// What gemm settled on for each shape it has planned (on the shape's first call; later calls
+// reuse it). fp8_native: FP8 operands on FP8 tensor cores; fp8_via_bf16: FP8 operands that fell
+// back to exact bf16 copies (logged as a warning). For tests and tools/gpu-check.
+struct GemmChoice {
+  int device;
+  int64_t m, n, k;
+  DType a, b, out;
+  bool fp8_native;
+  bool fp8_via_bf16;
+};
+std::vector<GemmChoice> gemm_choices();
+
 // ---- nn (activation.cu, softmax.cu, norm.cu, embedding.cu, dropout.cu, loss.cu) ----
 // Floating inputs are f32, outputs are allocated f32 tensors, as in kernels/cpu/nn_cpu.h.
 void activation(ops::Activation act, const Tensor& x, Tensor& y);

@@ -26,10 +26,18 @@ __device__ __forceinline__ float apply(float a, float b) {
 template <BinaryOp kOp>
 __global__ void binary_kernel(const void* a, DType da, const void* b, DType db, void* out,
                               DType dout, int64_t n, int64_t row) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t j = row == n ? i : i % row;
-    store_f32(out, dout, i, apply<kOp>(load_f32(a, da, i), load_f32(b, db, j)));
+  const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  if (row == n) {
+    for (int64_t i = first; i < n; i += stride) {
+      store_f32(out, dout, i, apply<kOp>(load_f32(a, da, i), load_f32(b, db, i)));
+    }
+    return;
+  }
+  if (first >= n) return;  // also keeps row > 0 below (row == 0 means n == 0)
+  math::GridRowCol at = math::GridRowCol::start(first, stride, row);
+  for (int64_t i = first; i < n; i += stride, at.advance()) {
+    store_f32(out, dout, i, apply<kOp>(load_f32(a, da, i), load_f32(b, db, at.col)));
   }
 }
 

@@ -12,12 +12,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublas_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemm_kernels.h"
+#include "runtime/log_plain.h"
 #include "runtime/memory.h"
 
 namespace octet::cuda {
@@ -497,6 +499,57 @@ cublasStatus_t run_plan(const Call& call, Plan& plan) {
 
 }  // namespace
 
+namespace {
+
+std::string dtype_text(DType d) { return std::string(dtype_name(d)); }
+
+// The path a plan takes, in words, for the log line of each new shape.
+std::string path_text(const Config& config, bool fp8_operands) {
+  std::string text;
+  if (config.fp8) {
+    text = "native FP8";
+  } else if (fp8_operands) {
+    text = "FP8 operands as exact bf16 copies on bf16 tensor cores";
+  } else {
+    text = "cuBLASLt as given";
+  }
+  if (config.a == OperandPath::kTransposed || config.b == OperandPath::kTransposed) {
+    text += ", an operand transposed into a workspace";
+  }
+  if (config.staged) text += ", f32 staging";
+  if (config.fp8_out) text += ", FP8 out from cuBLASLt";
+  return text;
+}
+
+// Logs the configuration a new shape settled on: info for the expected path, a warning when FP8
+// operands fell back to bf16 (it is much slower than FP8, and was silent before).
+void log_choice(const Call& call, const Config& config, cublasStatus_t declined) {
+  const bool fp8_operands = is_fp8(call.a.dtype());
+  const std::string text = "cuBLASLt GEMM M=" + std::to_string(call.m) +
+                           " N=" + std::to_string(call.n) + " K=" + std::to_string(call.k) + " " +
+                           dtype_text(call.a.dtype()) + " x " + dtype_text(call.b.dtype()) +
+                           " -> " + dtype_text(call.out.dtype()) + ": " +
+                           path_text(config, fp8_operands);
+  if (fp8_operands && !config.fp8) {
+    log_warning_message(text + " (native FP8 declined: " + cublasLtGetStatusString(declined) + ")");
+  } else {
+    log_info_message(text);
+  }
+}
+
+}  // namespace
+
+std::vector<GemmChoice> gemm_choices() {
+  std::lock_guard lock(gemm_mutex());
+  std::vector<GemmChoice> out;
+  for (const auto& [key, plan] : plan_cache()) {
+    if (plan == nullptr) continue;
+    out.push_back({key.device, key.m, key.n, key.k, key.a_dtype, key.b_dtype, key.out_dtype,
+                   plan->config.fp8, is_fp8(key.a_dtype) && !plan->config.fp8});
+  }
+  return out;
+}
+
 void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb, Tensor& out,
           float alpha, ops::Accumulate accumulate, const Tensor* bias, const Tensor* a_scale_inv,
           const Tensor* b_scale_inv, GemmRole role, ops::Epilogue epilogue, const Tensor* out_scale,
@@ -549,8 +602,10 @@ void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb
   for (const Config& config : candidates(call)) {
     std::unique_ptr<Plan> plan = build_plan(call, config, &last);
     if (plan == nullptr) continue;
+    const cublasStatus_t before = last;
     last = run_plan(call, *plan);
     if (last != CUBLAS_STATUS_SUCCESS) continue;
+    log_choice(call, config, before);
     cache.emplace(key, std::move(plan));
     return;
   }

@@ -94,9 +94,12 @@ __global__ void norm_apply_kernel(const float* x, const float* shift_dmean, cons
                                   const float* gamma, float offset, const float* beta, float* y,
                                   int64_t rows, int64_t cols) {
   const int64_t n = rows * cols;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t r = i / cols, c = i - r * cols;
+  const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  if (first >= n) return;
+  math::GridRowCol at = math::GridRowCol::start(first, stride, cols);
+  for (int64_t i = first; i < n; i += stride, at.advance()) {
+    const int64_t r = at.row, c = at.col;
     const float b = beta != nullptr ? beta[c] : 0.f;
     y[i] = normalize(x[i], row_stats(shift_dmean, rsigma, r), scale_of(gamma, offset, c), b);
   }

@@ -177,6 +177,7 @@ double sum_of_squares(const Tensor& x) {
   const int64_t blocks = ws.numel() - 1;
   double result = 0.0;
   const cudaStream_t stream = stream_of(x);
+  octet::cuda::detail::count_device_to_host();
   OCTET_CUDA_CHECK(cudaMemcpyAsync(&result, ws.data_as<int64_t>() + blocks, sizeof(result),
                                    cudaMemcpyDeviceToHost, stream));
   OCTET_CUDA_CHECK(cudaStreamSynchronize(stream));

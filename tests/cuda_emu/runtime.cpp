@@ -359,6 +359,17 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
 
 cudaError_t cudaFree(void* ptr) { return record(octet::emu::detail::device_release(ptr)); }
 
+cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int) {
+  if (ptr == nullptr) return record(cudaErrorInvalidValue);
+  *ptr = std::malloc(size == 0 ? 1 : size);
+  return *ptr != nullptr ? cudaSuccess : record(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  std::free(ptr);
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
   return record(octet::emu::detail::copy(dst, src, count, kind, "cudaMemcpy"));
 }

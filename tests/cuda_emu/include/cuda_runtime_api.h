@@ -140,6 +140,10 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpy
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind,
                             cudaStream_t stream);
 cudaError_t cudaMemset(void* ptr, int value, size_t count);
+// Page-locked host memory: ordinary host memory here (copies run at once anyway).
+#define cudaHostAllocDefault 0x00
+cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int flags);
+cudaError_t cudaFreeHost(void* ptr);
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream);
 
 cudaError_t cudaStreamCreate(cudaStream_t* stream);
