@@ -420,7 +420,12 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
     });
     trainer.load(ckpt);
     saved_ranks = train::checkpoint_world_size(ckpt);
-    dataset->set_state(ckpt.state.data);
+    try {
+      dataset->set_state(ckpt.state.data);
+    } catch (const Error& e) {
+      OCTET_FAIL("--resume: checkpoint ", ckpt_path, ": __metadata__ \"data_state\" does not fit ",
+                 dataset->describe(), ": ", e.what());
+    }
     rng.set_state(ckpt.state.rng);
     state.step = ckpt.state.step;
     state.skipped_steps = ckpt.state.skipped_steps;

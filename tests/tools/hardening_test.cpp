@@ -503,6 +503,15 @@ TEST(HostileInput, CheckpointsAndTheirMetadata) {
       if (r.code != 0) throw Error(r.err.substr(0, r.err.find('\n')));
     });
   }
+  // A data position that does not fit the data, on --resume: names the checkpoint and the key.
+  SafetensorsMetadata far = good.metadata;
+  far["data_state"] = R"({"train": [7, 0], "validation": [0, 0]})";
+  save_safetensors(dir + "/checkpoint.safetensors", good.tensors, far);
+  const Outcome resumed =
+      octet({"train", "--quiet", "--resume", "--out", dir, "--set", "training.steps=5"});
+  expect_one_clear_line(resumed, "train", dir + "/checkpoint.safetensors");
+  EXPECT_THAT(resumed.err, HasSubstr("data_state"));
+
   // Random byte changes anywhere in the file.
   const std::string bytes = read(dir + "/checkpoint.safetensors");
   Generator gen(18);
