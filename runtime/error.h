@@ -2,6 +2,7 @@
 // failures.
 #pragma once
 
+#include <new>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -50,3 +51,23 @@ std::string concat(Args&&... args) {
 // Unconditional failure, for the branch that must never be taken or the unsupported case.
 #define OCTET_FAIL(...) \
   ::octet::detail::throw_error(__FILE__, __LINE__, nullptr, ::octet::detail::concat(__VA_ARGS__))
+
+namespace octet {
+
+// Runs `fn` (a parser of outside input) so that it fails only with octet::Error: another
+// exception (std::bad_alloc from an absurd size, a library's own exception) becomes an Error
+// whose message starts with `context` (which names the file).
+template <typename Fn>
+decltype(auto) with_error_context(const std::string& context, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    OCTET_FAIL(context, ": out of memory while reading it (a size in it is too large?)");
+  } catch (const std::exception& e) {
+    OCTET_FAIL(context, ": ", e.what());
+  }
+}
+
+}  // namespace octet

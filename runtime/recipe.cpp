@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/text_file.h"
 
 namespace octet {
 namespace {
@@ -291,21 +292,19 @@ Recipe recipe_from_json(const json& object, std::string_view where) {
 }
 
 Recipe parse_recipe(std::string_view text, std::string_view where) {
-  json object;
-  try {
-    object = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    OCTET_FAIL(where, ": invalid JSON: ", e.what());
-  }
-  return recipe_from_json(object, where);
+  return with_error_context(std::string(where), [&] {
+    json object;
+    try {
+      object = json::parse(text.begin(), text.end());
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e999
+      OCTET_FAIL(where, ": invalid JSON: ", json_error_text(e.what()));
+    }
+    return recipe_from_json(object, where);
+  });
 }
 
 Recipe load_recipe(const std::string& path) {
-  std::ifstream file(path);
-  OCTET_CHECK(file.good(), "cannot open recipe file '", path, "'");
-  std::stringstream text;
-  text << file.rdbuf();
-  return parse_recipe(text.str(), path + ": recipe");
+  return parse_recipe(read_file_text(path, "recipe file"), printable(path) + ": recipe");
 }
 
 json recipe_to_json(const Recipe& r) {

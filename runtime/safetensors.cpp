@@ -15,6 +15,7 @@
 #include <set>
 
 #include "runtime/error.h"
+#include "runtime/text_file.h"
 
 namespace octet {
 namespace {
@@ -327,7 +328,10 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   sync_parent_directory(path);
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
+namespace {
+
+// load_safetensors, whose every failure is an octet::Error already named by the caller.
+SafetensorsFile read_safetensors(const std::string& path) {
   FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   OCTET_CHECK(fd.get() >= 0, "cannot open safetensors file ", path, ": ", errno_text());
   struct stat st {};
@@ -354,7 +358,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
   try {
     header = Json::parse(text, std::ref(duplicates));
   } catch (const Json::exception& e) {
-    OCTET_FAIL("safetensors file ", path, ": header is not valid JSON: ", e.what());
+    OCTET_FAIL("safetensors file ", path,
+               ": header is not valid JSON: ", json_error_text(e.what()));
   }
   OCTET_CHECK(header.is_object(), "safetensors file ", path, ": header must be a JSON object, got ",
               header.type_name());
@@ -406,6 +411,13 @@ SafetensorsFile load_safetensors(const std::string& path) {
     file.tensors.emplace_back(e.name, std::move(t));
   }
   return file;
+}
+
+}  // namespace
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  // Anything else (std::bad_alloc from a huge tensor the header declares) still names the file.
+  return with_error_context("safetensors file " + path, [&] { return read_safetensors(path); });
 }
 
 }  // namespace octet

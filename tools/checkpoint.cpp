@@ -17,29 +17,31 @@ SafetensorsMetadata run_metadata(const TrainerState& state) {
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
-  Checkpoint c;
-  static_cast<train::Checkpoint&>(c) = train::read_checkpoint(path);
-  c.state.step = train::metadata_int(c, "step");
-  c.state.skipped_steps = train::metadata_int(c, "skipped_steps");
-  const std::string& rng_text = train::metadata_at(c, "rng");
-  const auto rng = nlohmann::json::parse(rng_text, nullptr, false);
-  OCTET_CHECK(!rng.is_discarded() && rng.is_object() && rng.contains("seed") &&
-                  rng["seed"].is_number_unsigned() && rng.contains("offset") &&
-                  rng["offset"].is_number_unsigned(),
-              "checkpoint ", path, ": __metadata__ \"rng\" is ", rng_text,
-              ", expected {\"seed\": N, \"offset\": N}");
-  c.state.rng = {rng["seed"].get<uint64_t>(), rng["offset"].get<uint64_t>()};
-  try {
-    c.state.data = data::decode_state(train::metadata_at(c, "data_state"));
-  } catch (const Error& e) {
-    OCTET_FAIL("checkpoint ", path, ": __metadata__ \"data_state\": ", e.what());
-  }
-  const auto config =
-      nlohmann::ordered_json::parse(train::metadata_at(c, "config"), nullptr, false);
-  OCTET_CHECK(!config.is_discarded() && config.is_object(), "checkpoint ", path,
-              ": __metadata__ \"config\" is not a JSON object");
-  c.state.config = config::from_json(config, "the config in checkpoint " + path);
-  return c;
+  return with_error_context("checkpoint " + path, [&] {
+    Checkpoint c;
+    static_cast<train::Checkpoint&>(c) = train::read_checkpoint(path);
+    c.state.step = train::metadata_int(c, "step");
+    c.state.skipped_steps = train::metadata_int(c, "skipped_steps");
+    const std::string& rng_text = train::metadata_at(c, "rng");
+    const auto rng = nlohmann::json::parse(rng_text, nullptr, false);
+    OCTET_CHECK(!rng.is_discarded() && rng.is_object() && rng.contains("seed") &&
+                    rng["seed"].is_number_unsigned() && rng.contains("offset") &&
+                    rng["offset"].is_number_unsigned(),
+                "checkpoint ", path, ": __metadata__ \"rng\" is ", rng_text,
+                ", expected {\"seed\": N, \"offset\": N}");
+    c.state.rng = {rng["seed"].get<uint64_t>(), rng["offset"].get<uint64_t>()};
+    try {
+      c.state.data = data::decode_state(train::metadata_at(c, "data_state"));
+    } catch (const Error& e) {
+      OCTET_FAIL("checkpoint ", path, ": __metadata__ \"data_state\": ", e.what());
+    }
+    const auto config =
+        nlohmann::ordered_json::parse(train::metadata_at(c, "config"), nullptr, false);
+    OCTET_CHECK(!config.is_discarded() && config.is_object(), "checkpoint ", path,
+                ": __metadata__ \"config\" is not a JSON object");
+    c.state.config = config::from_json(config, "the config in checkpoint " + path);
+    return c;
+  });
 }
 
 void load_model_state(modules::Module& model, const Checkpoint& checkpoint) {

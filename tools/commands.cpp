@@ -155,6 +155,9 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
                 " was trained on the built-in task (", c.data.task,
                 "), which reads no file; --data is for text and shard checkpoints");
     c.data.path = *data_path;
+    // A shard run with its own validation shards evaluates on them; --data replaces them, so
+    // the file named is the file evaluated (all of it, as the run's val_path was).
+    if (!c.data.val_path.empty()) c.data.val_path = *data_path;
   }
   LoadedModel m;
   m.dataset = data::open_dataset(config::data_options(c));
@@ -189,6 +192,22 @@ std::string memory_line(modules::GPT& model) {
       cli::format_bytes(s.peak_of(MemTag::kOptimizer)));
 }
 
+// A fresh run would replace config.json and metrics.jsonl at once and the checkpoint later: a
+// directory that holds a run is refused unless the user says which of the two they want.
+void refuse_existing_run(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::string found;
+  for (const std::string_view name :
+       {std::string_view("config.json"), std::string_view("metrics.jsonl"), cli::kCheckpointFile}) {
+    std::error_code ec;
+    if (fs::exists(fs::path(dir) / name, ec))
+      found += (found.empty() ? "" : ", ") + std::string(name);
+  }
+  OCTET_CHECK(found.empty(), "the run directory ", dir, " holds a run (", found,
+              "): --resume continues it, --overwrite starts over and replaces it, or choose "
+              "another --out");
+}
+
 }  // namespace
 
 // ---- commands ----
@@ -199,6 +218,7 @@ int run_train(const Args& args, std::ostream& out) {
                           {"--set", Takes::kValue},
                           {"--out", Takes::kValue},
                           {"--resume", Takes::kFlag},
+                          {"--overwrite", Takes::kFlag},
                           {"--quiet", Takes::kFlag}});
   if (p.has("--help")) {
     out << help_text("train");
@@ -224,6 +244,10 @@ int run_train(const Args& args, std::ostream& out) {
     if (p.has("--out")) c.output.dir = *p.value("--out");
   }
   config::validate(c);
+  OCTET_CHECK(!(resume == cli::Resume::kYes && p.has("--overwrite")),
+              "octet train: --resume continues the run in ", c.output.dir,
+              " and --overwrite replaces it: give one of them");
+  if (resume == cli::Resume::kNo && !p.has("--overwrite")) refuse_existing_run(c.output.dir);
   // Under a launcher the output is mpirun's to forward (its ranks see a pseudo-terminal even
   // when mpirun's own output is a file): plain lines.
   const bool terminal = ::isatty(STDOUT_FILENO) != 0 && launch_info().size == 1;

@@ -16,6 +16,8 @@
 
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "runtime/recipe.h"
+#include "runtime/text_file.h"
 
 namespace octet::config {
 namespace {
@@ -236,17 +238,35 @@ std::optional<int64_t> as_integer(const Json& v) {
   return {};
 }
 
+// A value as JSON text for messages; bytes that are not UTF-8 show as U+FFFD instead of
+// making the message itself fail.
+std::string shown(const Json& v) { return v.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+// Strings of a config end up in config.json and checkpoints, which are JSON: UTF-8 only.
+void check_utf8(const std::string& text, const std::string& path, std::string_view source) {
+  const int64_t bad = first_invalid_utf8(text);
+  OCTET_CHECK(bad < 0, "config key \"", path, "\" (from ", printable(source),
+              "): expected UTF-8 text, got \"", printable(text), "\" (byte ", bad < 0 ? 0 : bad,
+              " is not UTF-8)");
+}
+
+// An integer key's range, compared exactly (a double would round 2^53 + 1 down into range).
+bool int_in_range(int64_t i, const Range& r) {
+  return i >= static_cast<int64_t>(r.min) && i <= static_cast<int64_t>(r.max);
+}
+
 void set_value(RunConfig& config, const Entry& e, const Json& v, std::string_view source) {
   const KeySpec& s = e.spec;
   auto check = [&](bool ok) {
-    OCTET_CHECK(ok, "config key \"", s.path, "\" (from ", source, "): expected ", expectation(s),
-                ", got ", v.dump());
+    OCTET_CHECK(ok, "config key \"", s.path, "\" (from ", printable(source), "): expected ",
+                expectation(s), ", got ", shown(v));
   };
+  if (v.is_string()) check_utf8(v.get<std::string>(), s.path, source);
   const FieldRef field = e.field(config);
   switch (s.type) {
     case KeyType::kInt: {
       const std::optional<int64_t> i = as_integer(v);
-      check(i.has_value() && in_range(static_cast<double>(*i), s.range));
+      check(i.has_value() && int_in_range(*i, s.range));
       *std::get<int64_t*>(field) = *i;
       return;
     }
@@ -287,14 +307,33 @@ void set_value(RunConfig& config, const Entry& e, const Json& v, std::string_vie
     }
     case KeyType::kRecipe:
       check(v.is_object() || (v.is_string() && !v.get<std::string>().empty()));
-      *std::get<Json*>(field) = v;
+      if (v.is_string()) {
+        // The run records the recipe itself, not the path: moving or editing the file later
+        // changes nothing about the run (eval, resume).
+        try {
+          *std::get<Json*>(field) = Json(recipe_to_json(load_recipe(v.get<std::string>())));
+        } catch (const Error& err) {
+          OCTET_FAIL("config key \"", s.path, "\" (from ", printable(source), "): ", err.what());
+        }
+      } else {
+        // Checked now, so that a bad recipe in a file or a checkpoint names where it came from.
+        try {
+          (void)recipe_from_json(nlohmann::json(v), s.path);
+        } catch (const Error& err) {
+          OCTET_FAIL("config key \"", s.path, "\" (from ", printable(source), "): ", err.what());
+        }
+        *std::get<Json*>(field) = v;
+      }
       return;
     case KeyType::kStringList: {
       check(v.is_array() &&
             std::all_of(v.begin(), v.end(), [](const Json& s) { return s.is_string(); }));
       std::vector<std::string>& list = *std::get<std::vector<std::string>*>(field);
       list.clear();
-      for (const Json& s : v) list.push_back(s.get<std::string>());
+      for (const Json& item : v) {
+        check_utf8(item.get<std::string>(), s.path, source);
+        list.push_back(item.get<std::string>());
+      }
       return;
     }
   }
@@ -357,7 +396,7 @@ size_t edit_distance(std::string_view a, std::string_view b) {
     }
     hint = "; the sections are " + choices_text(sections, "");
   }
-  OCTET_FAIL("unknown config key \"", path, "\" (from ", source, ")", hint);
+  OCTET_FAIL("unknown config key \"", printable(path), "\" (from ", printable(source), ")", hint);
 }
 
 void apply_object(RunConfig& config, const std::string& prefix, const Json& object,
@@ -367,8 +406,8 @@ void apply_object(RunConfig& config, const std::string& prefix, const Json& obje
     if (const Entry* e = find_entry(path)) {
       set_value(config, *e, value, source);
     } else if (prefix.empty() && is_section(path)) {
-      OCTET_CHECK(value.is_object(), "config key \"", path, "\" (from ", source,
-                  ") is a section: expected an object of its keys, got ", value.dump());
+      OCTET_CHECK(value.is_object(), "config key \"", path, "\" (from ", printable(source),
+                  ") is a section: expected an object of its keys, got ", shown(value));
       apply_object(config, path, value, source);
     } else {
       unknown_key(path, source);
@@ -386,8 +425,20 @@ Json override_value(KeyType type, const std::string& text) {
     case KeyType::kChoice:
     case KeyType::kDevice:
       return ok && parsed.is_string() ? parsed : Json(text);
-    case KeyType::kRecipe:
-      return ok && (parsed.is_string() || parsed.is_object()) ? parsed : Json(text);
+    case KeyType::kRecipe: {
+      if (ok && (parsed.is_string() || parsed.is_object())) return parsed;
+      // Text that starts like an object is a broken inline recipe, not a file name.
+      const size_t start = text.find_first_not_of(" \t\r\n");
+      if (start != std::string::npos && text[start] == '{') {
+        try {
+          return Json::parse(text);  // throws: it did not parse above, and says why now
+        } catch (const Json::exception& e) {
+          OCTET_FAIL("config key \"fp8.recipe\" (from --set fp8.recipe=", printable(text),
+                     "): not a valid inline recipe object: ", json_error_text(e.what()));
+        }
+      }
+      return Json(text);
+    }
     default:
       return ok ? parsed : Json(text);
   }
@@ -412,29 +463,32 @@ const KeySpec* find_key(std::string_view path) {
 }
 
 void apply_json(RunConfig& config, const nlohmann::ordered_json& json, std::string_view source) {
-  OCTET_CHECK(json.is_object(), "config (from ", source,
+  OCTET_CHECK(json.is_object(), "config (from ", printable(source),
               ") must be a JSON object of sections such as {\"model\": {...}}, got ",
               json.type_name());
   apply_object(config, "", json, source);
 }
 
 void apply_override(RunConfig& config, std::string_view assignment) {
-  const size_t eq = assignment.find('=');
-  OCTET_CHECK(eq != std::string_view::npos && eq > 0, "--set \"", assignment,
-              "\": expected key=value with a dotted key, such as model.n_layer=4");
-  const std::string key(assignment.substr(0, eq));
-  const std::string text(assignment.substr(eq + 1));
-  const std::string source = "--set " + std::string(assignment);
-  if (const Entry* e = find_entry(key)) {
-    set_value(config, *e, override_value(e->spec.type, text), source);
-  } else if (is_section(key)) {
-    const Json value = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-    OCTET_CHECK(!value.is_discarded() && value.is_object(), "config key \"", key, "\" (from ",
-                source, ") is a section: expected a JSON object of its keys, got ", text);
-    apply_object(config, key, value, source);
-  } else {
-    unknown_key(key, source);
-  }
+  return with_error_context("--set " + printable(assignment), [&] {
+    const size_t eq = assignment.find('=');
+    OCTET_CHECK(eq != std::string_view::npos && eq > 0, "--set \"", printable(assignment),
+                "\": expected key=value with a dotted key, such as model.n_layer=4");
+    const std::string key(assignment.substr(0, eq));
+    const std::string text(assignment.substr(eq + 1));
+    const std::string source = "--set " + std::string(assignment);
+    if (const Entry* e = find_entry(key)) {
+      set_value(config, *e, override_value(e->spec.type, text), source);
+    } else if (is_section(key)) {
+      const Json value = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+      OCTET_CHECK(!value.is_discarded() && value.is_object(), "config key \"", key, "\" (from ",
+                  printable(source), ") is a section: expected a JSON object of its keys, got ",
+                  printable(text));
+      apply_object(config, key, value, source);
+    } else {
+      unknown_key(key, source);
+    }
+  });
 }
 
 int64_t total_schedule_steps(const RunConfig& c) {
@@ -466,25 +520,33 @@ void validate(const RunConfig& c) {
               " warm-up steps exceed the schedule's ", total_schedule_steps(c),
               " (schedule.total_steps, or training.steps when it is 0)");
   OCTET_CHECK(!c.output.dir.empty(), "config key \"output.dir\" is empty: expected a directory");
+  // Values set around apply_json (--out) are checked here too: config.json must be writable.
+  for (const Entry& e : entries()) {
+    const FieldRef field = e.field(const_cast<RunConfig&>(c));
+    if (auto* text = std::get_if<std::string*>(&field))
+      check_utf8(**text, e.spec.path, "the resolved config");
+  }
 }
 
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  RunConfig config;
-  if (!path.empty()) {
-    std::ifstream in(path, std::ios::binary);
-    OCTET_CHECK(in.good(), "cannot open config file ", path, ": ", std::strerror(errno));
-    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-    Json json;
-    try {
-      json = Json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
-    } catch (const Json::exception& e) {
-      OCTET_FAIL("config file ", path, " is not valid JSON: ", e.what());
-    }
-    apply_json(config, json, "file " + path);
-  }
-  for (const std::string& assignment : overrides) apply_override(config, assignment);
-  validate(config);
-  return config;
+  return with_error_context(
+      path.empty() ? std::string("config") : "config file " + printable(path), [&] {
+        RunConfig config;
+        if (!path.empty()) {
+          const std::string text = read_file_text(path, "config file");
+          Json json;
+          try {
+            json = Json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+          } catch (const Json::exception& e) {
+            OCTET_FAIL("config file ", printable(path),
+                       " is not valid JSON: ", json_error_text(e.what()));
+          }
+          apply_json(config, json, "file " + path);
+        }
+        for (const std::string& assignment : overrides) apply_override(config, assignment);
+        validate(config);
+        return config;
+      });
 }
 
 nlohmann::ordered_json to_json(const RunConfig& config) {
@@ -498,10 +560,12 @@ nlohmann::ordered_json to_json(const RunConfig& config) {
 }
 
 RunConfig from_json(const nlohmann::ordered_json& json, std::string_view source) {
-  RunConfig config;
-  apply_json(config, json, source);
-  validate(config);
-  return config;
+  return with_error_context(std::string(printable(source)), [&] {
+    RunConfig config;
+    apply_json(config, json, source);
+    validate(config);
+    return config;
+  });
 }
 
 data::DataOptions data_options(const RunConfig& c) {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/error.h"
+#include "runtime/text_file.h"
 #include "tools/task_data.h"
 #include "tools/token_data.h"
 
@@ -20,26 +21,28 @@ std::string encode_state(const DataState& state) {
 }
 
 DataState decode_state(std::string_view text) {
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    OCTET_FAIL("data state \"", text, "\" is not valid JSON: ", e.what());
-  }
-  auto cursor = [&](const char* key) {
-    OCTET_CHECK(json.is_object() && json.contains(key), "data state \"", text, "\" has no \"", key,
-                "\" cursor");
-    const nlohmann::json& pair = json[key];
-    OCTET_CHECK(pair.is_array() && pair.size() == 2 && pair[0].is_number_unsigned() &&
-                    pair[1].is_number_unsigned(),
-                "data state \"", text, "\": \"", key,
-                "\" must be [segment, position] with non-negative integers, got ", pair.dump());
-    return Cursor{pair[0].get<uint64_t>(), pair[1].get<uint64_t>()};
-  };
-  DataState state{cursor("train"), cursor("validation")};
-  OCTET_CHECK(json.size() == 2, "data state \"", text,
-              "\" has keys other than \"train\" and \"validation\"");
-  return state;
+  return with_error_context("data state \"" + printable(text) + "\"", [&] {
+    nlohmann::json json;
+    try {
+      json = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+      OCTET_FAIL("data state \"", text, "\" is not valid JSON: ", json_error_text(e.what()));
+    }
+    auto cursor = [&](const char* key) {
+      OCTET_CHECK(json.is_object() && json.contains(key), "data state \"", text, "\" has no \"",
+                  key, "\" cursor");
+      const nlohmann::json& pair = json[key];
+      OCTET_CHECK(pair.is_array() && pair.size() == 2 && pair[0].is_number_unsigned() &&
+                      pair[1].is_number_unsigned(),
+                  "data state \"", text, "\": \"", key,
+                  "\" must be [segment, position] with non-negative integers, got ", pair.dump());
+      return Cursor{pair[0].get<uint64_t>(), pair[1].get<uint64_t>()};
+    };
+    DataState state{cursor("train"), cursor("validation")};
+    OCTET_CHECK(json.size() == 2, "data state \"", text,
+                "\" has keys other than \"train\" and \"validation\"");
+    return state;
+  });
 }
 
 void Dataset::set_state(const DataState& state) {
@@ -84,17 +87,23 @@ std::string_view task_kind_name(TaskKind kind) {
 }
 
 std::unique_ptr<Dataset> open_dataset(const DataOptions& options) {
-  switch (options.kind) {
-    case DataKind::kTask:
-      return std::make_unique<AlgorithmicTask>(options.task, options.task_digits, options.seed);
-    case DataKind::kText:
-      OCTET_CHECK(!options.path.empty(), "text data needs a file path");
-      return std::make_unique<TextDataset>(options.path, options.val_fraction);
-    case DataKind::kShards:
-      OCTET_CHECK(!options.path.empty(), "token shard data needs a path or pattern");
-      return std::make_unique<ShardDataset>(options.path, options.val_path, options.val_fraction);
-  }
-  OCTET_FAIL("unknown data kind code ", static_cast<int>(options.kind));
+  return with_error_context(
+      std::string(data_kind_name(options.kind)) + " data " + printable(options.path),
+      [&]() -> std::unique_ptr<Dataset> {
+        switch (options.kind) {
+          case DataKind::kTask:
+            return std::make_unique<AlgorithmicTask>(options.task, options.task_digits,
+                                                     options.seed);
+          case DataKind::kText:
+            OCTET_CHECK(!options.path.empty(), "text data needs a file path");
+            return std::make_unique<TextDataset>(options.path, options.val_fraction);
+          case DataKind::kShards:
+            OCTET_CHECK(!options.path.empty(), "token shard data needs a path or pattern");
+            return std::make_unique<ShardDataset>(options.path, options.val_path,
+                                                  options.val_fraction);
+        }
+        OCTET_FAIL("unknown data kind code ", static_cast<int>(options.kind));
+      });
 }
 
 namespace detail {

@@ -35,7 +35,7 @@ examples:
 )";
   }
   if (command == "train") {
-    return R"(usage: octet train [--config FILE] [--set key=value ...] [--out DIR] [--resume] [--quiet]
+    return R"(usage: octet train [--config FILE] [--set key=value ...] [--out DIR] [--resume | --overwrite] [--quiet]
 
 Trains a GPT as the config says: built-in defaults (configs/train/default.json), then FILE,
 then each --set (a dotted key, e.g. --set optimizer.lr=1e-3; every key: configs/README.md).
@@ -46,6 +46,8 @@ then each --set (a dotted key, e.g. --set optimizer.lr=1e-3; every key: configs/
                     checkpoint.safetensors
   --resume          continue exactly from DIR/checkpoint.safetensors; without --config the
                     run's saved config is used (extend it with --set training.steps=N)
+  --overwrite       start a new run in a DIR that holds one, replacing it (without --resume
+                    or --overwrite such a DIR is refused, so no finished run is lost)
   --quiet           print only the closing summary
 
 A terminal gets a live progress line; otherwise plain lines now and then.
@@ -62,7 +64,8 @@ Evaluates a checkpoint on held-out data in inference mode: exact-match accuracy 
 (built-in task), bits per byte (text) or loss (token shards).
 
   --checkpoint PATH  a checkpoint written by octet train
-  --data FILE        other text / shard data than the run's (same vocabulary)
+  --data FILE        other text / shard data than the run's (same vocabulary): its held-out
+                     tail, or all of it for a shard run trained with data.val_path
   --examples N       held-out problems to generate (task; default training.eval_examples)
   --set key=value    override data.* or training.eval_* keys of the saved config
   --json             one JSON object instead of a sentence

@@ -4,12 +4,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include "runtime/error.h"
+#include "runtime/text_file.h"
 
 namespace octet::cli {
 namespace {
@@ -156,20 +160,53 @@ nlohmann::ordered_json step_json(const StepRecord& r, const std::vector<train::S
   return line;
 }
 
+namespace {
+
+// The JSON objects of metrics.jsonl text, one a line; a malformed line names the file and line.
+std::vector<nlohmann::ordered_json> parse_metrics(const std::string& text,
+                                                  const std::string& path) {
+  std::vector<nlohmann::ordered_json> lines;
+  size_t start = 0;
+  for (int64_t n = 1; start < text.size(); ++n) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + start, end - start);
+    start = end + 1;
+    if (line.empty()) continue;
+    auto json = nlohmann::ordered_json::parse(line, nullptr, false);
+    OCTET_CHECK(!json.is_discarded() && json.is_object(), path, ":", n,
+                ": not a JSON object: ", printable(line.substr(0, 80)));
+    lines.push_back(std::move(json));
+  }
+  return lines;
+}
+
+}  // namespace
+
 MetricsLog::MetricsLog(std::string path, MetricsOpen open, int64_t keep_through_step)
     : path_(std::move(path)) {
-  std::vector<nlohmann::ordered_json> kept;
-  if (open == MetricsOpen::kResumeAt) {
-    std::ifstream probe(path_);
-    if (probe.good()) {
-      for (auto& line : read_metrics(path_)) {
-        if (line.value("step", int64_t{0}) <= keep_through_step) kept.push_back(std::move(line));
-      }
+  std::string kept;
+  if (open == MetricsOpen::kResumeAt && std::filesystem::exists(path_)) {
+    std::string text = read_file_text(path_, "metrics file");
+    // A last line without its newline is one a killed run was writing: it records a step after
+    // the checkpoint (lines are written before the checkpoint of their step), so it goes.
+    const size_t end = text.rfind('\n');
+    text.resize(end == std::string::npos ? 0 : end + 1);
+    for (auto& line : parse_metrics(text, path_)) {
+      if (line.value("step", int64_t{0}) <= keep_through_step) kept += line.dump() + "\n";
     }
   }
-  std::ofstream out(path_, std::ios::trunc);
-  OCTET_CHECK(out.good(), "cannot write ", path_);
-  for (const auto& line : kept) out << line.dump() << '\n';
+  // Temporary file and rename: a kill mid-write keeps the old file whole.
+  const std::string tmp = path_ + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc | std::ios::binary);
+    out << kept;
+    OCTET_CHECK(out.good(), "cannot write ", tmp, ": ", std::strerror(errno));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path_, ec);
+  OCTET_CHECK(!ec, "cannot write ", path_, ": renaming ", tmp,
+              " into place failed: ", ec.message());
 }
 
 void MetricsLog::append(const nlohmann::ordered_json& line) {
@@ -179,18 +216,7 @@ void MetricsLog::append(const nlohmann::ordered_json& line) {
 }
 
 std::vector<nlohmann::ordered_json> read_metrics(const std::string& path) {
-  std::ifstream in(path);
-  OCTET_CHECK(in.good(), "cannot open metrics file ", path);
-  std::vector<nlohmann::ordered_json> lines;
-  std::string text;
-  for (int64_t n = 1; std::getline(in, text); ++n) {
-    if (text.empty()) continue;
-    auto line = nlohmann::ordered_json::parse(text, nullptr, false);
-    OCTET_CHECK(!line.is_discarded() && line.is_object(), path, ":", n,
-                ": not a JSON object: ", text.substr(0, 80));
-    lines.push_back(std::move(line));
-  }
-  return lines;
+  return parse_metrics(read_file_text(path, "metrics file"), path);
 }
 
 std::vector<double> log_ticks(double lo, double hi) {

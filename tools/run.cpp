@@ -2,7 +2,10 @@
 #include "tools/run.h"
 
 #include <fmt/format.h>
+#include <signal.h>
 
+#include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -13,6 +16,8 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/arithmetic.h"
+#include "kernels/quantized_format.h"
+#include "kernels/quantizer.h"
 #include "modules/fp8_autocast.h"
 #include "modules/optimizer.h"
 #include "runtime/comm_nccl.h"
@@ -66,6 +71,31 @@ void write_text_file(const std::string& path, const std::string& text) {
   std::filesystem::rename(tmp, path);
 }
 
+// Temporary checkpoint files ("checkpoint.safetensors.tmp.<pid>") that a killed run left behind:
+// removed when their process is gone; a live one (another run writing now) is left alone.
+void remove_stale_checkpoint_files(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string prefix = std::string(kCheckpointFile) + ".tmp.";
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    int64_t pid = 0;
+    const char* digits = name.data() + prefix.size();
+    const auto [end, err] = std::from_chars(digits, name.data() + name.size(), pid);
+    if (err != std::errc() || end != name.data() + name.size() || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // still running
+    std::error_code remove_error;
+    fs::remove(entry.path(), remove_error);
+    if (remove_error) {
+      OCTET_LOG_WARN("cannot remove stale {}: {}", entry.path().string(), remove_error.message());
+    } else {
+      OCTET_LOG_INFO("removed {}, left by a run that was killed while writing a checkpoint",
+                     entry.path().string());
+    }
+  }
+}
+
 // loss.svg from metrics.jsonl: training and held-out loss in one unit (bits per byte for text,
 // nats per token otherwise) and, for tasks, the held-out accuracy.
 void write_loss_curve(const std::string& metrics_path, const std::string& svg_path,
@@ -88,6 +118,25 @@ void write_loss_curve(const std::string& metrics_path, const std::string& svg_pa
   }
   if (metric == data::Metric::kExactMatch) curve.metric_label = "held-out accuracy (%)";
   write_text_file(svg_path, loss_curve_svg(curve));
+}
+
+// The FP8 GEMM shape rule on model.d_model, the last dimension of the GEMM operands the width
+// sets, checked when the config is read: otherwise the first step fails naming an internal
+// operand's shape. Token rows need no check (the model pads them to the format's multiple).
+void check_fp8_width(const config::RunConfig& c, const Recipe& recipe) {
+  if (recipe.kind == RecipeKind::kCustom) return;
+  if (c.fp8.high_precision_first_layers + c.fp8.high_precision_last_layers >= c.model.n_layer) {
+    return;  // no layer runs in FP8
+  }
+  for (const SlotId slot :
+       {forward_slot(0, ForwardTensor::kInput), forward_slot(0, ForwardTensor::kWeight),
+        backward_slot(0, BackwardTensor::kGradOutput)}) {
+    const ops::QuantizedFormat& format = ops::quantized_format(quantized_format_for(recipe, slot));
+    const std::string violation = format.shape_violation({format.row_multiple(), c.model.d_model});
+    OCTET_CHECK(violation.empty(), "config key \"model.d_model\": ", c.model.d_model,
+                " does not suit the FP8 recipe ", describe(recipe), ": ", violation,
+                "; choose a model.d_model that does, or set fp8.enabled=false");
+  }
 }
 
 }  // namespace
@@ -131,6 +180,7 @@ modules::GPTConfig gpt_config(const config::RunConfig& c, const data::Dataset& d
                                                       : modules::ZeroCenteredGamma::kNo;
   g.bias = c.model.bias ? modules::Bias::kYes : modules::Bias::kNo;
   g.recipe = run_recipe(c);
+  if (g.recipe) check_fp8_width(c, *g.recipe);
   OCTET_CHECK(!c.model.fp8_primary_weights || g.recipe.has_value(),
               "config key \"model.fp8_primary_weights\" is true but fp8.enabled is false: FP8 "
               "primary weights need an FP8 recipe");
@@ -370,7 +420,12 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
     });
     trainer.load(ckpt);
     saved_ranks = train::checkpoint_world_size(ckpt);
-    dataset->set_state(ckpt.state.data);
+    try {
+      dataset->set_state(ckpt.state.data);
+    } catch (const Error& e) {
+      OCTET_FAIL("--resume: checkpoint ", ckpt_path, ": __metadata__ \"data_state\" does not fit ",
+                 dataset->describe(), ": ", e.what());
+    }
     rng.set_state(ckpt.state.rng);
     state.step = ckpt.state.step;
     state.skipped_steps = ckpt.state.skipped_steps;
@@ -382,6 +437,7 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
   run_collectively(*world, [&] {
     if (!lead) return;
     fs::create_directories(c.output.dir);
+    remove_stale_checkpoint_files(c.output.dir);
     write_text_file((fs::path(c.output.dir) / "config.json").string(),
                     config::to_json(c).dump(2) + "\n");
     metrics.emplace(metrics_path,

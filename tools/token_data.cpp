@@ -18,6 +18,7 @@
 #include <iterator>
 
 #include "runtime/error.h"
+#include "runtime/text_file.h"
 
 namespace octet::data {
 namespace {
@@ -65,42 +66,6 @@ int64_t held_out_tokens(int64_t total, double val_fraction) {
   OCTET_CHECK(val_fraction > 0.0 && val_fraction < 1.0, "validation fraction ", val_fraction,
               " must be in (0, 1)");
   return std::max<int64_t>(1, std::llround(static_cast<double>(total) * val_fraction));
-}
-
-// Offset of the first byte that breaks UTF-8 (overlong forms, surrogates and code points past
-// U+10FFFF included), or -1 when the text is valid.
-int64_t first_invalid_utf8(const std::string& text) {
-  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  const size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    const uint8_t c = s[i];
-    size_t len = 0;
-    uint32_t lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0;  // overlong
-      if (c == 0xED) hi = 0x9F;  // surrogates
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90;  // overlong
-      if (c == 0xF4) hi = 0x8F;  // past U+10FFFF
-    } else {
-      return static_cast<int64_t>(i);
-    }
-    if (i + len > n) return static_cast<int64_t>(i);
-    if (s[i + 1] < lo || s[i + 1] > hi) return static_cast<int64_t>(i);
-    for (size_t k = 2; k < len; ++k) {
-      if ((s[i + k] & 0xC0) != 0x80) return static_cast<int64_t>(i);
-    }
-    i += len;
-  }
-  return -1;
 }
 
 }  // namespace
@@ -272,10 +237,7 @@ void TokenStreamDataset::check_cursor(Split split, const Cursor& cursor) const {
 // ---- text ----
 
 TextDataset::TextDataset(const std::string& path, double val_fraction) : path_(path) {
-  std::ifstream in(path, std::ios::binary);
-  OCTET_CHECK(in.good(), "cannot open text file ", path, ": ", std::strerror(errno));
-  std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  OCTET_CHECK(!in.bad(), "text file ", path, ": read failed");
+  const std::string text = read_file_text(path, "text file");
   const int64_t bad = first_invalid_utf8(text);
   OCTET_CHECK(bad < 0, "text file ", path, " is not valid UTF-8: byte 0x", std::hex,
               static_cast<int>(static_cast<uint8_t>(text[static_cast<size_t>(bad < 0 ? 0 : bad)])),

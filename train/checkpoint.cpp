@@ -2,6 +2,7 @@
 #include "train/checkpoint.h"
 
 #include <charconv>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "modules/fp8_state.h"
@@ -65,6 +66,35 @@ void check_recipes(const Checkpoint& c, modules::Module& model) {
   }
 }
 
+// Values a file can hold but no run can use, refused here so that the error names the file and
+// the tensor: a NaN, zero or infinite FP8 scale would otherwise skip every step that follows,
+// a negative optimizer step fail later with no file named.
+void check_values(const Checkpoint& c) {
+  for (const auto& [name, t] : c.tensors) {
+    const bool meta = name.find(".fp8_meta.") != std::string::npos ||
+                      name.starts_with(std::string(kModelPrefix) + "fp8_meta.");
+    // An FP8 meta's scales, and a per-tensor FP8 weight's one scale_inv (blockwise weights keep
+    // zeros in the padding of their scale_inv layout).
+    const bool per_tensor = name.ends_with(".scale_inv") && t.numel() == 1;
+    const bool fp8_scale =
+        t.dtype() == DType::kF32 && t.device().is_cpu() &&
+        (per_tensor || (meta && (name.ends_with(".scale") || name.ends_with(".scale_inv"))));
+    if (fp8_scale) {
+      const float* v = t.data_as<float>();
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        OCTET_CHECK(std::isfinite(v[i]) && v[i] > 0.f, "checkpoint ", c.path, ": tensor \"", name,
+                    "\" holds ", v[i], " at element ", i, ", expected a finite FP8 scale > 0");
+      }
+    }
+    if (name == std::string(kOptimizerPrefix) + "step" && t.dtype() == DType::kI64 &&
+        t.numel() == 1 && t.device().is_cpu()) {
+      const int64_t step = t.data_as<int64_t>()[0];
+      OCTET_CHECK(step >= 0, "checkpoint ", c.path, ": tensor \"", name, "\" is ", step,
+                  ", expected an optimizer step count >= 0");
+    }
+  }
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& path, modules::Module& model, modules::Optimizer* optimizer,
@@ -97,30 +127,34 @@ void save_checkpoint(const std::string& path, modules::Module& model,
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
-  SafetensorsFile file = load_safetensors(path);
-  Checkpoint c;
-  c.path = path;
-  c.metadata = std::move(file.metadata);
-  c.tensors = std::move(file.tensors);
-  auto format = c.metadata.find(kFormatKey);
-  OCTET_CHECK(format != c.metadata.end() && format->second == kCheckpointFormat, "checkpoint ",
-              path, " is a safetensors file but not an octet checkpoint (its __metadata__ has no ",
-              "\"format\": \"", kCheckpointFormat, "\")");
-  const int64_t version = metadata_int(c, kVersionKey);
-  OCTET_CHECK(version == kCheckpointVersion, "checkpoint ", path, " has format version ", version,
-              "; this octet reads version ", kCheckpointVersion);
-  for (const auto& [name, t] : c.tensors) {
-    if (name.starts_with(kModelPrefix)) {
-      c.model.emplace_back(name.substr(kModelPrefix.size()), t);
-    } else if (name.starts_with(kOptimizerPrefix)) {
-      c.optimizer.emplace_back(name.substr(kOptimizerPrefix.size()), t);
-    } else {
-      OCTET_FAIL("checkpoint ", path, " holds tensor \"", name, "\", which is neither \"",
-                 kModelPrefix, "...\" nor \"", kOptimizerPrefix, "...\"");
+  return with_error_context("checkpoint " + path, [&] {
+    SafetensorsFile file = load_safetensors(path);
+    Checkpoint c;
+    c.path = path;
+    c.metadata = std::move(file.metadata);
+    c.tensors = std::move(file.tensors);
+    auto format = c.metadata.find(kFormatKey);
+    OCTET_CHECK(format != c.metadata.end() && format->second == kCheckpointFormat, "checkpoint ",
+                path,
+                " is a safetensors file but not an octet checkpoint (its __metadata__ has no ",
+                "\"format\": \"", kCheckpointFormat, "\")");
+    const int64_t version = metadata_int(c, kVersionKey);
+    OCTET_CHECK(version == kCheckpointVersion, "checkpoint ", path, " has format version ", version,
+                "; this octet reads version ", kCheckpointVersion);
+    for (const auto& [name, t] : c.tensors) {
+      if (name.starts_with(kModelPrefix)) {
+        c.model.emplace_back(name.substr(kModelPrefix.size()), t);
+      } else if (name.starts_with(kOptimizerPrefix)) {
+        c.optimizer.emplace_back(name.substr(kOptimizerPrefix.size()), t);
+      } else {
+        OCTET_FAIL("checkpoint ", path, " holds tensor \"", name, "\", which is neither \"",
+                   kModelPrefix, "...\" nor \"", kOptimizerPrefix, "...\"");
+      }
     }
-  }
-  OCTET_CHECK(!c.model.empty(), "checkpoint ", path, " holds no model tensors");
-  return c;
+    OCTET_CHECK(!c.model.empty(), "checkpoint ", path, " holds no model tensors");
+    check_values(c);
+    return c;
+  });
 }
 
 void load_checkpoint(const Checkpoint& c, modules::Module& model, modules::Optimizer* optimizer) {

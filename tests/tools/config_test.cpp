@@ -153,7 +153,7 @@ TEST(Config, OverrideValuesAreJsonOrBareStrings) {
       "training.steps=2e3",  // an integral float is an integer
       "training.device=cuda:1",
       "data.val_path=\"quoted.bin\"",
-      "fp8.recipe=configs/recipes/mxfp8.json",
+      "fp8.recipe=" + (repo_root() / "configs/recipes/mxfp8.json").string(),
       R"(fp8.high_precision_modules=["layers.0.mlp"])",
   });
   EXPECT_EQ(c.data.path, "input.txt");
@@ -164,7 +164,8 @@ TEST(Config, OverrideValuesAreJsonOrBareStrings) {
   EXPECT_EQ(c.training.steps, 2000);
   EXPECT_EQ(c.training.device, "cuda:1");
   EXPECT_EQ(c.data.val_path, "quoted.bin");
-  EXPECT_EQ(c.fp8.recipe, "configs/recipes/mxfp8.json");
+  // A recipe file is read at once: the run records the recipe, not the path (issue 16).
+  EXPECT_EQ(c.fp8.recipe, Json({{"fp8_format", "e4m3"}, {"recipe", "mxfp8"}}));
   EXPECT_EQ(c.fp8.high_precision_modules, std::vector<std::string>{"layers.0.mlp"});
 
   const RunConfig inline_recipe = with({R"(fp8.recipe={"recipe": "current"})"});
