@@ -13,6 +13,7 @@
 #include "runtime/safetensors.h"
 #include "tests/support/scratch_dir.h"
 #include "tests/support/test_util.h"
+#include "tests/tools/cli_test_util.h"
 #include "tools/commands.h"
 
 namespace octet::cli {
@@ -23,42 +24,10 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
 
-struct Outcome {
-  int code;
-  std::string out, err;
-};
-
-Outcome octet(const Args& args) {
-  std::ostringstream out, err;
-  const int code = run_octet(args, out, err);
-  return {code, out.str(), err.str()};
-}
-
-// The tiny run of the trainer tests, as command-line words.
-Args tiny_train(const std::string& dir, const Args& more = {}) {
-  Args a = {"train", "--quiet",
-            "--out", dir,
-            "--set", "model.n_layer=1",
-            "--set", "model.d_model=32",
-            "--set", "model.n_head=2",
-            "--set", "data.task_digits=4",
-            "--set", "training.steps=6",
-            "--set", "training.batch_size=8",
-            "--set", "training.eval_examples=16",
-            "--set", "training.checkpoint_interval=3",
-            "--set", "schedule.warmup_steps=2"};
-  a.insert(a.end(), more.begin(), more.end());
-  return a;
-}
-
-// One line, saying who failed, with no source locations.
-void expect_one_clear_line(const Outcome& r, const std::string& command, const std::string& says) {
-  EXPECT_NE(r.code, 0);
-  EXPECT_THAT(r.err, StartsWith("octet " + command + ": error: "));
-  EXPECT_THAT(r.err, HasSubstr(says));
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_THAT(r.err, Not(HasSubstr(".cpp:"))) << r.err;
-}
+using test_cli::expect_one_clear_line;
+using test_cli::octet;
+using test_cli::Outcome;
+using test_cli::tiny_train;
 
 TEST(Cli, NoArgumentsOrHelpPrintsUsage) {
   for (const Args& args : {Args{}, Args{"--help"}, Args{"help", "train"}, Args{"eval", "--help"},
