@@ -21,7 +21,7 @@
 #include "kernels/cuda/cublas_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemm_kernels.h"
-#include "runtime/log.h"
+#include "runtime/log_plain.h"
 #include "runtime/memory.h"
 
 namespace octet::cuda {
@@ -712,10 +712,12 @@ bool gemm_block_scaled(const Tensor& a, const Tensor& a_scale_inv, BlockScaling 
     ++g_native_calls;
     return true;
   }
-  const std::string shape = fmt::format(
-      "M={} N={} K={}, a {} {}, b {} {}, out {}{}{}", m, n, k, dtype_name(a.dtype()),
-      blocks_name(a_blocks), dtype_name(b.dtype()), blocks_name(b_blocks), dtype_name(out.dtype()),
-      bias != nullptr ? ", bias" : "", keep ? ", accumulate" : "");
+  const std::string shape =
+      "M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k) + ", a " +
+      std::string(dtype_name(a.dtype())) + " " + blocks_name(a_blocks) + ", b " +
+      std::string(dtype_name(b.dtype())) + " " + blocks_name(b_blocks) + ", out " +
+      std::string(dtype_name(out.dtype())) + (bias != nullptr ? ", bias" : "") +
+      (keep ? ", accumulate" : "");
   std::string why = block_scaling_unavailable(out.device());
   if (why.empty()) {
     cublasStatus_t last = CUBLAS_STATUS_NOT_SUPPORTED;
@@ -724,14 +726,14 @@ bool gemm_block_scaled(const Tensor& a, const Tensor& a_scale_inv, BlockScaling 
       if (plan == nullptr) continue;
       last = run_plan(call, *plan);
       if (last != CUBLAS_STATUS_SUCCESS) continue;
-      OCTET_LOG_INFO("blockwise GEMM {}: cuBLASLt's native block-scaled FP8 GEMM", shape);
+      log_info_message("blockwise GEMM " + shape + ": cuBLASLt's native block-scaled FP8 GEMM");
       cache.emplace(key, std::move(plan));
       ++g_native_calls;
       return true;
     }
     why = std::string("cuBLASLt declined: ") + cublasLtGetStatusString(last);
   }
-  OCTET_LOG_INFO("blockwise GEMM {}: f32 expansion fallback ({})", shape, why);
+  log_info_message("blockwise GEMM " + shape + ": f32 expansion fallback (" + why + ")");
   cache.emplace(key, nullptr);
   ++g_fallback_calls;
   return false;
