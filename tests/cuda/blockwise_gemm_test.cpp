@@ -65,14 +65,14 @@ class ScopedEnv {
   std::string old_;
 };
 
-struct Run {
+struct GemmRun {
   Tensor out;  // on the CPU
   int64_t native = 0, fallback = 0;
 };
 
 // ops::blockwise_gemm on cuda:0, with the paths it took.
-Run run_on_gpu(const BlockOperand& a, const BlockOperand& b, const Tensor& init, const Tensor* bias,
-               ops::Accumulate acc) {
+GemmRun run_on_gpu(const BlockOperand& a, const BlockOperand& b, const Tensor& init,
+                   const Tensor* bias, ops::Accumulate acc) {
   const cuda::BlockwiseGemmCounts before = cuda::blockwise_gemm_counts();
   Tensor out = on_gpu(init);
   const Tensor bias_g = bias != nullptr ? on_gpu(*bias) : Tensor();
@@ -82,17 +82,20 @@ Run run_on_gpu(const BlockOperand& a, const BlockOperand& b, const Tensor& init,
   return {on_cpu(out), after.native - before.native, after.fallback - before.fallback};
 }
 
-Run run_fallback(const BlockOperand& a, const BlockOperand& b, const Tensor& init,
-                 const Tensor* bias, ops::Accumulate acc) {
+GemmRun run_fallback(const BlockOperand& a, const BlockOperand& b, const Tensor& init,
+                     const Tensor* bias, ops::Accumulate acc) {
   ScopedEnv force("OCTET_CUBLASLT_BLOCK_SCALING", "0");
   return run_on_gpu(a, b, init, bias, acc);
 }
 
 // f64 reference: sum over K-blocks of the partial products times both block scales (the
 // expansion is exact for power-of-two scales, so this is the sum of value * value in f64), with
-// the bias and the old out; and each element's bound, (K + 8) f32 roundings of sum |a b|.
-void check_against_f64(const Run& got, const BlockOperand& a, const BlockOperand& b,
-                       const Tensor& init, const Tensor* bias, ops::Accumulate acc) {
+// the bias and the old out; and each element's bound, (K + 8) f32 roundings of sum |a b|. With
+// `other` (the same GEMM by the other path), |got - other| is held to twice the bound: the two
+// paths sum in different orders, and with cancellation that is more than a relative tolerance.
+void check_against_f64(const GemmRun& got, const BlockOperand& a, const BlockOperand& b,
+                       const Tensor& init, const Tensor* bias, ops::Accumulate acc,
+                       const GemmRun* other = nullptr) {
   const int64_t m = a.data.rows(), n = b.data.rows(), k = a.data.cols();
   const std::vector<float> ax =
       ops::dequantize_blockwise(a.data, a.scale_inv, a.blocks, DType::kF32).to_floats();
@@ -102,8 +105,9 @@ void check_against_f64(const Run& got, const BlockOperand& a, const BlockOperand
   const std::vector<float> bv =
       bias != nullptr ? bias->to_floats() : std::vector<float>(static_cast<size_t>(n), 0.f);
   const std::vector<float> out = got.out.to_floats();
-  int64_t bad = 0;
-  std::string first;
+  const std::vector<float> alt = other != nullptr ? other->out.to_floats() : out;
+  int64_t bad = 0, apart = 0;
+  std::string first, first_apart;
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       double sum = 0, magnitude = 0;
@@ -124,9 +128,16 @@ void check_against_f64(const Run& got, const BlockOperand& a, const BlockOperand
                   std::to_string(bound);
         }
       }
+      const double gap = std::fabs(double{out[i * n + j]} - double{alt[i * n + j]});
+      if (!(gap <= 2 * bound) && apart++ == 0) {
+        first_apart = "(" + std::to_string(i) + ", " + std::to_string(j) +
+                      "): " + std::to_string(out[i * n + j]) + " and " +
+                      std::to_string(alt[i * n + j]);
+      }
     }
   }
   EXPECT_EQ(bad, 0) << bad << " elements off the f64 reference, first " << first;
+  EXPECT_EQ(apart, 0) << apart << " elements differ between the two paths, first " << first_apart;
 }
 
 struct Case {
@@ -165,14 +176,14 @@ TEST(CudaBlockwiseGemm, NativeMatchesFallbackAndF64) {
           bias = test::random_tensor({c.n}, bias_kind == 1 ? DType::kBF16 : DType::kF32, 94);
         }
         const Tensor* bias_p = bias.defined() ? &bias : nullptr;
-        const Run native = run_on_gpu(a, b, init, bias_p, acc);
+        const GemmRun native = run_on_gpu(a, b, init, bias_p, acc);
         EXPECT_EQ(native.native, 1) << "the native path did not run";
         EXPECT_EQ(native.fallback, 0);
-        const Run fallback = run_fallback(a, b, init, bias_p, acc);
+        const GemmRun fallback = run_fallback(a, b, init, bias_p, acc);
         EXPECT_EQ(fallback.native, 0);
         EXPECT_EQ(fallback.fallback, 1);
-        EXPECT_TRUE(test::close_to(native.out, fallback.out, test::parity_tolerance(DType::kF32)));
-        check_against_f64(native, a, b, init, bias_p, acc);
+        check_against_f64(native, a, b, init, bias_p, acc, &fallback);
+        check_against_f64(fallback, a, b, init, bias_p, acc);
       }
     }
   }
@@ -186,9 +197,9 @@ TEST(CudaBlockwiseGemm, NativeBf16OutMatchesFallback) {
   const Tensor init = test::random_tensor({c.m, c.n}, DType::kBF16, 97);
   const Tensor bias = test::random_tensor({c.n}, DType::kBF16, 98);
   for (const Tensor* bias_p : {static_cast<const Tensor*>(nullptr), &bias}) {
-    const Run native = run_on_gpu(a, b, init, bias_p, ops::Accumulate::kNo);
+    const GemmRun native = run_on_gpu(a, b, init, bias_p, ops::Accumulate::kNo);
     EXPECT_EQ(native.native, 1);
-    const Run fallback = run_fallback(a, b, init, bias_p, ops::Accumulate::kNo);
+    const GemmRun fallback = run_fallback(a, b, init, bias_p, ops::Accumulate::kNo);
     EXPECT_TRUE(test::close_to(native.out, fallback.out, test::parity_tolerance(DType::kBF16)));
   }
 }
@@ -227,7 +238,7 @@ TEST(CudaBlockwiseGemm, FallsBackWhereNativeIsRuledOut) {
     const BlockOperand a = block_operand(rule.c.m, rule.c.k, rule.c.a, 99);
     const BlockOperand b = block_operand(rule.c.n, rule.c.k, rule.c.b, 100);
     const Tensor init = test::random_tensor({rule.c.m, rule.c.n}, DType::kF32, 101);
-    Run got;
+    GemmRun got;
     for (int call = 0; call < 2; ++call) {  // the second from the plan cache's decision
       if (rule.env != nullptr) {
         ScopedEnv device(rule.env, rule.value);
@@ -273,14 +284,13 @@ TEST(BlockwiseGemmGpu, NativeEqualsFallback) {
     const BlockOperand b = block_operand(c.n, c.k, c.b, 105);
     const Tensor init = test::random_tensor({c.m, c.n}, DType::kF32, 106);
     const Tensor bias = test::random_tensor({c.n}, DType::kBF16, 107);
-    const Run native = run_on_gpu(a, b, init, &bias, ops::Accumulate::kYes);
+    const GemmRun native = run_on_gpu(a, b, init, &bias, ops::Accumulate::kYes);
     if (native.native == 0) {
       GTEST_SKIP() << "cuBLASLt's block scale modes are not available here (Hopper and cuBLAS "
                       "12.9+ only; see the log line of the first call)";
     }
-    const Run fallback = run_fallback(a, b, init, &bias, ops::Accumulate::kYes);
-    EXPECT_TRUE(test::close_to(native.out, fallback.out, test::parity_tolerance(DType::kF32)));
-    check_against_f64(native, a, b, init, &bias, ops::Accumulate::kYes);
+    const GemmRun fallback = run_fallback(a, b, init, &bias, ops::Accumulate::kYes);
+    check_against_f64(native, a, b, init, &bias, ops::Accumulate::kYes, &fallback);
   }
 #endif
 }
