@@ -1,12 +1,14 @@
 // Blockwise FP8 (TE's Float8BlockScaling) on the GPU, in the layouts of runtime/blockwise_tensor.h:
-// the 1x128 / 128x128 block cast, its expansion, the scale transpose, and the GEMM as the CPU's
-// documented fallback (both operands expanded to f32, one f32 GEMM). The scale rule is
+// the 1x128 / 128x128 block cast, its expansion, the scale transpose, and the GEMM: cuBLASLt's
+// block-scaled FP8 GEMM where it runs (gemm.cu), else the CPU's documented fallback (both
+// operands expanded to f32, one f32 GEMM). The scale rule is
 // runtime/fp8_scaling.h's and the element cast runtime/fp8.h's, so the bytes and scales are the
 // CPU's (kernels/cpu/blockwise.cpp).
 #include <cuda_runtime.h>
 
 #include <cfloat>
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
@@ -187,10 +189,17 @@ void dequantize_blockwise(const Tensor& data, const Tensor& scale_inv, BlockScal
 void blockwise_gemm(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_blocks,
                     const Tensor& b, const Tensor& b_scale_inv, BlockScaling b_blocks, Tensor& out,
                     const Tensor* bias, ops::Accumulate accumulate) {
-  // The CPU's fallback: each operand expanded to f32 with its block scales (exact for
+  // Natively where cuBLASLt's block scale modes take it (Hopper, cuBLAS 12.9+; gemm.cu has the
+  // documented rules), reading the scale_inv tensors in place: their layout is cuBLASLt's.
+  const char* env = std::getenv("OCTET_CUBLASLT_BLOCK_SCALING");
+  const bool forced_fallback = env != nullptr && env[0] == '0';
+  if (!forced_fallback && gemm_block_scaled(a, a_scale_inv, a_blocks, b, b_scale_inv, b_blocks, out,
+                                            bias, accumulate)) {
+    return;
+  }
+  if (forced_fallback) note_blockwise_fallback();
+  // Else the CPU's fallback: each operand expanded to f32 with its block scales (exact for
   // power-of-two scales), then one f32 GEMM, whose accumulation is the only rounding.
-  // cuBLASLt's native block-scaled modes (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F /
-  // BLK128x128_32F, Hopper) would replace the expansion here.
   Tensor ax, bx;
   {
     MemTagScope workspace(MemTag::kWorkspace);

@@ -56,7 +56,9 @@ void quantize_blockwise(const Tensor& x, const ops::BlockwiseCast& cast, Tensor&
                         Tensor& scale_inv);
 void dequantize_blockwise(const Tensor& data, const Tensor& scale_inv, BlockScaling blocks,
                           Tensor& out);
-// out (M, N) = A·Bᵀ: both operands expanded to f32 on the device, then one f32 GEMM.
+// out (M, N) = A·Bᵀ: cuBLASLt's native block-scaled FP8 GEMM where gemm_block_scaled takes it,
+// else both operands expanded to f32 on the device and one f32 GEMM.
+// OCTET_CUBLASLT_BLOCK_SCALING=0 forces the expansion.
 void blockwise_gemm(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_blocks,
                     const Tensor& b, const Tensor& b_scale_inv, BlockScaling b_blocks, Tensor& out,
                     const Tensor* bias, ops::Accumulate accumulate);
@@ -70,6 +72,19 @@ void transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t row
                            Tensor& out_data, Tensor& out_scales);
 
 // ---- GEMM (gemm.cu, cuBLASLt) ----
+// out (M, N) = A·Bᵀ (+ bias) (+ out) through cuBLASLt's VEC128 / BLK128x128 scale modes (not
+// both 2D), the scale_inv tensors read in place. false (nothing enqueued) where the device, the
+// cuBLASLt version, the shape or the heuristic rule it out; decided and logged once per shape.
+bool gemm_block_scaled(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_blocks,
+                       const Tensor& b, const Tensor& b_scale_inv, BlockScaling b_blocks,
+                       Tensor& out, const Tensor* bias, ops::Accumulate accumulate);
+// Blockwise GEMMs run so far (process-wide): natively, and through the f32 expansion.
+struct BlockwiseGemmCounts {
+  int64_t native = 0, fallback = 0;
+};
+BlockwiseGemmCounts blockwise_gemm_counts();
+void note_blockwise_fallback();  // a fallback gemm_block_scaled was not asked about
+
 // Which GEMM of a layer this is: the forward uses fast FP8 accumulation, dgrad and wgrad split
 // accumulation (TE's defaults). kGeneric is treated like a gradient GEMM.
 enum class GemmRole : uint8_t { kGeneric, kFprop, kDgrad, kWgrad };

@@ -3,7 +3,9 @@
 // a. A plan (descriptors plus the heuristic's algorithm) is built once per shape and cached.
 // The bias and an FP8 out (scaled cast, amax) run in cuBLASLt where it computes them as the CPU
 // does, else in own kernels on an f32 result; the GELU epilogue always runs in an own kernel.
-// The own kernels and their launchers are in gemm_kernels.cu.
+// The own kernels and their launchers are in gemm_kernels.cu. Blockwise FP8 operands (1x128 /
+// 128x128 f32 block scales) use the same plans with cuBLASLt's block scale modes on Hopper
+// (gemm_block_scaled).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -52,7 +54,8 @@ struct Config {
   // D is an f32 workspace; finish_kernel writes out, or, for an FP8 out, epilogue_kernel
   // finishes the f32 values in place and quantize_fp8 casts them.
   bool staged = false;
-  bool fp8_out = false;  // cuBLASLt writes the FP8 out itself: D scale and amax pointers
+  bool fp8_out = false;       // cuBLASLt writes the FP8 out itself: D scale and amax pointers
+  bool block_scaled = false;  // the scale pointers are block-scale tensors (gemm_block_scaled)
   BiasPath bias = BiasPath::kNone;
   bool operator==(const Config&) const = default;
 };
@@ -75,6 +78,8 @@ struct PlanKey {
   ops::Accumulate accumulate;
   GemmRole role;
   uint32_t align_a, align_b, align_out, align_bias;
+  BlockScaling a_blocks, b_blocks;  // block-scaled calls only (else both k1D, unused)
+  bool block_scaled;
   auto operator<=>(const PlanKey&) const = default;
 };
 
@@ -166,6 +171,9 @@ struct Call {
   Tensor* out_amax;         // FP8 out only; may be null
   cudaStream_t stream;
   DeviceState* state;
+  // gemm_block_scaled: the scale_inv tensors are octet's block-scale layouts.
+  bool block_scaled = false;
+  BlockScaling a_blocks = BlockScaling::k1D, b_blocks = BlockScaling::k1D;
 };
 
 // The configurations to try, best first: FP8 on its tensor cores (TN, operands transposed when
@@ -228,6 +236,16 @@ std::vector<Config> candidates(const Call& call) {
     add(Config{}, call.a.dtype());
     return list;
   }
+  if (call.block_scaled) {
+    // Only cuBLASLt's block-scaled FP8 kernels read the scale tensors; the caller falls back to
+    // its own expansion when they decline. No FP8 out with these modes (section 3.1.4.5).
+    Config native;
+    native.fp8 = native.block_scaled = true;
+    native.a = call.ta == ops::Transpose::kYes ? OperandPath::kTransposed : OperandPath::kAsIs;
+    native.b = call.tb == ops::Transpose::kNo ? OperandPath::kTransposed : OperandPath::kAsIs;
+    add(native, call.a.dtype());
+    return list;
+  }
   const bool both_e5m2 = call.a.dtype() == DType::kE5M2 && call.b.dtype() == DType::kE5M2;
   if (!both_e5m2) {  // cuBLASLt has no e5m2 x e5m2 kernel
     Config native;
@@ -269,6 +287,9 @@ PlanKey key_of(const Call& call) {
   key.align_b = alignment_of(call.b.data());
   key.align_out = alignment_of(call.out.data());
   key.align_bias = key.has_bias ? alignment_of(call.bias->data()) : 256;
+  key.block_scaled = call.block_scaled;
+  key.a_blocks = call.a_blocks;
+  key.b_blocks = call.b_blocks;
   return key;
 }
 
@@ -330,9 +351,24 @@ std::unique_ptr<Plan> build_plan(const Call& call, const Config& config, cublasS
     const cublasLtPointerMode_t mode = CUBLASLT_POINTER_MODE_DEVICE;
     OCTET_SET_DESC(plan->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, mode);
   }
+  if (config.block_scaled) {
+#if CUBLAS_VERSION >= 120900
+    // cuBLASLt's A is octet's b: its scale mode is b's blocks.
+    auto mode_of = [](BlockScaling blocks) -> int32_t {
+      return blocks == BlockScaling::k2D ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+                                         : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    };
+    const int32_t a_mode = mode_of(call.b_blocks), b_mode = mode_of(call.a_blocks);
+    OCTET_SET_DESC(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, a_mode);
+    OCTET_SET_DESC(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, b_mode);
+#else
+    OCTET_FAIL("gemm: block scale modes need cuBLAS 12.9 or newer at build time");
+#endif
+  }
   if (config.fp8) {
-    // Fast accumulation in the forward pass, split (promoted) accumulation for gradients.
-    const int8_t fast = call.role == GemmRole::kFprop ? 1 : 0;
+    // Fast accumulation in the forward pass, split (promoted) accumulation for gradients; block
+    // scales are applied per 128-wide K-block, so block-scaled GEMMs never ask for it.
+    const int8_t fast = call.role == GemmRole::kFprop && !config.block_scaled ? 1 : 0;
     OCTET_SET_DESC(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast);
     const void* a_scale = call.b_scale_inv->data();  // cuBLASLt's A is octet's b
     const void* b_scale = call.a_scale_inv->data();
@@ -589,6 +625,7 @@ void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb
   const PlanKey key = key_of(call);
   auto& cache = plan_cache();
   if (auto it = cache.find(key); it != cache.end()) {
+    OCTET_ASSERT(it->second != nullptr, "a declined plan is cached only for block-scaled keys");
     const cublasStatus_t status = run_plan(call, *it->second);
     OCTET_CHECK(status == CUBLAS_STATUS_SUCCESS,
                 "cublasLtMatmul failed: ", cublasLtGetStatusString(status), " (status ",
@@ -613,6 +650,156 @@ void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb
              a_trans ? " transposed" : "", ", b ", b.dtype(), b_trans ? " transposed" : "",
              ", out ", out.dtype(), bias != nullptr ? ", with bias" : "",
              gelu ? ", GELU epilogue" : "", " (last status: ", cublasLtGetStatusString(last), ")");
+}
+
+// ---- block-scaled FP8 (blockwise recipe) ----
+//
+// What cuBLAS's documentation (cuBLAS 13 "cuBLASLt API") says about the two modes, and what
+// follows for octet:
+// - 3.1.4 "Narrow Precision Data Types Usage", table "Scaling Mode Support Overview":
+//   128-element 1D block scaling (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F) and 128x128 2D block
+//   scaling (BLK128x128_32F) are listed for compute capability 9.0 only, for E4M3/E5M2 tensors
+//   with CUDA_R_32F scales (Blackwell's block modes are the 32- and 16-element ones, 10.0+).
+//   They came with cuBLAS 12.9 (the header's enum values 4 and 5). So: sm_90 and
+//   cublasLtGetVersion() >= 120900, else the expansion fallback (blockwise.cu).
+// - 3.1.4.5 "128-element 1D and 128x128 2D Block Scaling For FP8 Data Types": set A_SCALE_MODE /
+//   B_SCALE_MODE, leave the other modes alone; A/B combinations VEC128 x VEC128, VEC128 x BLK,
+//   BLK x VEC128 are supported, BLK x BLK is not; D is CUDA_R_16F, CUDA_R_16BF or CUDA_R_32F only
+//   (no FP8 D, no D scale, no amax). Each K-block's product is scaled by the two block scales
+//   (DotGeneral, 3.1.4.4), then alpha and beta * C as for the other modes.
+// - 3.1.4.5.1 "Scaling factors layouts": scale starts 16-byte aligned; M and N multiples of 4;
+//   VEC128: A's scales M-major, M x ceil(K/128) (B's N-major, N x ceil(K/128)); BLK128x128:
+//   K-major, ceil(K/128) rounded up to 4 x ceil(M/128) (B: ... x ceil(N/128)), the column stride a
+//   multiple of 4. These are octet's layouts (runtime/blockwise_tensor.h) as they are: a 1D
+//   scale_inv (ceil(K/128), roundup(rows, 4)) is [K-block][row], with rows % 4 = 0 exactly M-major
+//   (cuBLASLt's A is octet's b, so its M is b's rows); a 2D one (ceil(rows/128), roundup(ceil(K/
+//   128), 4)) is [row block][K-block], K-major with the column stride padded to 4. No reordering.
+// - 3.4.17 "cublasLtMatmul()", FP8 requirements: pointers and dimensions 16-byte aligned (K % 16),
+//   TN only on Hopper, CUBLAS_COMPUTE_32F with CUDA_R_32F scale type; bias bf16 for bf16 and f32
+//   D; footnote 8: no FP8 D with VEC128 / BLK128x128. The cublasLtMatmul bias and beta rules are
+//   the FP8 ones (nothing in 3.1.4.5 restricts them outside grouped GEMMs).
+// PyTorch refuses fast accumulation with these modes; octet does not ask for it.
+namespace {
+
+int64_t g_native_calls = 0, g_fallback_calls = 0;  // under gemm_mutex()
+
+// Why cuBLASLt's block scale modes cannot run on `device`, or "" when they may.
+std::string block_scaling_unavailable(Device device) {
+#if CUBLAS_VERSION >= 120900
+  const size_t version = cublasLtGetVersion();
+  if (version < 120900) {
+    return "cuBLASLt " + std::to_string(version) + " predates the block scale modes (12.9)";
+  }
+  cudaDeviceProp prop{};
+  OCTET_CUDA_CHECK(cudaGetDeviceProperties(&prop, device.index));
+  if (prop.major != 9 || prop.minor != 0) {
+    return "compute capability " + std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+           " (cuBLASLt documents VEC128 / BLK128x128 for 9.0 only)";
+  }
+  return "";
+#else
+  (void)device;
+  return "built against cuBLAS " + std::to_string(CUBLAS_VERSION) + " (block modes need 12.9)";
+#endif
+}
+
+const char* blocks_name(BlockScaling blocks) {
+  return blocks == BlockScaling::k2D ? "128x128" : "1x128";
+}
+
+}  // namespace
+
+bool gemm_block_scaled(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_blocks,
+                       const Tensor& b, const Tensor& b_scale_inv, BlockScaling b_blocks,
+                       Tensor& out, const Tensor* bias, ops::Accumulate accumulate) {
+  const int64_t m = a.rows(), n = b.rows(), k = a.cols();
+  OCTET_ASSERT(a_blocks == BlockScaling::k1D || b_blocks == BlockScaling::k1D,
+               "2D x 2D block-scaled GEMM");
+  if (m == 0 || n == 0 || k == 0) return false;  // the fallback handles empty products
+  // Rules of section 3.1.4.5.1 that the heuristic need not check for us: with M or N not a
+  // multiple of 4 octet's padded 1D stride is not cuBLASLt's, and the scale starts must be
+  // 16-byte aligned.
+  const bool shape_ok = m % 4 == 0 && n % 4 == 0 && alignment_of(a_scale_inv.data()) >= 16 &&
+                        alignment_of(b_scale_inv.data()) >= 16;
+  DeviceGuard guard(out.device());
+  std::lock_guard lock(gemm_mutex());
+  if (!shape_ok) {
+    ++g_fallback_calls;
+    return false;
+  }
+  DeviceState& state = device_state(out.device());
+  const bool keep = accumulate == ops::Accumulate::kYes;
+  Call call{a,
+            ops::Transpose::kNo,
+            b,
+            ops::Transpose::kYes,
+            out,
+            m,
+            n,
+            k,
+            1.f,
+            keep,
+            bias,
+            &a_scale_inv,
+            &b_scale_inv,
+            GemmRole::kGeneric,
+            false,
+            nullptr,
+            nullptr,
+            stream_of(out),
+            &state};
+  call.block_scaled = true;
+  call.a_blocks = a_blocks;
+  call.b_blocks = b_blocks;
+  const PlanKey key = key_of(call);
+  auto& cache = plan_cache();
+  if (auto it = cache.find(key); it != cache.end()) {
+    if (it->second == nullptr) {  // declined the first time
+      ++g_fallback_calls;
+      return false;
+    }
+    const cublasStatus_t status = run_plan(call, *it->second);
+    OCTET_CHECK(status == CUBLAS_STATUS_SUCCESS,
+                "cublasLtMatmul (block-scaled) failed: ", cublasLtGetStatusString(status),
+                " for M=", m, " N=", n, " K=", k);
+    ++g_native_calls;
+    return true;
+  }
+  const std::string shape =
+      "M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k) + ", a " +
+      std::string(dtype_name(a.dtype())) + " " + blocks_name(a_blocks) + ", b " +
+      std::string(dtype_name(b.dtype())) + " " + blocks_name(b_blocks) + ", out " +
+      std::string(dtype_name(out.dtype())) + (bias != nullptr ? ", bias" : "") +
+      (keep ? ", accumulate" : "");
+  std::string why = block_scaling_unavailable(out.device());
+  if (why.empty()) {
+    cublasStatus_t last = CUBLAS_STATUS_NOT_SUPPORTED;
+    for (const Config& config : candidates(call)) {
+      std::unique_ptr<Plan> plan = build_plan(call, config, &last);
+      if (plan == nullptr) continue;
+      last = run_plan(call, *plan);
+      if (last != CUBLAS_STATUS_SUCCESS) continue;
+      log_info_message("blockwise GEMM " + shape + ": cuBLASLt's native block-scaled FP8 GEMM");
+      cache.emplace(key, std::move(plan));
+      ++g_native_calls;
+      return true;
+    }
+    why = std::string("cuBLASLt declined: ") + cublasLtGetStatusString(last);
+  }
+  log_info_message("blockwise GEMM " + shape + ": f32 expansion fallback (" + why + ")");
+  cache.emplace(key, nullptr);
+  ++g_fallback_calls;
+  return false;
+}
+
+void note_blockwise_fallback() {
+  std::lock_guard lock(gemm_mutex());
+  ++g_fallback_calls;
+}
+
+BlockwiseGemmCounts blockwise_gemm_counts() {
+  std::lock_guard lock(gemm_mutex());
+  return {g_native_calls, g_fallback_calls};
 }
 
 void release_workspace() {

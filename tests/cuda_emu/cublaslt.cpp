@@ -4,11 +4,16 @@
 // accumulation, checks every pointer against the emulated device memory (device buffers,
 // alpha/beta by pointer mode, matrix extents from rows, cols and ld), and declines with
 // CUBLAS_STATUS_NOT_SUPPORTED what Hopper's cuBLASLt declines as far as gemm.cu plans around it
-// (FP8 only as TN with 16-byte leading dimensions and alignments, never e5m2 x e5m2, bias dtypes).
+// (FP8 only as TN with 16-byte leading dimensions and alignments, never e5m2 x e5m2, bias dtypes),
+// and the 128-element 1D / 128x128 2D block scaling of FP8 A and B (scale modes VEC128_32F /
+// BLK128x128_32F) with the rules of cuBLAS's documentation, section 3.1.4.5 "128-element 1D and
+// 128x128 2D Block Scaling For FP8 Data Types": compute capability 9.0 only, never 2D x 2D, D
+// f32/bf16/f16 only, M and N multiples of 4, scale pointers 16-byte aligned.
 // An algorithm remembers the problem and the alignments it was found for; a matmul that does not
 // match them fails, as a cached plan reused for another problem would on a GPU.
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -37,6 +42,8 @@ struct cublasLtMatmulDescOpaque {
   const void* scale[4] = {nullptr, nullptr, nullptr, nullptr};  // A, B, C, D
   void* amax_d = nullptr;
   int8_t fast_accum = 0;
+  int32_t scale_mode[2] = {CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F,
+                           CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F};  // A, B
 };
 struct cublasLtMatmulPreferenceOpaque {
   uint64_t max_workspace = 0;
@@ -131,6 +138,30 @@ struct Problem {
   uint64_t m = 0, n = 0, k = 0;
 };
 
+bool block_scaled(const cublasLtMatmulDescOpaque& d) {
+  return d.scale_mode[0] != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F ||
+         d.scale_mode[1] != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+}
+
+constexpr uint64_t kScaleBlock = 128;
+uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+// Section 3.1.4.5.1 "Scaling factors layouts": VEC128_32F scales of A (outer dim M) are M-major,
+// M x L (L = ceil(K / 128)): the scale of row i, K-block b at b * M + i; BLK128x128_32F scales
+// are K-major, L4 x ceil(M / 128) with L4 = L rounded up to 4: tile (i / 128, b) at
+// (i / 128) * L4 + b. B the same with N.
+uint64_t scale_index(int32_t mode, uint64_t outer_dim, uint64_t k, uint64_t i, uint64_t b) {
+  const uint64_t blocks = ceil_div(k, kScaleBlock);
+  if (mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F) return b * outer_dim + i;
+  const uint64_t l4 = (blocks + 3) / 4 * 4;
+  return (i / kScaleBlock) * l4 + b;
+}
+uint64_t scale_count(int32_t mode, uint64_t outer_dim, uint64_t k) {
+  const uint64_t blocks = ceil_div(k, kScaleBlock);
+  if (mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F) return blocks * outer_dim;
+  return ceil_div(outer_dim, kScaleBlock) * ((blocks + 3) / 4 * 4);
+}
+
 // The support rules; NOT_SUPPORTED for what the library declines, INVALID_VALUE (with a warning)
 // for what is a caller's mistake.
 cublasStatus_t check(const cublasLtMatmulDescOpaque& d, const cublasLtMatrixLayoutOpaque& a,
@@ -205,6 +236,31 @@ cublasStatus_t check(const cublasLtMatmulDescOpaque& d, const cublasLtMatrixLayo
       default:
         return unsupported(std::string("FP8 operands with a ") + type_name(dl.type) + " D");
     }
+    if (block_scaled(d)) {
+      for (const int32_t mode : d.scale_mode) {
+        if (mode != CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F &&
+            mode != CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F) {
+          return unsupported(
+              "block scaling of A and B: each VEC128_32F or BLK128x128_32F (the "
+              "other modes are not emulated)");
+        }
+      }
+      if (compute_capability() != 90) {
+        return unsupported("128-element block scaling needs compute capability 9.0 (this one " +
+                           std::to_string(compute_capability()) + ")");
+      }
+      if (d.scale_mode[0] == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F &&
+          d.scale_mode[1] == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F) {
+        return unsupported("BLK128x128_32F for both A and B");
+      }
+      if (is_fp8(dl.type)) return unsupported("an FP8 D with 128-element block scaling");
+      if (p->m % 4 != 0 || p->n % 4 != 0) {
+        return unsupported("128-element block scaling needs M and N multiples of 4");
+      }
+      if (d.scale[2] || d.scale[3] || d.amax_d) {
+        return unsupported("C or D scales or a D amax beside 128-element block scaling");
+      }
+    }
     if (has_bias(d)) {
       const int want = dl.type == CUDA_R_16F || (is_fp8(dl.type) && c.type == CUDA_R_16F)
                            ? CUDA_R_16F
@@ -216,6 +272,7 @@ cublasStatus_t check(const cublasLtMatmulDescOpaque& d, const cublasLtMatrixLayo
     }
   } else {
     if (a.type != b.type) return unsupported("A and B of different types");
+    if (block_scaled(d)) return invalid("scale modes set for a non-FP8 GEMM");
     if (d.scale[0] || d.scale[1] || d.scale[2] || d.scale[3] || d.amax_d) {
       return invalid("scale or amax pointers set for a non-FP8 GEMM");
     }
@@ -256,6 +313,8 @@ void signature(const cublasLtMatmulDescOpaque& d, const cublasLtMatrixLayoutOpaq
            (uint64_t{static_cast<uint32_t>(c.type)} << 16) | static_cast<uint32_t>(dl.type);
   out[1] = (uint64_t{static_cast<uint32_t>(d.transa)} << 48) |
            (uint64_t{static_cast<uint32_t>(d.transb)} << 40) | (uint64_t{d.epilogue} << 24) |
+           (uint64_t{static_cast<uint8_t>(d.scale_mode[0])} << 20) |
+           (uint64_t{static_cast<uint8_t>(d.scale_mode[1])} << 16) |
            (uint64_t{static_cast<uint8_t>(d.bias_type)} << 8) |
            static_cast<uint64_t>(d.pointer_mode);
   out[2] = a.rows * 1000003ull ^ a.cols * 998244353ull ^ b.rows * 1000000007ull ^ b.cols;
@@ -288,6 +347,8 @@ size_t extent(const cublasLtMatrixLayoutOpaque& l) {
 using namespace octet::emu::detail;  // NOLINT: this file implements their C API
 
 extern "C" {
+
+size_t cublasLtGetVersion(void) { return cublaslt_version(); }
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
   if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
@@ -398,6 +459,10 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
       return take(&desc->amax_d, sizeof(void*));
     case CUBLASLT_MATMUL_DESC_FAST_ACCUM:
       return take(&desc->fast_accum, 1);
+    case CUBLASLT_MATMUL_DESC_A_SCALE_MODE:
+      return take(&desc->scale_mode[0], 4);
+    case CUBLASLT_MATMUL_DESC_B_SCALE_MODE:
+      return take(&desc->scale_mode[1], 4);
     default:
       return CUBLAS_STATUS_INVALID_VALUE;
   }
@@ -550,8 +615,24 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   const char* scale_names[4] = {"A scale", "B scale", "C scale", "D scale"};
+  const bool blocks = block_scaled(*desc);
   for (int i = 0; i < 4; ++i) {
-    if (desc->scale[i] != nullptr && !device_extent(desc->scale[i], 4, scale_names[i])) {
+    // Block scales: the whole tensor of section 3.1.4.5.1, from a 16-byte aligned start.
+    const uint64_t count =
+        blocks && i < 2 ? scale_count(desc->scale_mode[i], i == 0 ? p.m : p.n, p.k) : 1;
+    if (blocks && i < 2) {
+      if (desc->scale[i] == nullptr) {
+        warn(std::string("cublasLtMatmul: block scaling without the ") + scale_names[i] +
+             " pointer");
+        return CUBLAS_STATUS_INVALID_VALUE;
+      }
+      if (reinterpret_cast<uintptr_t>(desc->scale[i]) % 16 != 0) {
+        warn(std::string("cublasLtMatmul: the ") + scale_names[i] + " tensor at " +
+             describe(desc->scale[i]) + " is not 16-byte aligned");
+        return CUBLAS_STATUS_INVALID_VALUE;
+      }
+    }
+    if (desc->scale[i] != nullptr && !device_extent(desc->scale[i], 4 * count, scale_names[i])) {
       return CUBLAS_STATUS_INVALID_VALUE;
     }
   }
@@ -577,7 +658,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   auto scale_of = [&](int i) { return desc->scale[i] != nullptr ? scalar(desc->scale[i]) : 1.f; };
-  const float s = alpha_v * scale_of(0) * scale_of(1);
+  const float s = blocks ? alpha_v : alpha_v * scale_of(0) * scale_of(1);
   const float c_scale = scale_of(2), d_scale = scale_of(3);
   const bool ta = desc->transa == CUBLAS_OP_T, tb = desc->transb == CUBLAS_OP_T;
   const uint64_t m = p.m, n = p.n, k = p.k;
@@ -599,7 +680,22 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       float acc = 0.f;
       const float* x = &ak[i * k];
       const float* y = &bk[j * k];
-      for (uint64_t l = 0; l < k; ++l) acc += x[l] * y[l];
+      if (blocks) {
+        // Each 128-wide K-block's f32 partial product times its two block scales, summed in f32
+        // (DotGeneral of section 3.1.4.4 with the blocks of 3.1.4.5).
+        const auto* sa = static_cast<const float*>(desc->scale[0]);
+        const auto* sb = static_cast<const float*>(desc->scale[1]);
+        for (uint64_t blk = 0; blk * kScaleBlock < k; ++blk) {
+          float part = 0.f;
+          const uint64_t end = std::min(k, (blk + 1) * kScaleBlock);
+          for (uint64_t l = blk * kScaleBlock; l < end; ++l) part += x[l] * y[l];
+          const float scale_a = sa[scale_index(desc->scale_mode[0], m, k, i, blk)];
+          const float scale_b = sb[scale_index(desc->scale_mode[1], n, k, j, blk)];
+          acc += part * scale_a * scale_b;
+        }
+      } else {
+        for (uint64_t l = 0; l < k; ++l) acc += x[l] * y[l];
+      }
       float v = s * acc;
       if (beta_v != 0.f) v += beta_v * (c_scale * load(c, cd.type, i + j * cd.ld));
       if (has_bias(*desc)) v += load(desc->bias, static_cast<cudaDataType>(bias_type), i);

@@ -23,6 +23,12 @@ struct Options {
   size_t arena_bytes = size_t{64} << 30;  // OCTET_EMU_ARENA_GB
 };
 const Options& options();
+// The emulated devices' compute capability, major * 10 + minor: OCTET_EMU_COMPUTE_CAPABILITY
+// (default 90, Hopper), read at each query so that a test can emulate another GPU.
+int compute_capability();
+// cublasLtGetVersion(): OCTET_EMU_CUBLASLT_VERSION (default 130100, cuBLAS 13.1), read at each
+// query.
+size_t cublaslt_version();
 
 // Prints "octet CUDA emulator: <message>" and aborts: a condition that is a bug on a real GPU
 // (undefined behaviour or a fault), found while emulating.

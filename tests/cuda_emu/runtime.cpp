@@ -27,6 +27,10 @@ size_t env_size(const char* name, size_t fallback) {
 
 }  // namespace
 
+int compute_capability() { return static_cast<int>(env_size("OCTET_EMU_COMPUTE_CAPABILITY", 90)); }
+
+size_t cublaslt_version() { return env_size("OCTET_EMU_CUBLASLT_VERSION", 130100); }
+
 const Options& options() {
   static const Options o = [] {
     Options r;
@@ -247,8 +251,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
   prop->clockRate = 1980000;
   prop->totalConstMem = 65536;
-  prop->major = 9;
-  prop->minor = 0;
+  prop->major = octet::emu::detail::compute_capability() / 10;
+  prop->minor = octet::emu::detail::compute_capability() % 10;
   prop->multiProcessorCount = 132;
   prop->l2CacheSize = 50 << 20;
   prop->maxThreadsPerMultiProcessor = 2048;

@@ -60,7 +60,19 @@ typedef enum {
   CUBLASLT_MATMUL_DESC_AMAX_D_POINTER = 21,
   CUBLASLT_MATMUL_DESC_FAST_ACCUM = 25,
   CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,
+  CUBLASLT_MATMUL_DESC_A_SCALE_MODE = 31,
+  CUBLASLT_MATMUL_DESC_B_SCALE_MODE = 32,
 } cublasLtMatmulDescAttributes_t;
+
+// How A's and B's scale pointers are read (the other modes of the toolkit are not emulated).
+typedef enum {
+  CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F = 0,
+  CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F = 4,      // one f32 per 128 values along K
+  CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F = 5,  // one f32 per 128x128 tile
+} cublasLtMatmulMatrixScale_t;
+
+// The cuBLAS version the emulation claims (major * 10000 + minor * 100 + patch).
+#define CUBLAS_VERSION 130100
 
 typedef enum {
   CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0,
@@ -94,6 +106,7 @@ typedef struct {
 
 extern "C" {
 
+size_t cublasLtGetVersion(void);
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle);
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle);
 const char* cublasLtGetStatusString(cublasStatus_t status);
