@@ -3,6 +3,7 @@
 // block-scaled product, which path runs where (device, cuBLASLt version, shape), and the refusal
 // of 2D x 2D. In the emulation build the native path runs on tests/cuda_emu/cublaslt.cpp, written
 // from cuBLAS's documentation; BlockwiseGemmGpu.NativeEqualsFallback checks it on a real GPU.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -123,16 +124,13 @@ void check_against_f64(const GemmRun& got, const BlockOperand& a, const BlockOpe
       const double err = std::fabs(double{out[i * n + j]} - want);
       if (!(err <= bound)) {
         if (bad++ == 0) {
-          first = "(" + std::to_string(i) + ", " + std::to_string(j) + "): got " +
-                  std::to_string(out[i * n + j]) + ", f64 " + std::to_string(want) + ", bound " +
-                  std::to_string(bound);
+          first =
+              fmt::format("({}, {}): got {}, f64 {}, bound {}", i, j, out[i * n + j], want, bound);
         }
       }
       const double gap = std::fabs(double{out[i * n + j]} - double{alt[i * n + j]});
       if (!(gap <= 2 * bound) && apart++ == 0) {
-        first_apart = "(" + std::to_string(i) + ", " + std::to_string(j) +
-                      "): " + std::to_string(out[i * n + j]) + " and " +
-                      std::to_string(alt[i * n + j]);
+        first_apart = fmt::format("({}, {}): {} and {}", i, j, out[i * n + j], alt[i * n + j]);
       }
     }
   }
