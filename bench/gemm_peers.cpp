@@ -431,6 +431,7 @@ std::vector<int> parse_list(const char* text) {
   return v;
 }
 
+// Short enough for the table's columns: "OB" is OpenBLAS, "A2" the process held to AVX2.
 std::string column_title(const Config& c, Lib lib, const std::string& openblas_core) {
   std::string t;
   switch (lib) {
@@ -447,10 +448,10 @@ std::string column_title(const Config& c, Lib lib, const std::string& openblas_c
       t = "oneDNN";
       break;
     case Lib::kOpenblas:
-      t = "OpenBLAS " + openblas_core;
+      t = "OB " + openblas_core;
       break;
   }
-  return (c.name == "avx2" ? "avx2: " : "") + t;
+  return (c.name == "avx2" ? "A2 " : "") + t;
 }
 
 int coordinator_main(int rounds, int reps, const std::vector<int>& thread_counts, bool quick) {
@@ -470,7 +471,8 @@ int coordinator_main(int rounds, int reps, const std::vector<int>& thread_counts
   std::printf(
       "octet_gemm_peers: %d rounds x %d timed calls per cell (after one untimed call), "
       "median reported, GFLOP/s;\nratio: octet f32 / the faster of oneDNN and OpenBLAS in the same "
-      "setting (as detected, or AVX2)\n",
+      "setting (as detected, or AVX2); OB: OpenBLAS and its core type, A2: the process held to "
+      "AVX2\n",
       rounds, reps);
 #if !OCTET_HAVE_OPENBLAS
   std::printf("OpenBLAS: not built in (apt-get install libopenblas-dev, then configure again)\n");
@@ -531,7 +533,7 @@ int coordinator_main(int rounds, int reps, const std::vector<int>& thread_counts
     }
     // The table: GFLOP/s of each column's median; octet f32 against the best f32 peer.
     std::printf("\nthreads %d\n%-12s %-16s", threads, "gemm", "M x N x K (f32)");
-    for (const Column& c : columns) std::printf(" %12.12s", c.title.c_str());
+    for (const Column& c : columns) std::printf(" %13.13s", c.title.c_str());
     std::printf(" %9s %10s\n", "ratio", "avx2 ratio");
     std::vector<double> layer_ms(columns.size(), 0.0);
     double layer_flops = 0;
@@ -547,7 +549,7 @@ int coordinator_main(int rounds, int reps, const std::vector<int>& thread_counts
       std::vector<double> rate(columns.size(), 0.0);
       for (size_t c = 0; c < columns.size(); ++c) {
         if (!errors[g][c].empty() || times[g][c].empty()) {
-          std::printf(" %12s", "n/a");
+          std::printf(" %13s", "n/a");
           continue;
         }
         std::vector<double> t = times[g][c];
@@ -555,7 +557,7 @@ int coordinator_main(int rounds, int reps, const std::vector<int>& thread_counts
         const double ms = t[t.size() / 2];
         rate[c] = flops(gm) / (ms * 1e6);
         if (in_layer) layer_ms[c] += ms;
-        std::printf(" %12.1f", rate[c]);
+        std::printf(" %13.1f", rate[c]);
       }
       // Ratios within one setting: octet f32 / the best f32 peer (oneDNN, OpenBLAS).
       for (const char* setting : {"native", "avx2"}) {
@@ -579,10 +581,10 @@ int coordinator_main(int rounds, int reps, const std::vector<int>& thread_counts
     }
     std::printf("%-12s %-16s", "layer GEMMs", "(sum of ms)");
     for (size_t c = 0; c < columns.size(); ++c) {
-      std::printf(" %12.1f", layer_ms[c] > 0 ? layer_flops / (layer_ms[c] * 1e6) : 0.0);
+      std::printf(" %13.1f", layer_ms[c] > 0 ? layer_flops / (layer_ms[c] * 1e6) : 0.0);
     }
     std::printf("\n%-12s %-16s", "", "ms per step");
-    for (size_t c = 0; c < columns.size(); ++c) std::printf(" %12.1f", layer_ms[c]);
+    for (size_t c = 0; c < columns.size(); ++c) std::printf(" %13.1f", layer_ms[c]);
     std::printf("\n");
     for (size_t g = 0; g < all.size(); ++g) {
       for (size_t c = 0; c < columns.size(); ++c) {
