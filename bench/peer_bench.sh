@@ -46,7 +46,7 @@ EOF
 
 run_torch() {  # name, env...
   local name="$1"; shift
-  env OMP_WAIT_POLICY=PASSIVE "$@" "$python" "$root/bench/torch_layer.py" --threads "$threads" \
+  env "$@" OMP_WAIT_POLICY=PASSIVE "$python" "$root/bench/torch_layer.py" --threads "$threads" \
     --reps "$reps" > "$log/out.json"
   "$python" - "$log/out.json" "$name" >> "$log/results" <<'EOF'
 import json, sys
@@ -64,7 +64,7 @@ for ((round = 1; round <= rounds; ++round)); do
   run_torch torch-SkylakeX OPENBLAS_CORETYPE=SkylakeX
   run_torch torch-detected -u OPENBLAS_CORETYPE
   if [ "$avx2" = 1 ]; then
-    run_octet octet-avx2 ONEDNN_MAX_CPU_ISA=AVX2 -u OPENBLAS_CORETYPE
+    run_octet octet-avx2 -u OPENBLAS_CORETYPE ONEDNN_MAX_CPU_ISA=AVX2
     run_torch torch-avx2 OPENBLAS_CORETYPE=Haswell
   fi
   echo "round $round: $(grep -v '^#' "$log/results" | tail -n $((avx2 == 1 ? 7 : 4)) |
