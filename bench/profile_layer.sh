@@ -46,11 +46,13 @@ linear = {"qkv": (d, 3 * d), "proj": (d, d), "fc1": (d, 4 * d), "fc2": (4 * d, d
 
 def gemm_name(ta, tb, m, n, k):
     # As modules/operand.cpp calls them: f32 fprop NT, dgrad NN, wgrad TN; FP8 all NT.
+    # The shim sees shapes only: GEMMs of one shape (fc1 fprop and fc2 dgrad, say) share a row.
+    names = []
     for name, (i, o) in linear.items():
-        if (m, n, k) == (tokens, o, i): return f"{name} fprop"
-        if (m, n, k) == (tokens, i, o): return f"{name} dgrad"
-        if (m, n, k) == (o, i, tokens): return f"{name} wgrad"
-    return "attention (per head)"
+        if (m, n, k) == (tokens, o, i): names.append(f"{name} fprop")
+        if (m, n, k) == (tokens, i, o): names.append(f"{name} dgrad")
+        if (m, n, k) == (o, i, tokens): names.append(f"{name} wgrad")
+    return "+".join(names) if names else "attention (per head)"
 
 GROUPS = [  # (group, regex on "symbol dso"), first match wins
     ("setup: weights' random init", r"philox|uniforms_to_normal|__cos|__sin|__ieee754_log|fill_normal"),
@@ -111,7 +113,7 @@ print(f"octet bench layer, {threads} thread(s), {reps} timed steps after {warmup
 print("\nsgemm wall time per step (each call timed on its thread), ms:")
 g = {p: gemms(p) for p in ("f32", "delayed")}
 def key_of(r):  # "qkv fprop 1024x2304x768 NT" -> "qkv fprop"
-    return " ".join(r.split()[:2]) if "attention" not in r else r
+    return " ".join(r.split()[:-2]) if "attention" not in r else r
 names = []
 for p in ("f32", "delayed"):
     for r in g[p]:
@@ -121,7 +123,7 @@ print(f"  {'GEMM':<22} {'f32':>8} {'delayed':>8} {'diff':>7}   "
 tot = {"f32": 0.0, "delayed": 0.0}
 for n in names:
     v = {p: sum(ms for r, ms in g[p].items() if key_of(r) == n) for p in ("f32", "delayed")}
-    shapes = {p: " ".join(r.split()[2:]) for p in ("f32", "delayed") for r in g[p]
+    shapes = {p: " ".join(r.split()[-2:]) for p in ("f32", "delayed") for r in g[p]
               if key_of(r) == n and "attention" not in n}
     for p in tot: tot[p] += v[p]
     print(f"  {n:<22} {v['f32']:8.1f} {v['delayed']:8.1f} {v['delayed'] - v['f32']:+7.1f}   "
