@@ -2,6 +2,8 @@
 # Installs what octet needs on Debian 12 (only what is missing), then configures and builds.
 # Safe to run again: a second run installs nothing and rebuilds only what changed.
 #   tools/setup.sh [build-dir]      (default: build)
+#   OCTET_SETUP_PEERS=1 tools/setup.sh   also installs python3-torch (large), the PyTorch peer of
+#                                        bench/peer_bench.sh; nothing else needs it
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -9,7 +11,9 @@ build="${1:-$root/build}"
 
 packages=(cmake ninja-build g++ pkg-config libfmt-dev libspdlog-dev nlohmann-json3-dev
           libgtest-dev libdnnl-dev clang-format libopenmpi-dev openmpi-bin
-          vim-runtime)  # vim-runtime: the text of bench/text_bench.sh
+          vim-runtime   # vim-runtime: the text of bench/text_bench.sh
+          libopenblas-dev)  # only bench/octet_gemm_peers links it (optional: it builds without)
+[ "${OCTET_SETUP_PEERS:-0}" = 1 ] && packages+=(python3-torch)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
