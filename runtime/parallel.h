@@ -1,8 +1,11 @@
-// The one threading runtime: OpenMP (oneDNN's GEMM uses the same libgomp pool, so kernels and
-// GEMM never have two spinning pools fighting over two cores).
+// The one threading runtime of octet's own code: a pool of octet's own threads (runtime/
+// parallel.cpp). Work is split into tasks that any thread may claim, the calling thread included,
+// so a thread that the operating system has not scheduled yet (a busy machine) does not hold the
+// others up: whoever runs takes the tasks nobody has claimed. Waiting threads spin only briefly,
+// then sleep in the kernel, so they do not take the cores that other programs, or octet's own
+// working thread, need. oneDNN's GEMM runs single-threaded inside these tasks (kernels/cpu/gemm.cpp
+// tiles the output), so no OpenMP team spins either.
 #pragma once
-
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -10,8 +13,25 @@
 
 namespace octet {
 
+// The thread count (the calling thread plus the pool's workers). Defaults to the CPUs this process
+// may run on (or OMP_NUM_THREADS when set); set_num_threads changes it (not from inside a task).
 int num_threads();
 void set_num_threads(int n);
+// The CPUs this process may run on (its affinity mask).
+int available_cpus();
+
+// While alive, OpenMP code of a library called on this thread (oneDNN's sgemm) runs on this thread
+// alone: octet's kernels call such libraries from inside their own tasks or tiles.
+class SerialLibraryScope {
+ public:
+  SerialLibraryScope();
+  ~SerialLibraryScope();
+  SerialLibraryScope(const SerialLibraryScope&) = delete;
+  SerialLibraryScope& operator=(const SerialLibraryScope&) = delete;
+
+ private:
+  int previous_;
+};
 
 namespace detail {
 // The chunk the calling thread is running inside parallel_for (0 when it runs inline).
@@ -21,45 +41,66 @@ struct ChunkScope {
   ~ChunkScope() { t_chunk = previous; }
   int previous;
 };
+
+using TaskFn = void (*)(void* context, int64_t task);
+// Runs fn(context, t) for every t in [0, tasks), each once, on the pool's threads and the calling
+// thread; returns when all have finished. fn must not throw (parallel_tasks catches). Runs them in
+// order on the calling thread when already inside a task, when another thread is using the pool,
+// or when tasks <= 1.
+void run_tasks(int64_t tasks, TaskFn fn, void* context);
+// Stores std::current_exception() into *slot unless one is there already (thread-safe).
+void keep_first_error(std::exception_ptr* slot);
 }  // namespace detail
 
 // Index of the chunk the calling body runs, in [0, num_threads()): the slot for per-chunk partial
-// results. Not omp_get_thread_num(), which inside someone else's parallel region (where
-// parallel_for runs inline) can exceed num_threads().
+// results.
 inline int parallel_chunk() { return detail::t_chunk; }
 
+// Calls f(t) once for each t in [0, tasks), on any thread, in any order, possibly at the same
+// time. The first exception thrown by an f is kept, every other task still runs, and it is
+// rethrown on the calling thread (exceptions never cross a thread boundary otherwise).
+template <typename F>
+void parallel_tasks(int64_t tasks, F&& f) {
+  if (tasks <= 0) return;
+  struct Context {
+    F* f;
+    std::exception_ptr error;
+  };
+  Context context{&f, nullptr};
+  detail::run_tasks(
+      tasks,
+      [](void* c, int64_t t) {
+        auto* ctx = static_cast<Context*>(c);
+        try {
+          (*ctx->f)(t);
+        } catch (...) {
+          detail::keep_first_error(&ctx->error);
+        }
+      },
+      &context);
+  if (context.error) std::rethrow_exception(context.error);
+}
+
 // Calls f(lo, hi) on disjoint chunks covering [begin, end). The split depends only on the range
-// and the thread count, so per-chunk partial results combine deterministically. Runs inline when
-// the range is under `grain` or when already inside a parallel region. An exception thrown by f
-// never leaves the OpenMP region (that would terminate the process): the first one is kept, every
-// chunk finishes, and it is rethrown on the calling thread.
+// and the thread count, so per-chunk partial results (indexed by parallel_chunk()) combine
+// deterministically. Runs inline when the range is under `grain`. Exceptions as parallel_tasks.
 template <typename F>
 void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
   const int64_t n = end - begin;
   if (n <= 0) return;
   const int64_t max_chunks = std::max<int64_t>(1, n / std::max<int64_t>(grain, 1));
-  const int threads = static_cast<int>(std::min<int64_t>(num_threads(), max_chunks));
-  if (threads <= 1 || omp_in_parallel()) {
+  const int64_t chunks = std::min<int64_t>(num_threads(), max_chunks);
+  if (chunks <= 1) {
     detail::ChunkScope chunk(0);
     f(begin, end);
     return;
   }
-  std::exception_ptr error;
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t t = omp_get_thread_num();
-    const int64_t nt = omp_get_num_threads();
-    const int64_t lo = begin + n * t / nt;
-    const int64_t hi = begin + n * (t + 1) / nt;
+  parallel_tasks(chunks, [&](int64_t t) {
     detail::ChunkScope chunk(static_cast<int>(t));
-    try {
-      if (lo < hi) f(lo, hi);
-    } catch (...) {
-#pragma omp critical(octet_parallel_for_error)
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
+    const int64_t lo = begin + n * t / chunks;
+    const int64_t hi = begin + n * (t + 1) / chunks;
+    if (lo < hi) f(lo, hi);
+  });
 }
 
 // Reductions: [begin, end) split into chunks that depend only on the range and `grain` (at least
@@ -76,9 +117,12 @@ template <typename F>
 void parallel_chunks(int64_t begin, int64_t end, int64_t grain, F&& f) {
   const int64_t n = end - begin;
   const int64_t chunks = reduction_chunks(n, grain);
-  parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) f(c, begin + n * c / chunks, begin + n * (c + 1) / chunks);
-  });
+  if (chunks == 1) {
+    f(0, begin, end);
+    return;
+  }
+  parallel_tasks(chunks,
+                 [&](int64_t c) { f(c, begin + n * c / chunks, begin + n * (c + 1) / chunks); });
 }
 
 }  // namespace octet

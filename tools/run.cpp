@@ -393,7 +393,7 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
     set_num_threads(static_cast<int>(c.training.threads));
   } else if (launch.local_size > 1) {
     // The cores this rank may run on, shared with the other ranks on the machine.
-    set_num_threads(std::max(1, omp_get_num_procs() / launch.local_size));
+    set_num_threads(std::max(1, available_cpus() / launch.local_size));
   }
   std::unique_ptr<data::Dataset> dataset = data::open_dataset(config::data_options(c));
   const int64_t seq_len = run_seq_len(c, *dataset);

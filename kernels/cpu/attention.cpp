@@ -21,6 +21,7 @@ constexpr int64_t kQueryBlock = 64;
 // Row-major C (m, n) = alpha * op(A) op(B) + beta * C.
 void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const SerialLibraryScope serial;  // inside octet's tasks; one (batch, head) is one thread's work
   const dnnl_status_t status = dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   OCTET_CHECK(status == dnnl_success, "attention: dnnl_sgemm failed with status ",
               static_cast<int>(status), " for M=", m, " N=", n, " K=", k);

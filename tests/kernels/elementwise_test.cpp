@@ -1,5 +1,6 @@
 // Elementwise arithmetic, casts and reductions against f64 loops written out in the test.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <limits>

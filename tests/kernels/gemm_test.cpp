@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <numbers>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "kernels/quantized.h"
 #include "runtime/float16.h"
 #include "runtime/fp8.h"
+#include "runtime/parallel.h"
 #include "tests/support/test_util.h"
 
 namespace octet {
@@ -517,6 +519,64 @@ TEST(Gemm, ClearErrors) {
     EXPECT_NE(std::string(e.what()).find("a_scale_inv"), std::string::npos) << e.what();
   }
   EXPECT_THROW(ops::gemm(a, Transpose::kNo, r, Transpose::kYes, DType::kF32), Error);  // f32 x e4m3
+}
+
+}  // namespace
+}  // namespace octet
+
+namespace octet {
+namespace {
+
+// Shapes large enough that the CPU GEMM cuts the output into several tiles (kernels/cpu/gemm.cpp),
+// with ragged edges (no side a multiple of 16): every transpose and operand dtype matches f64,
+// and the bits are the same on 1, 2, 3 and 7 threads (each tile is one thread's sgemm over all of
+// K, and the tiles depend on the shape alone).
+TEST(Gemm, TiledShapesMatchF64AndGiveTheSameBitsOnAnyThreadCount) {
+  const int threads = num_threads();
+  struct Case {
+    DType dtype;
+    Transpose ta, tb;
+  };
+  std::vector<Case> cases;
+  for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
+    for (Transpose tb : {Transpose::kNo, Transpose::kYes}) cases.push_back({DType::kF32, ta, tb});
+  }
+  cases.push_back({DType::kBF16, Transpose::kNo, Transpose::kYes});
+  cases.push_back({DType::kE4M3, Transpose::kNo, Transpose::kYes});
+  cases.push_back({DType::kE5M2, Transpose::kYes, Transpose::kNo});
+  const int64_t m = 403, n = 611, k = 397;  // about 196 MFLOP: 4 tiles
+  for (const Case& c : cases) {
+    const Problem p{m, n, k, c.ta, c.tb};
+    const Tensor a = test::random_tensor(stored(m, k, c.ta), c.dtype, 31);
+    const Tensor b = test::random_tensor(stored(k, n, c.tb), c.dtype, 32);
+    std::vector<std::vector<float>> runs;
+    for (int t : {1, 2, 3, 7}) {
+      set_num_threads(t);
+      Tensor out = Tensor::empty({m, n}, DType::kF32);
+      test::poison(out);
+      const Tensor one = Tensor::from_floats({1.f}, {1});
+      GemmOptions options;
+      if (is_fp8(c.dtype)) options.a_scale_inv = options.b_scale_inv = &one;
+      ops::gemm(a, c.ta, b, c.tb, out, options);
+      runs.push_back(out.to_floats());
+    }
+    set_num_threads(threads);
+    std::ostringstream what;
+    what << c.dtype << " " << (c.ta == Transpose::kYes ? "T" : "N")
+         << (c.tb == Transpose::kYes ? "T" : "N");
+    for (size_t r = 1; r < runs.size(); ++r) {
+      EXPECT_EQ(std::memcmp(runs[r].data(), runs[0].data(), runs[0].size() * sizeof(float)), 0)
+          << what.str() << ": thread count #" << r << " differs";
+    }
+    std::vector<double> want, mag;
+    reference(test::to_doubles(a), a.cols(), test::to_doubles(b), b.cols(), p, want, mag);
+    size_t bad = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double bound = gamma(k) * mag[i] + 1e-30;
+      if (!(std::fabs(runs[0][i] - want[i]) <= bound)) ++bad;
+    }
+    EXPECT_EQ(bad, 0u) << what.str();
+  }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "runtime/parallel.h"
 #include "tests/support/scratch_dir.h"
 #include "tests/support/test_util.h"
 #include "tools/checkpoint.h"
@@ -96,6 +97,39 @@ TEST(Trainer, InterruptedRunResumesWithBitIdenticalLosses) {
     EXPECT_EQ(std::memcmp(x.data(), y.data(), x.nbytes()), 0) << ca.tensors[i].first;
   }
   EXPECT_EQ(ca.state.data, cb.state.data);
+}
+
+// 1 or 2 threads give the same bits (reductions in fixed chunks, GEMM tiles fixed by the shape),
+// and a run checkpointed on 1 thread resumes on 2 bit-exactly: on a model whose GEMMs and
+// elementwise loops are large enough to be split across threads.
+TEST(Trainer, OneAndTwoThreadsGiveTheSameBitsAndAResumeMayChangeTheCount) {
+  test::ScratchDir scratch;
+  std::ostringstream out;
+  const std::vector<std::string> wide = {"model.d_model=192",        "model.n_head=4",
+                                         "training.batch_size=64",   "training.grad_accum=1",
+                                         "training.eval_interval=0", "training.steps=8"};
+  auto with = [&](const std::string& dir, const std::string& threads) {
+    std::vector<std::string> sets = wide;
+    sets.push_back("training.threads=" + threads);
+    return tiny(scratch.file(dir), sets);
+  };
+  const TrainResult one = train(with("one", "1"), Resume::kNo, out, ProgressStyle::kQuiet);
+  const TrainResult two = train(with("two", "2"), Resume::kNo, out, ProgressStyle::kQuiet);
+  ASSERT_EQ(one.losses.size(), 8u);
+  ASSERT_EQ(two.losses.size(), 8u);
+  for (size_t i = 0; i < one.losses.size(); ++i) {
+    EXPECT_EQ(one.losses[i].second, two.losses[i].second) << "step " << one.losses[i].first;
+  }
+  TrainHooks kill;
+  kill.interrupt_after_step = 5;  // the last checkpoint is step 4's, written on 1 thread
+  train(with("mixed", "1"), Resume::kNo, out, ProgressStyle::kQuiet, kill);
+  const TrainResult resumed = train(with("mixed", "2"), Resume::kYes, out, ProgressStyle::kQuiet);
+  ASSERT_EQ(resumed.losses.size(), 4u);
+  for (size_t i = 0; i < resumed.losses.size(); ++i) {
+    EXPECT_EQ(resumed.losses[i].second, one.losses[i + 4].second)
+        << "step " << resumed.losses[i].first;
+  }
+  set_num_threads(available_cpus());
 }
 
 TEST(Trainer, ResumeWithFp8PrimaryWeightsIsBitIdentical) {
