@@ -126,17 +126,20 @@ void Backend::causal_attention_backward(const Tensor&, const Tensor&, const Tens
   unsupported("causal_attention_backward");
 }
 
-void Backend::cross_entropy(const Tensor&, const Tensor&, int64_t, int64_t, Tensor&,
+void Backend::cross_entropy(const Tensor&, const Tensor&, int64_t, Tensor&, Tensor&,
                             Tensor&) const {
   unsupported("cross_entropy");
 }
-void Backend::cross_entropy_backward(float, const Tensor&, const Tensor&, const Tensor&, int64_t,
-                                     Tensor&) const {
+void Backend::cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                     const Tensor&, int64_t, Tensor&) const {
   unsupported("cross_entropy_backward");
 }
 
 void Backend::adamw_step(const std::vector<AdamWTensors>&, const AdamWHyper&) const {
   unsupported("adamw_step");
+}
+void Backend::clip_grad_norm(const std::vector<Tensor*>&, double, Tensor&) const {
+  unsupported("clip_grad_norm");
 }
 void Backend::sgd_step(Tensor&, const Tensor&, Tensor&, float, float, float, int64_t) const {
   unsupported("sgd_step");

@@ -147,16 +147,22 @@ class Backend {
                                          const Tensor& lse, int64_t heads, float scale,
                                          Tensor& dqkv) const;
 
-  // targets: i32/i64, checked. loss (1,) = mean over the `count` counted rows (0 if none);
-  // lse (N,).
+  // targets: i32/i64, checked (on a GPU by the kernels, raised later: runtime/cuda.h). loss (1,)
+  // = mean over the counted rows (0 if none); lse (N,); counted (1,) i64 = the rows whose target
+  // is not ignore_index. The backward takes dloss (1,) f32 and counted where they live, and
+  // scales by dloss / counted (f64 divide, rounded to f32; 0 when nothing counts).
   virtual void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                             int64_t count, Tensor& loss, Tensor& lse) const;
-  virtual void cross_entropy_backward(float grad_per_row, const Tensor& logits,
-                                      const Tensor& targets, const Tensor& lse,
-                                      int64_t ignore_index, Tensor& dlogits) const;
+                             Tensor& loss, Tensor& lse, Tensor& counted) const;
+  virtual void cross_entropy_backward(const Tensor& dloss, const Tensor& counted,
+                                      const Tensor& logits, const Tensor& targets,
+                                      const Tensor& lse, int64_t ignore_index,
+                                      Tensor& dlogits) const;
 
   // ---- optimizers (kernels/optim.h's rules) ----
   virtual void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h) const;
+  // ops::clip_grad_norm_'s rule; norm (1,) i64 receives the f64 norm's bits.
+  virtual void clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm,
+                              Tensor& norm) const;
   // buf may be undefined when momentum is 0.
   virtual void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
                         float weight_decay, int64_t step) const;

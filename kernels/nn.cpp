@@ -62,13 +62,18 @@ void check_row_stat(const char* op, const Tensor& t, const char* name, int64_t r
               rows, ",) tensor (one per row of x), got ", t);
 }
 
-// i32/i64 indices as int64 on the host (CUDA indices are copied back to be validated: a few
-// kilobytes per step, and an out-of-range id must be a clear error, not a wild read).
-std::vector<int64_t> indices_of(const char* op, const Tensor& t, const char* name) {
+void check_index_dtype(const char* op, const Tensor& t, const char* name) {
   check_defined(op, t, name);
   OCTET_CHECK(t.dtype() == DType::kI32 || t.dtype() == DType::kI64, op, ": ", name,
               " must be i32 or i64, got ", t);
-  return cpu::index_values(t.device().is_cpu() ? t : t.to(Device::cpu()));
+}
+
+// i32/i64 indices of a CPU tensor as int64. CUDA indices stay on the device: its kernels check
+// them and the host raises a bad one at its next read (runtime/cuda.h), so none is copied back.
+std::vector<int64_t> host_indices(const char* op, const Tensor& t, const char* name) {
+  check_index_dtype(op, t, name);
+  if (!t.device().is_cpu()) return {};
+  return cpu::index_values(t);
 }
 
 void check_ids_in_range(const char* op, const std::vector<int64_t>& ids, int64_t rows) {
@@ -298,7 +303,7 @@ Tensor embedding(const Tensor& table, const Tensor& ids) {
   check_float(op, table, "table");
   OCTET_CHECK(table.dim() == 2, op, ": table must be (V, C), got ", table);
   const Device device = op_device(op, {{table, "table"}, {ids, "ids"}});
-  check_ids_in_range(op, indices_of(op, ids, "ids"), table.rows());
+  check_ids_in_range(op, host_indices(op, ids, "ids"), table.rows());
   Shape shape = ids.shape();
   shape.push_back(table.cols());
   Tensor out = f32_like(table, shape);
@@ -310,7 +315,7 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t num_embed
   constexpr const char* op = "embedding_backward";
   check_float(op, dy, "dy");
   const Device device = op_device(op, {{dy, "dy"}, {ids, "ids"}});
-  const std::vector<int64_t> idx = indices_of(op, ids, "ids");
+  const std::vector<int64_t> idx = host_indices(op, ids, "ids");
   OCTET_CHECK(num_embeddings > 0, op, ": num_embeddings must be positive, got ", num_embeddings);
   OCTET_CHECK(dy.dim() == ids.dim() + 1 && leading(dy.shape()) == ids.shape(), op, ": dy ",
               shape_str(dy.shape()), " must be ids' shape ", shape_str(ids.shape()),
@@ -396,12 +401,12 @@ Tensor causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Te
 // ---- cross-entropy ----
 
 namespace {
-std::vector<int64_t> check_targets(const char* op, const Tensor& logits, const Tensor& targets,
-                                   int64_t ignore_index) {
+void check_targets(const char* op, const Tensor& logits, const Tensor& targets,
+                   int64_t ignore_index) {
   check_float(op, logits, "logits");
   OCTET_CHECK(logits.dim() >= 2 && logits.cols() > 0, op,
               ": logits must be (N, V) with V > 0, got ", logits);
-  std::vector<int64_t> t = indices_of(op, targets, "targets");
+  const std::vector<int64_t> t = host_indices(op, targets, "targets");
   OCTET_CHECK(targets.shape() == leading(logits.shape()), op, ": targets ",
               shape_str(targets.shape()), " must have logits' leading shape ",
               shape_str(leading(logits.shape())));
@@ -411,39 +416,54 @@ std::vector<int64_t> check_targets(const char* op, const Tensor& logits, const T
                 " at row ", i, " is out of range for ", classes,
                 " classes (and is not ignore_index ", ignore_index, ")");
   }
-  return t;
 }
 }  // namespace
 
 CrossEntropyForward cross_entropy(const Tensor& logits, const Tensor& targets,
                                   int64_t ignore_index) {
   constexpr const char* op = "cross_entropy";
-  const std::vector<int64_t> t = check_targets(op, logits, targets, ignore_index);
+  check_targets(op, logits, targets, ignore_index);
   const Device device = op_device(op, {{logits, "logits"}, {targets, "targets"}});
-  int64_t count = 0;
-  for (const int64_t v : t) count += v != ignore_index ? 1 : 0;
   Tensor lse = f32_like(logits, targets.shape());
   const Tensor logitsf = as_f32(logits);
   Tensor loss = f32_like(logits, {1});
-  on_device(device)->cross_entropy(logitsf, targets, ignore_index, count, loss, lse);
-  return {loss, lse, count};
+  Tensor counted = Tensor::empty({1}, DType::kI64, device);
+  on_device(device)->cross_entropy(logitsf, targets, ignore_index, loss, lse, counted);
+  return {loss, lse, counted};
+}
+
+Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
+                              const Tensor& lse, int64_t ignore_index, const Tensor& counted) {
+  constexpr const char* op = "cross_entropy_backward";
+  check_targets(op, logits, targets, ignore_index);
+  check_defined(op, lse, "lse");
+  check_float(op, dloss, "dloss");
+  check_defined(op, counted, "counted");
+  const Device device = op_device(op, {{logits, "logits"},
+                                       {targets, "targets"},
+                                       {lse, "lse"},
+                                       {dloss, "dloss"},
+                                       {counted, "counted"}});
+  OCTET_CHECK(lse.dtype() == DType::kF32 && lse.shape() == targets.shape(), op,
+              ": lse must be f32 with targets' shape ", shape_str(targets.shape()), ", got ", lse);
+  OCTET_CHECK(dloss.numel() == 1, op, ": dloss must have one element, got ", dloss);
+  OCTET_CHECK(counted.numel() == 1 && counted.dtype() == DType::kI64, op,
+              ": counted must be the forward's (1,) i64 count, got ", counted);
+  Tensor dlogits = f32_like(logits, logits.shape());
+  const Tensor logitsf = as_f32(logits), dlossf = as_f32(dloss);
+  on_device(device)->cross_entropy_backward(dlossf, counted, logitsf, targets, lse, ignore_index,
+                                            dlogits);
+  return dlogits;
 }
 
 Tensor cross_entropy_backward(float dloss, const Tensor& logits, const Tensor& targets,
                               const Tensor& lse, int64_t ignore_index, int64_t count) {
-  constexpr const char* op = "cross_entropy_backward";
-  check_targets(op, logits, targets, ignore_index);
-  check_defined(op, lse, "lse");
-  const Device device = op_device(op, {{logits, "logits"}, {targets, "targets"}, {lse, "lse"}});
-  OCTET_CHECK(lse.dtype() == DType::kF32 && lse.shape() == targets.shape(), op,
-              ": lse must be f32 with targets' shape ", shape_str(targets.shape()), ", got ", lse);
-  OCTET_CHECK(count >= 0, op, ": count must be >= 0, got ", count);
-  const float g =
-      count > 0 ? static_cast<float>(static_cast<double>(dloss) / static_cast<double>(count)) : 0.f;
-  Tensor dlogits = f32_like(logits, logits.shape());
-  const Tensor logitsf = as_f32(logits);
-  on_device(device)->cross_entropy_backward(g, logitsf, targets, lse, ignore_index, dlogits);
-  return dlogits;
+  OCTET_CHECK(count >= 0, "cross_entropy_backward: count must be >= 0, got ", count);
+  check_defined("cross_entropy_backward", logits, "logits");
+  Tensor counted = Tensor::empty({1}, DType::kI64);
+  *counted.data_as<int64_t>() = count;
+  return cross_entropy_backward(Tensor::full({1}, dloss, DType::kF32, logits.device()), logits,
+                                targets, lse, ignore_index, counted.to(logits.device()));
 }
 
 }  // namespace octet::ops

@@ -94,15 +94,22 @@ Tensor causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Te
                                  const Tensor& lse, int64_t heads, float scale);
 
 // ---- cross-entropy over logits (N, V) and targets (N,) i32/i64 ----
+// A target outside [0, V) that is not ignore_index is an error naming it and its row: at once on
+// the CPU; on CUDA the kernels find it and the host raises it at its next read from the device
+// (runtime/cuda.h, check_device_errors), so a training step copies no targets back.
 struct CrossEntropyForward {
-  Tensor loss;    // (1,) f32: mean over the counted rows; 0 when no row counts
-  Tensor lse;     // (N,) f32: log-sum-exp of every logit row
-  int64_t count;  // rows whose target != ignore_index
+  Tensor loss;     // (1,) f32: mean over the counted rows; 0 when no row counts
+  Tensor lse;      // (N,) f32: log-sum-exp of every logit row
+  Tensor counted;  // (1,) i64, on the logits' device: rows whose target != ignore_index
 };
 CrossEntropyForward cross_entropy(const Tensor& logits, const Tensor& targets,
                                   int64_t ignore_index);
 // dlogits (N, V) = dloss * (softmax - onehot) / count; 0 on ignored rows (and everywhere when
-// count is 0).
+// count is 0). dloss (1,) floating and counted (forward's) on the logits' device: nothing is
+// read back.
+Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
+                              const Tensor& lse, int64_t ignore_index, const Tensor& counted);
+// The same from host values (tests, callers with a known count).
 Tensor cross_entropy_backward(float dloss, const Tensor& logits, const Tensor& targets,
                               const Tensor& lse, int64_t ignore_index, int64_t count);
 

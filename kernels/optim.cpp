@@ -1,6 +1,7 @@
 // Argument checks and dispatch for kernels/optim.h (the CPU kernels are in kernels/cpu/optim.cpp).
 #include "kernels/optim.h"
 
+#include <cstring>
 #include <vector>
 
 #include "kernels/device_policy.h"
@@ -83,6 +84,31 @@ double sum_of_squares(const Tensor& x) {
   OCTET_CHECK(x.dtype() == DType::kF32 || x.dtype() == DType::kBF16,
               "sum_of_squares: f32 or bf16 expected, got ", x);
   return on_device(x.device())->sum_of_squares(x);
+}
+
+Tensor clip_grad_norm_(const std::vector<Tensor*>& grads, double max_norm) {
+  constexpr const char* op = "clip_grad_norm_";
+  const Device device = grads.empty() ? Device::cpu() : grads.front()->device();
+  for (const Tensor* g : grads) {
+    OCTET_CHECK(
+        g != nullptr && g->defined() && (g->dtype() == DType::kF32 || g->dtype() == DType::kBF16),
+        op, ": gradients must be defined f32 or bf16 tensors");
+    OCTET_CHECK(g->device() == device, op, ": gradients on ", device, " and ", g->device(),
+                " in one call");
+  }
+  Tensor norm = Tensor::empty({1}, DType::kI64, device);
+  on_device(device)->clip_grad_norm(grads, max_norm, norm);
+  for (Tensor* g : grads) g->bump_version();
+  return norm;
+}
+
+double read_f64(const Tensor& bits) {
+  OCTET_CHECK(bits.defined() && bits.dtype() == DType::kI64 && bits.numel() == 1,
+              "read_f64: a (1,) i64 tensor holding an f64 expected, got ", bits);
+  const Tensor host = bits.device().is_cpu() ? bits : bits.to(Device::cpu());
+  double v = 0;
+  std::memcpy(&v, host.data(), sizeof(v));
+  return v;
 }
 
 }  // namespace octet::ops

@@ -43,4 +43,14 @@ void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float m
 // Sum of squares of every element (f64 accumulation), for global gradient-norm clipping.
 double sum_of_squares(const Tensor& x);
 
+// Global gradient-norm clipping of `grads` (f32/bf16, all on one device) in place:
+// total = the tensors' sum_of_squares added in order, norm = sqrt(total); when max_norm > 0 and
+// the norm is finite and above max_norm, every gradient is scaled by
+// f32(max_norm / (norm + 1e-6)). Returns the norm as a (1,) i64 tensor holding the f64's bits,
+// on the gradients' device (read_f64 reads it): on CUDA the norm, the factor and the scaling
+// stay on the device, so nothing waits until the norm is read.
+Tensor clip_grad_norm_(const std::vector<Tensor*>& grads, double max_norm);
+// The f64 a (1,) i64 tensor holds as bits (a copy back for a device tensor).
+double read_f64(const Tensor& bits);
+
 }  // namespace octet::ops

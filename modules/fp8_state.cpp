@@ -72,7 +72,9 @@ SlotStats FP8State::take_slot_stats(SlotId slot) {
   OCTET_CHECK(i < stats.size(), "FP8 state has no statistics for ",
               slot.direction == FP8Direction::kForward ? "forward" : "backward", " slot ",
               slot.index, " (a recipe with an FP8Meta counts in the meta)");
-  return std::exchange(*stats[i], SlotStats{});
+  SlotStats& s = *stats[i];
+  settle_device_stats(s.counts, &s.scales);  // what CUDA casts counted (one copy back)
+  return std::exchange(s, SlotStats{});
 }
 
 void FP8State::begin_forward(const Recipe& recipe, Device device) {

@@ -178,21 +178,23 @@ void Optimizer::to(Device device) {
   }
 }
 
-double clip_grad_norm(const std::vector<Parameter>& params, double max_norm) {
-  double total = 0;
+double GradNorm::read() const { return bits_.defined() ? ops::read_f64(bits_) : 0.0; }
+
+GradNorm clip_grad_norm_deferred(const std::vector<Parameter>& params, double max_norm) {
+  // Handles that share the gradients' storage: scaling them scales the gradients.
+  std::vector<Tensor> grads;
   for (const Parameter& p : params) {
     const Tensor& g = autograd::grad(*p.tensor);
-    if (g.defined()) total += ops::sum_of_squares(g);
+    if (g.defined()) grads.push_back(g);
   }
-  const double norm = std::sqrt(total);
-  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) {
-    const auto factor = static_cast<float>(max_norm / (norm + 1e-6));
-    for (const Parameter& p : params) {
-      Tensor g = autograd::grad(*p.tensor);
-      if (g.defined()) ops::scale_(g, factor);
-    }
-  }
-  return norm;
+  if (grads.empty()) return GradNorm();
+  std::vector<Tensor*> list;
+  for (Tensor& g : grads) list.push_back(&g);
+  return GradNorm(ops::clip_grad_norm_(list, max_norm));
+}
+
+double clip_grad_norm(const std::vector<Parameter>& params, double max_norm) {
+  return clip_grad_norm_deferred(params, max_norm).read();
 }
 
 float LrSchedule::at(int64_t step) const {

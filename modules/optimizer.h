@@ -93,8 +93,24 @@ class Optimizer {
 };
 
 // Scales every gradient so that their global L2 norm is at most max_norm; returns the norm
-// before clipping (non-finite when a gradient is). max_norm <= 0 only measures.
+// before clipping (non-finite when a gradient is). max_norm <= 0 only measures. The gradients
+// must share one device.
 double clip_grad_norm(const std::vector<Parameter>& params, double max_norm);
+
+// The same, with the norm left where it was measured (ops::clip_grad_norm_): on CUDA the norm,
+// the clip factor and the scaling stay on the device, and read() copies the norm back, so a
+// training loop that reads it only when it logs makes the host wait only then.
+class GradNorm {
+ public:
+  GradNorm() = default;
+  explicit GradNorm(Tensor bits) : bits_(std::move(bits)) {}
+  double read() const;                          // 0 when no parameter had a gradient
+  const Tensor& bits() const { return bits_; }  // (1,) i64 holding the f64 norm
+
+ private:
+  Tensor bits_;
+};
+GradNorm clip_grad_norm_deferred(const std::vector<Parameter>& params, double max_norm);
 
 // Linear warm-up (step s gets base_lr * (s + 1) / warmup_steps), then cosine decay to
 // base_lr * min_lr_ratio at total_steps (and flat after). step counts from 0.

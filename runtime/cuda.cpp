@@ -301,6 +301,76 @@ void upload_async(Device device, void* dst, const void* src, size_t bytes) {
   staging_ring(device.index).upload(dst, src, bytes);
 }
 
+namespace {
+
+struct DeviceChecks {
+  std::mutex mutex;
+  std::vector<DeviceCheckMessage> messages;
+  std::map<int, DeviceCheckRecord*> records;  // never freed: the driver may be gone at exit
+  std::map<int, bool> armed;                  // a checking launch ran since the last look
+};
+
+DeviceChecks& device_checks() {
+  static auto* checks = new DeviceChecks();
+  return *checks;
+}
+
+}  // namespace
+
+int32_t register_device_check(DeviceCheckMessage message) {
+  DeviceChecks& c = device_checks();
+  std::lock_guard lock(c.mutex);
+  c.messages.push_back(std::move(message));
+  return static_cast<int32_t>(c.messages.size() - 1);
+}
+
+DeviceCheckRecord* device_check_record(Device device) {
+  OCTET_CHECK(device.is_cuda(), "device_check_record of ", device, ": not a CUDA device");
+  DeviceChecks& c = device_checks();
+  std::lock_guard lock(c.mutex);
+  DeviceCheckRecord*& record = c.records[device.index];
+  if (record == nullptr) {
+    DeviceGuard guard(device);
+    void* p = nullptr;
+    OCTET_CUDART_CHECK(cudaMalloc(&p, sizeof(DeviceCheckRecord)));
+    const DeviceCheckRecord fresh;
+    upload_async(device, p, &fresh, sizeof(fresh));
+    record = static_cast<DeviceCheckRecord*>(p);
+  }
+  c.armed[device.index] = true;
+  return record;
+}
+
+void check_device_errors(Device device) {
+  if (!device.is_cuda()) return;
+  DeviceChecks& c = device_checks();
+  DeviceCheckRecord* record = nullptr;
+  {
+    std::lock_guard lock(c.mutex);
+    auto it = c.armed.find(device.index);
+    if (it == c.armed.end() || !it->second) return;
+    it->second = false;
+    record = c.records[device.index];
+  }
+  DeviceCheckRecord got;
+  {
+    DeviceGuard guard(device);
+    detail::count_device_to_host();
+    OCTET_CUDART_CHECK(cudaMemcpy(&got, record, sizeof(got), cudaMemcpyDeviceToHost));
+  }
+  if (got.failed == 0) return;
+  const DeviceCheckRecord fresh;
+  upload_async(device, record, &fresh, sizeof(fresh));  // raised once
+  DeviceCheckMessage message;
+  {
+    std::lock_guard lock(c.mutex);
+    OCTET_ASSERT(got.check >= 0 && static_cast<size_t>(got.check) < c.messages.size(),
+                 "device check record with unknown check ", got.check);
+    message = c.messages[static_cast<size_t>(got.check)];
+  }
+  OCTET_FAIL(message(got), " (found on ", device, " by a kernel; raised at the next read)");
+}
+
 namespace detail {
 Allocator& device_allocator(int index) { return caching_allocator(index); }
 }  // namespace detail
@@ -322,6 +392,11 @@ DeviceGuard::~DeviceGuard() = default;
 CacheStats cache_stats(Device device) { no_cuda(device); }
 void empty_cache(Device device) { no_cuda(device); }
 void upload_async(Device device, void*, const void*, size_t) { no_cuda(device); }
+int32_t register_device_check(DeviceCheckMessage) { return 0; }
+DeviceCheckRecord* device_check_record(Device device) { no_cuda(device); }
+void check_device_errors(Device device) {
+  if (device.is_cuda()) no_cuda(device);
+}
 
 #endif
 

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string>
 
 #include "runtime/device.h"
 
@@ -62,6 +64,29 @@ struct HostSyncCounts {
   int64_t total() const { return device_to_host + stream_waits + blocking_uploads; }
 };
 HostSyncCounts host_sync_counts();  // since the process started, all devices
+
+// Checks that kernels make on values the host does not see (token ids, targets): a kernel that
+// finds a bad value records the first one (the first failing launch in stream order, its lowest
+// position) in a small record on the device and goes on without reading out of range; the host
+// raises it as an octet::Error at its next copy from the device (Tensor::to the CPU, item(), a
+// loss read at a log interval) or at check_device_errors. So a training step validates its ids
+// with no copy back of its own.
+struct DeviceCheckRecord {
+  uint32_t failed = 0;              // 1 once a check failed (sticky until raised)
+  int32_t check = 0;                // what register_device_check returned
+  uint64_t pending = ~uint64_t{0};  // lowest bad position of the running launch (atomicMin)
+  int64_t position = 0, value = 0;  // the first bad value and where it was
+  int64_t limit = 0, extra = 0;     // the check's arguments (a table's rows, ignore_index)
+};
+// A check's message from its record; the code goes into DeviceCheckRecord::check.
+using DeviceCheckMessage = std::function<std::string(const DeviceCheckRecord&)>;
+int32_t register_device_check(DeviceCheckMessage message);
+// `device`'s record (a device pointer, zeroed on first use), for a launch that checks; marks the
+// device as having checks to read back.
+DeviceCheckRecord* device_check_record(Device device);
+// Raises the first failed check on `device` (one copy back, only when a checking launch ran
+// since the last look), naming the bad value, where it was found and what was expected.
+void check_device_errors(Device device);
 
 namespace detail {
 // The caching allocator of CUDA device `index` (runtime/memory.cpp's allocator_for uses it).

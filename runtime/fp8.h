@@ -3,11 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "runtime/float16.h"
 #include "runtime/macros.h"
 
 namespace octet {
+
+struct DeviceCastStats;  // runtime/fp8_stats.h
 
 constexpr float kE4M3Max = 448.f;
 constexpr float kE5M2Max = 57344.f;
@@ -19,6 +22,10 @@ struct FP8CastCounts {
   int64_t saturated = 0;  // |x * scale| above the format's max finite value (inf included): clamped
   int64_t flushed = 0;    // x != 0 and not NaN, but fp8(x * scale) is +-0
   int64_t total = 0;      // elements cast (NaNs included)
+  // Where CUDA casts count saturated and flushed elements (and a stateless slot's block scales):
+  // on the device, with no wait; settle_device_stats (runtime/fp8_stats.h) adds them in when the
+  // counts are taken. Null until a CUDA cast counts; `total` is always on the host.
+  std::shared_ptr<DeviceCastStats> device;
 
   OCTET_HD FP8CastCounts& operator+=(const FP8CastCounts& o) {
     saturated += o.saturated;

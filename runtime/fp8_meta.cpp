@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "runtime/fp8_scaling.h"
+#include "runtime/fp8_stats.h"
 
 namespace octet {
 namespace {
@@ -84,6 +85,7 @@ const FP8Slot& FP8Meta::slot(SlotId id) const {
 
 FP8CastCounts FP8Meta::take_cast_counts(SlotId id) {
   FP8CastCounts& counts = *slot(id).cast_counts;
+  settle_device_stats(counts, nullptr);  // what CUDA casts counted (one copy back)
   const FP8CastCounts out = counts;
   counts = {};
   return out;

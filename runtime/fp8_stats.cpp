@@ -3,6 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "runtime/memory.h"
 
 namespace octet {
 
@@ -23,6 +27,17 @@ void BlockScaleSpread::merge(const BlockScaleSpread& other) {
   count_ += other.count_;
 }
 
+BlockScaleSpread BlockScaleSpread::from_buckets(std::map<int, int64_t> buckets, float min_scale_inv,
+                                                float max_scale_inv) {
+  BlockScaleSpread s;
+  for (const auto& [bucket, n] : buckets) s.count_ += n;
+  if (s.count_ == 0) return s;
+  s.buckets_ = std::move(buckets);
+  s.min_ = std::log2(static_cast<double>(min_scale_inv));
+  s.max_ = std::log2(static_cast<double>(max_scale_inv));
+  return s;
+}
+
 double BlockScaleSpread::median_log2() const {
   int64_t seen = 0;
   for (const auto& [bucket, n] : buckets_) {
@@ -30,6 +45,47 @@ double BlockScaleSpread::median_log2() const {
     if (2 * seen > count_) return static_cast<double>(bucket) / kBucketsPerOctave;
   }
   return 0;
+}
+
+}  // namespace octet
+
+namespace octet {
+
+DeviceCastStats& device_cast_stats(FP8CastCounts& counts, Device device) {
+  if (counts.device == nullptr || counts.device->words.device() != device) {
+    // A slot that moved device settles what the old device counted first.
+    if (counts.device != nullptr) settle_device_stats(counts, nullptr);
+    auto stats = std::make_shared<DeviceCastStats>();
+    MemTagScope tag(MemTag::kOther);
+    stats->words = Tensor::zeros({DeviceCastStats::kWords}, DType::kI64, device);
+    counts.device = std::move(stats);
+  }
+  return *counts.device;
+}
+
+void settle_device_stats(FP8CastCounts& counts, BlockScaleSpread* spread) {
+  if (counts.device == nullptr) return;
+  const Tensor host = counts.device->words.to(Device::cpu());
+  counts.device.reset();
+  std::vector<uint64_t> w(DeviceCastStats::kWords);
+  std::memcpy(w.data(), host.data(), w.size() * sizeof(uint64_t));
+  counts.saturated += static_cast<int64_t>(w[DeviceCastStats::kSaturated]);
+  counts.flushed += static_cast<int64_t>(w[DeviceCastStats::kFlushed]);
+  if (spread == nullptr || w[DeviceCastStats::kBlocks] == 0) return;
+  std::map<int, int64_t> buckets;
+  for (int b = 0; b < DeviceCastStats::kNumBuckets; ++b) {
+    const uint64_t n = w[static_cast<size_t>(DeviceCastStats::kBuckets + b)];
+    if (n != 0) buckets[b - DeviceCastStats::kBucketOffset] = static_cast<int64_t>(n);
+  }
+  const auto as_float = [](uint64_t bits) {
+    const auto b32 = static_cast<uint32_t>(bits);
+    float f = 0;
+    std::memcpy(&f, &b32, sizeof(f));
+    return f;
+  };
+  spread->merge(BlockScaleSpread::from_buckets(
+      std::move(buckets), as_float(~w[DeviceCastStats::kMinBitsInverted] & 0xFFFFFFFFu),
+      as_float(w[DeviceCastStats::kMaxBits])));
 }
 
 }  // namespace octet

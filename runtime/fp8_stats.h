@@ -6,8 +6,10 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 
 #include "runtime/fp8.h"
+#include "runtime/tensor.h"
 
 namespace octet {
 
@@ -18,6 +20,10 @@ class BlockScaleSpread {
   // One block's dequantization scale (positive and finite; others are ignored).
   void add(float scale_inv);
   void merge(const BlockScaleSpread& other);
+  // Blocks bucketed elsewhere (a device's count): per bucket (floor(8 log2 scale)) its blocks,
+  // and the extreme scales among them (positive and finite). Empty buckets give an empty spread.
+  static BlockScaleSpread from_buckets(std::map<int, int64_t> buckets, float min_scale_inv,
+                                       float max_scale_inv);
   int64_t blocks() const { return count_; }
   // Meaningful when blocks() > 0; the median is the middle block's bucket (its lower edge).
   double min_log2() const { return min_; }
@@ -34,5 +40,23 @@ struct SlotStats {
   FP8CastCounts counts;
   BlockScaleSpread scales;
 };
+
+// The device words CUDA casts count into, as u64: saturated, flushed, the spread's block count,
+// the smallest scale's float bits (stored inverted, so that zero-filled words start empty and
+// atomicMax finds the minimum), the largest scale's bits, then one count per spread bucket
+// (bucket b at kBuckets + b + kBucketOffset: every positive finite f32 scale fits).
+struct DeviceCastStats {
+  static constexpr int kSaturated = 0, kFlushed = 1, kBlocks = 2, kMinBitsInverted = 3,
+                       kMaxBits = 4, kBuckets = 5;
+  static constexpr int kBucketOffset = 1200, kNumBuckets = 2240;
+  static constexpr int kWords = kBuckets + kNumBuckets;
+  Tensor words;  // (kWords,) i64 on the device of the casts, zeros at first
+};
+// The device words of `counts` on `device` (made, zeroed on the stream, on first use).
+DeviceCastStats& device_cast_stats(FP8CastCounts& counts, Device device);
+// Adds what the device counted to `counts` (and to `spread`, when given) and lets the device
+// start again from zero: one copy back per slot that a CUDA cast counted for, made when a
+// metrics log takes the counts.
+void settle_device_stats(FP8CastCounts& counts, BlockScaleSpread* spread);
 
 }  // namespace octet

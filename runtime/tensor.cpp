@@ -35,6 +35,8 @@ void copy_bytes(Device dst_device, void* dst, Device src_device, const void* src
   const cudaError_t status = cudaMemcpy(dst, src, n, cudaMemcpyDefault);
   OCTET_CHECK(status == cudaSuccess, "cudaMemcpy of ", n, " bytes from ", src_device, " to ",
               dst_device, " failed: ", cudaGetErrorString(status));
+  // The stream is drained now: a bad id a kernel found before this copy is raised here.
+  if (dst_device.is_cpu()) cuda::check_device_errors(src_device);
 #else
   OCTET_FAIL("copy between ", src_device, " and ", dst_device, " needs a CUDA build");
 #endif

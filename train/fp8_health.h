@@ -24,8 +24,8 @@ namespace octet::train {
 // slot's amax-recording casts since the previous call did, counted exactly in the casts
 // themselves (FP8CastCounts): the elements saturated (|x * scale| above the format's max) and
 // flushed to zero (x != 0 but the cast gives +-0), and their fractions (empty when no such cast
-// ran). Taking the counts resets them, so call this once per logged step. The counts and the
-// stateless spread are CPU diagnostics: a CUDA cast leaves them empty.
+// ran). Taking the counts resets them, so call this once per logged step. CUDA casts count on
+// the device (runtime/fp8_stats.h, DeviceCastStats); taking them copies each slot's words back.
 struct SlotHealth {
   struct Delayed {
     float scale = 1.f;

@@ -118,16 +118,15 @@ struct AttentionFn {
 struct CrossEntropyFn {
   static constexpr const char* kName = "cross_entropy";
   int64_t ignore_index;
-  int64_t count = 0;
   Tensor forward(Context& ctx, const Tensor& logits, const Tensor& targets) {
     ops::CrossEntropyForward f = ops::cross_entropy(logits, targets, ignore_index);
-    count = f.count;
-    ctx.save(logits, targets, f.lse);
+    ctx.save(logits, targets, f.lse, f.counted);
     return f.loss;
   }
   Tensors backward(Context& ctx, const Tensors& dy) {
-    auto [logits, targets, lse] = ctx.restore<3>();
-    return {ops::cross_entropy_backward(dy[0].item(), logits, targets, lse, ignore_index, count),
+    auto [logits, targets, lse, counted] = ctx.restore<4>();
+    // dloss and the count stay where they are: a GPU backward reads neither on the host.
+    return {ops::cross_entropy_backward(dy[0], logits, targets, lse, ignore_index, counted),
             Tensor()};
   }
 };

@@ -2,6 +2,7 @@
 // kernels. The data is in host memory, so this is where a scalar tensor (a scale, an amax slot, a
 // loss) becomes the float the kernels take or give.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -189,20 +190,37 @@ class CpuBackend final : public Backend {
   }
 
   void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                     int64_t count, Tensor& loss, Tensor& lse) const override {
-    const double total =
-        cpu::cross_entropy(logits, cpu::index_values(targets), ignore_index, lse.data_as<float>());
+                     Tensor& loss, Tensor& lse, Tensor& counted) const override {
+    const std::vector<int64_t> t = cpu::index_values(targets);
+    int64_t count = 0;
+    for (const int64_t v : t) count += v != ignore_index ? 1 : 0;
+    const double total = cpu::cross_entropy(logits, t, ignore_index, lse.data_as<float>());
     set(loss, count > 0 ? static_cast<float>(total / static_cast<double>(count)) : 0.f);
+    *counted.data_as<int64_t>() = count;
   }
-  void cross_entropy_backward(float grad_per_row, const Tensor& logits, const Tensor& targets,
-                              const Tensor& lse, int64_t ignore_index,
+  void cross_entropy_backward(const Tensor& dloss, const Tensor& counted, const Tensor& logits,
+                              const Tensor& targets, const Tensor& lse, int64_t ignore_index,
                               Tensor& dlogits) const override {
-    cpu::cross_entropy_backward(grad_per_row, logits, cpu::index_values(targets),
-                                lse.data_as<float>(), ignore_index, dlogits);
+    const int64_t count = *counted.data_as<int64_t>();
+    const double d = *dloss.data_as<float>();
+    const float g = count > 0 ? static_cast<float>(d / static_cast<double>(count)) : 0.f;
+    cpu::cross_entropy_backward(g, logits, cpu::index_values(targets), lse.data_as<float>(),
+                                ignore_index, dlogits);
   }
 
   void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h) const override {
     cpu::adamw_step(tensors, h);
+  }
+  void clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm,
+                      Tensor& norm) const override {
+    double total = 0;
+    for (const Tensor* g : grads) total += sum_of_squares(*g);
+    const double n = std::sqrt(total);
+    if (max_norm > 0 && std::isfinite(n) && n > max_norm) {
+      const auto factor = static_cast<float>(max_norm / (n + 1e-6));
+      for (Tensor* g : grads) scale(*g, factor, *g);
+    }
+    std::memcpy(norm.data(), &n, sizeof(n));
   }
   void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
                 float weight_decay, int64_t step) const override {

@@ -36,19 +36,23 @@ __device__ __forceinline__ float block_scale(float amax, const CastParams& p) {
   return blockwise_scale(amax, p.fp8_max, p.amax_epsilon, p.power_2, p.inf_value);
 }
 
+// The cast of one value, counted into `tally` when the launch counts.
 template <bool kE4M3>
-__device__ __forceinline__ uint8_t cast_one(float v, float scale) {
+__device__ __forceinline__ uint8_t cast_one(float v, float scale, CastTally& tally, bool count) {
   const float y = __fmul_rn(v, scale);
-  return kE4M3 ? to_e4m3(y) : to_e5m2(y);
+  const uint8_t q = kE4M3 ? to_e4m3(y) : to_e5m2(y);
+  if (count) tally.add_fp8(v, y, q, kE4M3 ? kE4M3Max : kE5M2Max);
+  return q;
 }
 
 // 1D: one warp per block of 128 values of a row; warp w casts block w % col_blocks of row
 // w / col_blocks. scale_inv is [col block][row] with row stride `stride`.
 template <typename In, bool kE4M3>
 __global__ void blockwise_1d_kernel(const In* x, uint8_t* q, float* scale_inv, int64_t rows,
-                                    int64_t cols, int64_t col_blocks, int64_t stride,
-                                    CastParams p) {
+                                    int64_t cols, int64_t col_blocks, int64_t stride, CastParams p,
+                                    unsigned long long* stats) {
   const int lane = threadIdx.x % kWarp;
+  CastTally tally;
   const int64_t warps_per_block = blockDim.x / kWarp;
   const int64_t step = int64_t{gridDim.x} * warps_per_block;
   const int64_t total = rows * col_blocks;
@@ -70,17 +74,18 @@ __global__ void blockwise_1d_kernel(const In* x, uint8_t* q, float* scale_inv, i
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) {
       const int64_t c = cb * kBlock + k * kWarp + lane;
-      if (c < cols) q[r * cols + c] = cast_one<kE4M3>(v[k], scale);
+      if (c < cols) q[r * cols + c] = cast_one<kE4M3>(v[k], scale, tally, stats != nullptr);
     }
   }
+  tally.flush(stats);
 }
 
 // 2D: one thread block per 128x128 tile (tile t: row band t / col_blocks, column block
 // t % col_blocks); scale_inv is [row block][col block] with row stride `stride`.
 template <typename In, bool kE4M3>
 __global__ void blockwise_2d_kernel(const In* x, uint8_t* q, float* scale_inv, int64_t rows,
-                                    int64_t cols, int64_t col_blocks, int64_t stride,
-                                    CastParams p) {
+                                    int64_t cols, int64_t col_blocks, int64_t stride, CastParams p,
+                                    unsigned long long* stats) {
   const int64_t rb = blockIdx.x / col_blocks, cb = blockIdx.x % col_blocks;
   const int64_t r0 = rb * kBlock, c0 = cb * kBlock;
   const int64_t nr = rows - r0 < kBlock ? rows - r0 : kBlock;
@@ -93,10 +98,12 @@ __global__ void blockwise_2d_kernel(const In* x, uint8_t* q, float* scale_inv, i
   m = block_reduce(m, MaxOp(), 0.f);
   const float scale = block_scale(m, p);
   if (threadIdx.x == 0) scale_inv[rb * stride + cb] = scale_inverse(scale);
+  CastTally tally;
   for (int64_t i = threadIdx.x; i < nr * nc; i += blockDim.x) {
     const int64_t at = (r0 + i / nc) * cols + c0 + i % nc;
-    q[at] = cast_one<kE4M3>(load_in(x, at), scale);
+    q[at] = cast_one<kE4M3>(load_in(x, at), scale, tally, stats != nullptr);
   }
+  tally.flush(stats);
 }
 
 // out (rows, cols) = fp8 value * its block's scale_inv, f32 or bf16.
@@ -127,7 +134,7 @@ __global__ void transpose_scales_kernel(const uint8_t* src, uint8_t* dst, int64_
 
 template <typename In, bool kE4M3>
 void launch_quantize(const Tensor& x, const ops::BlockwiseCast& cast, Tensor& data,
-                     Tensor& scale_inv) {
+                     Tensor& scale_inv, unsigned long long* stats) {
   const int64_t rows = x.rows(), cols = x.cols();
   const int64_t col_blocks = ceil_div(cols, kBlock);
   const int64_t stride = scale_inv.size(1);
@@ -138,32 +145,33 @@ void launch_quantize(const Tensor& x, const ops::BlockwiseCast& cast, Tensor& da
   float* s = scale_inv.data_as<float>();
   if (cast.blocks == BlockScaling::k1D) {
     blockwise_1d_kernel<In, kE4M3><<<blocks_for(rows * col_blocks * kWarp), kThreads, 0, stream>>>(
-        in, q, s, rows, cols, col_blocks, stride, p);
+        in, q, s, rows, cols, col_blocks, stride, p, stats);
     OCTET_CUDA_LAUNCH_CHECK("blockwise_1d_kernel");
     return;
   }
   const int64_t tiles = ceil_div(rows, kBlock) * col_blocks;
   OCTET_CHECK(tiles <= int64_t{0x7FFFFFFF}, "quantize_blockwise: ", x, " has too many tiles");
   blockwise_2d_kernel<In, kE4M3><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(
-      in, q, s, rows, cols, col_blocks, stride, p);
+      in, q, s, rows, cols, col_blocks, stride, p, stats);
   OCTET_CUDA_LAUNCH_CHECK("blockwise_2d_kernel");
 }
 
 }  // namespace
 
 void quantize_blockwise(const Tensor& x, const ops::BlockwiseCast& cast, Tensor& data,
-                        Tensor& scale_inv) {
+                        Tensor& scale_inv, FP8CastCounts* counts) {
+  unsigned long long* stats = cast_stats_words(counts, x.device(), x.numel());
   const cudaStream_t stream = stream_of(x);
   // The layout's padding stays 0; the kernels write every real block's scale.
   OCTET_CUDA_CHECK(cudaMemsetAsync(scale_inv.data(), 0, scale_inv.nbytes(), stream));
   if (x.numel() == 0) return;
   const bool e4m3 = data.dtype() == DType::kE4M3;
   if (x.dtype() == DType::kF32) {
-    e4m3 ? launch_quantize<float, true>(x, cast, data, scale_inv)
-         : launch_quantize<float, false>(x, cast, data, scale_inv);
+    e4m3 ? launch_quantize<float, true>(x, cast, data, scale_inv, stats)
+         : launch_quantize<float, false>(x, cast, data, scale_inv, stats);
   } else {
-    e4m3 ? launch_quantize<uint16_t, true>(x, cast, data, scale_inv)
-         : launch_quantize<uint16_t, false>(x, cast, data, scale_inv);
+    e4m3 ? launch_quantize<uint16_t, true>(x, cast, data, scale_inv, stats)
+         : launch_quantize<uint16_t, false>(x, cast, data, scale_inv, stats);
   }
 }
 

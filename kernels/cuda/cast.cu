@@ -7,6 +7,8 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "runtime/fp4.h"
+#include "runtime/fp8_scaling.h"
 
 namespace octet::cuda {
 namespace {
@@ -14,6 +16,16 @@ namespace {
 template <bool kE4M3>
 __device__ __forceinline__ uint8_t cast_fp8(float v) {
   return kE4M3 ? to_e4m3(v) : to_e5m2(v);
+}
+
+// The cast's counts into the device words, and its scale into the slot's spread once (as
+// CurrentScalingQuantizer::record_scale adds scale_inv on the CPU; a delayed slot's spread is
+// never read).
+__device__ __forceinline__ void flush_counts(const CastTally& tally, float scale,
+                                             unsigned long long* stats) {
+  if (stats == nullptr) return;
+  tally.flush(stats);
+  if (blockIdx.x == 0 && threadIdx.x == 0) add_scale_to_spread(stats, scale_inverse(scale));
 }
 
 // Max-accumulates the block's max |x| into *amax (when asked for). Every thread must call it.
@@ -26,16 +38,21 @@ __device__ __forceinline__ void merge_amax(float local, float* amax) {
 // Row-wise only: q[i] = fp8(x[i] * scale[0]), a grid-stride loop.
 template <typename In, bool kE4M3>
 __global__ void quantize_rowwise_kernel(const In* x, const float* scale, uint8_t* rowwise,
-                                        float* amax, int64_t n) {
+                                        float* amax, int64_t n, unsigned long long* stats) {
   const float s = *scale;
   float local = 0.f;
+  CastTally tally;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float v = load_in(x, i);
     const float a = fabsf(v);
     local = a > local ? a : local;  // NaN compares false: ignored
-    rowwise[i] = cast_fp8<kE4M3>(v * s);
+    const float scaled = v * s;
+    const uint8_t q = cast_fp8<kE4M3>(scaled);
+    rowwise[i] = q;
+    if (stats != nullptr) tally.add_fp8(v, scaled, q, kE4M3 ? kE4M3Max : kE5M2Max);
   }
+  flush_counts(tally, s, stats);
   merge_amax(local, amax);
 }
 
@@ -49,7 +66,7 @@ constexpr int kTileLanes = kTileThreads / kTile;  // rows (then columns) handled
 template <typename In, bool kE4M3>
 __global__ void quantize_tile_kernel(const In* x, const float* scale, uint8_t* rowwise,
                                      uint8_t* columnwise, float* amax, int64_t rows, int64_t cols,
-                                     int64_t col_tiles) {
+                                     int64_t col_tiles, unsigned long long* stats) {
   // +4 bytes per row: a column read (one byte from each of 32 rows) then hits 32 banks.
   __shared__ uint8_t tile[kTile][kTile + 4];
   const int64_t r0 = (blockIdx.x / col_tiles) * kTile;
@@ -57,6 +74,7 @@ __global__ void quantize_tile_kernel(const In* x, const float* scale, uint8_t* r
   const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
   const float s = *scale;
   float local = 0.f;
+  CastTally tally;
   const int64_t c = c0 + tx;
   for (int rr = ty; rr < kTile; rr += kTileLanes) {
     const int64_t r = r0 + rr;
@@ -65,11 +83,14 @@ __global__ void quantize_tile_kernel(const In* x, const float* scale, uint8_t* r
       const float v = load_in(x, i);
       const float a = fabsf(v);
       local = a > local ? a : local;  // NaN compares false: ignored
-      const uint8_t q = cast_fp8<kE4M3>(v * s);
+      const float scaled = v * s;
+      const uint8_t q = cast_fp8<kE4M3>(scaled);
       if (rowwise != nullptr) rowwise[i] = q;
       tile[rr][tx] = q;
+      if (stats != nullptr) tally.add_fp8(v, scaled, q, kE4M3 ? kE4M3Max : kE5M2Max);
     }
   }
+  flush_counts(tally, s, stats);
   __syncthreads();
   // Column-wise row c0 + cc holds x's column c0 + cc: bytes r0.. are consecutive there.
   const int64_t r = r0 + tx;
@@ -81,8 +102,8 @@ __global__ void quantize_tile_kernel(const In* x, const float* scale, uint8_t* r
 }
 
 template <typename In, bool kE4M3>
-void launch_quantize(const Tensor& x, const Tensor& scale, uint8_t* row, uint8_t* col,
-                     float* amax) {
+void launch_quantize(const Tensor& x, const Tensor& scale, uint8_t* row, uint8_t* col, float* amax,
+                     unsigned long long* stats) {
   const In* px = static_cast<const In*>(x.data());
   const float* ps = scale.data_as<float>();
   const int64_t rows = x.rows(), cols = x.cols();
@@ -90,7 +111,7 @@ void launch_quantize(const Tensor& x, const Tensor& scale, uint8_t* row, uint8_t
   if (col == nullptr) {
     const int64_t n = x.numel();
     quantize_rowwise_kernel<In, kE4M3>
-        <<<blocks_for(n), kThreads, 0, stream>>>(px, ps, row, amax, n);
+        <<<blocks_for(n), kThreads, 0, stream>>>(px, ps, row, amax, n, stats);
     OCTET_CUDA_LAUNCH_CHECK("quantize_rowwise_kernel");
     return;
   }
@@ -98,17 +119,17 @@ void launch_quantize(const Tensor& x, const Tensor& scale, uint8_t* row, uint8_t
   const int64_t tiles = (rows + kTile - 1) / kTile * col_tiles;
   OCTET_CHECK(tiles <= int64_t{0x7FFFFFFF}, "quantize_fp8: ", x, " has too many tiles");
   quantize_tile_kernel<In, kE4M3><<<static_cast<unsigned>(tiles), kTileThreads, 0, stream>>>(
-      px, ps, row, col, amax, rows, cols, col_tiles);
+      px, ps, row, col, amax, rows, cols, col_tiles, stats);
   OCTET_CUDA_LAUNCH_CHECK("quantize_tile_kernel");
 }
 
 template <typename In>
 void launch_quantize(const Tensor& x, const Tensor& scale, uint8_t* row, uint8_t* col, float* amax,
-                     bool e4m3) {
+                     bool e4m3, unsigned long long* stats) {
   if (e4m3) {
-    launch_quantize<In, true>(x, scale, row, col, amax);
+    launch_quantize<In, true>(x, scale, row, col, amax, stats);
   } else {
-    launch_quantize<In, false>(x, scale, row, col, amax);
+    launch_quantize<In, false>(x, scale, row, col, amax, stats);
   }
 }
 
@@ -159,10 +180,53 @@ __global__ void dequantize_kernel(const uint8_t* q, const float* scale_inv, void
   }
 }
 
+// One block scale per entry of rows [0, rows) step row_step, `blocks` per row, `stride` apart.
+__global__ void block_scale_spread_kernel(const void* scales, SpreadScales kind, int64_t rows,
+                                          int64_t row_step, int64_t blocks, int64_t stride,
+                                          const float* amax, unsigned long long* stats) {
+  const int64_t sampled = (rows + row_step - 1) / row_step, n = sampled * blocks;
+  const float global = kind == SpreadScales::kNVFP4 ? amax[0] / (kE4M3Max * kE2M1Max) : 0.f;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t k = i / blocks, b = i - k * blocks;
+    const int64_t at = k * row_step * stride + b;
+    float s = 0.f;
+    switch (kind) {
+      case SpreadScales::kF32:
+        s = static_cast<const float*>(scales)[at];
+        break;
+      case SpreadScales::kE8M0:
+        s = from_e8m0(static_cast<const uint8_t*>(scales)[at]);
+        break;
+      case SpreadScales::kNVFP4: {
+        const float f = from_e4m3(static_cast<const uint8_t*>(scales)[at]);
+        if (f == 0.f) continue;  // the layout's padding, as NVFP4Quantizer::cast skips it
+        s = f * global;
+        break;
+      }
+    }
+    add_scale_to_spread(stats, s);
+  }
+}
+
 }  // namespace
 
+void add_block_scale_spread(const Tensor& scales, SpreadScales kind, int64_t rows, int64_t row_step,
+                            int64_t blocks, int64_t stride, const Tensor* amax,
+                            FP8CastCounts* counts) {
+  if (counts == nullptr || rows * blocks == 0) return;
+  auto* stats = reinterpret_cast<unsigned long long*>(
+      device_cast_stats(*counts, scales.device()).words.data_as<int64_t>());
+  const int64_t n = (rows + row_step - 1) / row_step * blocks;
+  block_scale_spread_kernel<<<blocks_for(n), kThreads, 0, stream_of(scales)>>>(
+      scales.data(), kind, rows, row_step, blocks, stride,
+      amax != nullptr ? amax->data_as<float>() : nullptr, stats);
+  OCTET_CUDA_LAUNCH_CHECK("block_scale_spread_kernel");
+}
+
 void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor* columnwise,
-                  Tensor* amax) {
+                  Tensor* amax, FP8CastCounts* counts) {
+  unsigned long long* stats = cast_stats_words(counts, x.device(), x.numel());
   if (x.numel() == 0) return;
   const DType fp8 = rowwise ? rowwise->dtype() : columnwise->dtype();
   uint8_t* row = rowwise ? rowwise->data_as<uint8_t>() : nullptr;
@@ -170,9 +234,9 @@ void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor*
   float* pa = amax ? amax->data_as<float>() : nullptr;
   const bool e4m3 = fp8 == DType::kE4M3;
   if (x.dtype() == DType::kF32) {
-    launch_quantize<float>(x, scale, row, col, pa, e4m3);
+    launch_quantize<float>(x, scale, row, col, pa, e4m3, stats);
   } else {
-    launch_quantize<uint16_t>(x, scale, row, col, pa, e4m3);
+    launch_quantize<uint16_t>(x, scale, row, col, pa, e4m3, stats);
   }
 }
 

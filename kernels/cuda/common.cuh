@@ -13,6 +13,7 @@
 #include "runtime/cuda.h"
 #include "runtime/float16.h"
 #include "runtime/fp8.h"
+#include "runtime/fp8_stats.h"
 #include "runtime/memory.h"
 #include "runtime/tensor.h"
 
@@ -70,6 +71,79 @@ Tensor upload_table(const std::vector<T>& table, Device device, cudaStream_t str
 #define OCTET_CUDA_LAUNCH_CHECK(name)                                   \
   OCTET_CHECK(cudaPeekAtLastError() == cudaSuccess, "launch of ", name, \
               " failed: ", cudaGetErrorString(cudaGetLastError()))
+
+// Deferred value checks (runtime/cuda.h, DeviceCheckRecord): a checking kernel reports each bad
+// position of its launch, the lowest wins; finish_check then moves it into the record, with the
+// value found there, unless an earlier launch failed first. Bad values are never dereferenced.
+__device__ __forceinline__ void report_bad_value(DeviceCheckRecord* record, int64_t position) {
+  atomicMin(reinterpret_cast<unsigned long long*>(&record->pending),
+            static_cast<unsigned long long>(position));
+}
+
+template <typename V>
+__global__ void finish_check_kernel(DeviceCheckRecord* record, const V* values, int32_t check,
+                                    int64_t limit, int64_t extra) {
+  const unsigned long long pending = record->pending;
+  if (pending == ~0ull) return;
+  record->pending = ~0ull;
+  if (record->failed != 0) return;  // an earlier launch's bad value is the one to raise
+  record->failed = 1;
+  record->check = check;
+  record->position = static_cast<int64_t>(pending);
+  record->value = static_cast<int64_t>(values[pending]);
+  record->limit = limit;
+  record->extra = extra;
+}
+
+// After a checking launch over `values` on `stream` (one thread; no wait).
+template <typename V>
+void finish_check(DeviceCheckRecord* record, const V* values, int32_t check, int64_t limit,
+                  int64_t extra, cudaStream_t stream) {
+  finish_check_kernel<<<1, 1, 0, stream>>>(record, values, check, limit, extra);
+  OCTET_CUDA_LAUNCH_CHECK("finish_check_kernel");
+}
+
+// Cast health on the device (runtime/fp8_stats.h, DeviceCastStats): the words a cast counts
+// into, or null when it counts nothing (uniform over a launch). The elements cast are known
+// here and added on the host.
+inline unsigned long long* cast_stats_words(FP8CastCounts* counts, Device device, int64_t total) {
+  if (counts == nullptr) return nullptr;
+  counts->total += total;
+  return reinterpret_cast<unsigned long long*>(
+      device_cast_stats(*counts, device).words.data_as<int64_t>());
+}
+
+// One thread's saturated and flushed elements, by the CPU's rules (kernels/cpu/fp8_cast.cpp,
+// nvfp4.cpp): saturated when |x * scale| > the format's max (NaN never), flushed when x != 0 and
+// not NaN but the code is +-0 (`magnitude`: the code's bits without the sign). Added with one
+// atomic per nonzero count, so a cast that saturates and flushes nothing makes none.
+struct CastTally {
+  unsigned saturated = 0, flushed = 0;
+  __device__ __forceinline__ void add(float x, float scaled, unsigned magnitude, float max) {
+    saturated += fabsf(scaled) > max ? 1u : 0u;
+    flushed += (x != 0.f && magnitude == 0u) ? 1u : 0u;
+  }
+  __device__ __forceinline__ void add_fp8(float x, float scaled, uint8_t q, float max) {
+    add(x, scaled, q & 0x7Fu, max);
+  }
+  __device__ __forceinline__ void flush(unsigned long long* words) const {
+    if (words == nullptr) return;
+    if (saturated != 0) atomicAdd(words + DeviceCastStats::kSaturated, saturated);
+    if (flushed != 0) atomicAdd(words + DeviceCastStats::kFlushed, flushed);
+  }
+};
+
+// One block scale into the spread (BlockScaleSpread's rule: positive and finite only; bucket
+// floor(8 log2 s) in f64, as the CPU computes it).
+__device__ __forceinline__ void add_scale_to_spread(unsigned long long* words, float s) {
+  if (!(s > 0.f) || !isfinite(s)) return;
+  const int bucket = static_cast<int>(floor(log2(static_cast<double>(s)) * 8.0));
+  atomicAdd(words + DeviceCastStats::kBuckets + bucket + DeviceCastStats::kBucketOffset, 1ull);
+  atomicAdd(words + DeviceCastStats::kBlocks, 1ull);
+  const auto bits = static_cast<unsigned long long>(__float_as_uint(s));
+  atomicMax(words + DeviceCastStats::kMinBitsInverted, ~bits);
+  atomicMax(words + DeviceCastStats::kMaxBits, bits);
+}
 
 // Element i of a floating buffer as f32 (f32, bf16, f16, e4m3, e5m2), and a store from f32 with
 // round to nearest even (f32, bf16, f16). The dtype switch is uniform across a launch.

@@ -5,9 +5,16 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "runtime/nvfp4_tensor.h"
 
 namespace octet::ops::detail {
 namespace {
+
+// Every entry of a block-scaled cast's scale tensor into the slot's spread (counting casts only).
+void flat_spread(const Tensor& scales, cuda::SpreadScales kind, FP8CastCounts* counts) {
+  if (counts == nullptr || scales.numel() == 0) return;
+  cuda::add_block_scale_spread(scales, kind, 1, 1, scales.numel(), scales.numel(), nullptr, counts);
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -34,32 +41,34 @@ class CudaBackend final : public Backend {
   double sum_of_squares(const Tensor& x) const override { return cuda::sum_of_squares(x); }
 
   void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor* columnwise,
-                    Tensor* amax, FP8CastCounts*) const override {
-    // The cast counts are CPU diagnostics (host memory); a CUDA cast leaves them untouched.
-    cuda::quantize_fp8(x, scale, rowwise, columnwise, amax);
+                    Tensor* amax, FP8CastCounts* counts) const override {
+    // The counts are kept on the device and read when a metrics log takes them.
+    cuda::quantize_fp8(x, scale, rowwise, columnwise, amax, counts);
   }
   void transpose_2d(const Tensor& x, Tensor& out) const override { cuda::transpose_2d(x, out); }
   void dequantize_fp8(const Tensor& data, const Tensor& scale_inv, Tensor& out) const override {
     cuda::dequantize_fp8(data, scale_inv, out);
   }
 
-  // No cast counts, as in quantize_fp8.
+  // Counts, and the spread of the block scales, on the device (as in quantize_fp8).
   void quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales,
-                              FP8CastCounts*) const override {
-    cuda::quantize_mxfp8_rowwise(x, data, scales);
+                              FP8CastCounts* counts) const override {
+    cuda::quantize_mxfp8_rowwise(x, data, scales, counts);
+    flat_spread(scales, cuda::SpreadScales::kE8M0, counts);
   }
   void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales,
-                                 FP8CastCounts*) const override {
-    cuda::quantize_mxfp8_columnwise(x, data, scales);
+                                 FP8CastCounts* counts) const override {
+    cuda::quantize_mxfp8_columnwise(x, data, scales, counts);
+    flat_spread(scales, cuda::SpreadScales::kE8M0, counts);
   }
   void dequantize_mxfp8(const Tensor& data, const Tensor& scales, Tensor& out) const override {
     cuda::dequantize_mxfp8(data, scales, out);
   }
 
-  // Blockwise FP8 and NVFP4: no cast counts, as in quantize_fp8.
   void quantize_blockwise(const Tensor& x, const BlockwiseCast& cast, Tensor& data,
-                          Tensor& scale_inv, FP8CastCounts*) const override {
-    cuda::quantize_blockwise(x, cast, data, scale_inv);
+                          Tensor& scale_inv, FP8CastCounts* counts) const override {
+    cuda::quantize_blockwise(x, cast, data, scale_inv, counts);
+    flat_spread(scale_inv, cuda::SpreadScales::kF32, counts);
   }
   void dequantize_blockwise(const Tensor& data, const Tensor& scale_inv, BlockScaling blocks,
                             Tensor& out) const override {
@@ -74,8 +83,14 @@ class CudaBackend final : public Backend {
     cuda::transpose_scales(src, rows, cols, dst);
   }
   void quantize_nvfp4(const Tensor& x, const NVFP4Cast& cast, Tensor& data, Tensor& scales,
-                      Tensor& amax, FP8CastCounts*) const override {
-    cuda::quantize_nvfp4(x, cast, data, scales, amax);
+                      Tensor& amax, FP8CastCounts* counts) const override {
+    cuda::quantize_nvfp4(x, cast, data, scales, amax, counts);
+    // Each block's dequantization scale, a 16x16 tile's once per 16 rows (NVFP4Quantizer::cast).
+    if (counts == nullptr) return;
+    const int64_t rows = x.rows();
+    cuda::add_block_scale_spread(scales, cuda::SpreadScales::kNVFP4, rows,
+                                 cast.tiles_2d ? kNVFP4BlockLen : 1, x.cols() / kNVFP4BlockLen,
+                                 scales.size(1), &amax, counts);
   }
   void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax,
                     Tensor& out) const override {
@@ -127,10 +142,9 @@ class CudaBackend final : public Backend {
   void norm_quantize_fp8(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor* beta,
                          float eps, ZeroCenteredGamma zc, const Tensor& scale, Tensor* rowwise,
                          Tensor* columnwise, Tensor* amax, Tensor* mean, Tensor& rsigma,
-                         FP8CastCounts*) const override {
-    // No cast counts, as in quantize_fp8.
+                         FP8CastCounts* counts) const override {
     cuda::norm_quantize_fp8(kind, x, gamma, beta, eps, zc, scale, rowwise, columnwise, amax, mean,
-                            rsigma);
+                            rsigma, counts);
   }
   void norm_backward(const Tensor& dy, const Tensor& x, const Tensor* mean, const Tensor& rsigma,
                      const Tensor& gamma, ZeroCenteredGamma zc, Tensor& dx, Tensor& dgamma,
@@ -164,17 +178,21 @@ class CudaBackend final : public Backend {
   }
 
   void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                     int64_t count, Tensor& loss, Tensor& lse) const override {
-    cuda::cross_entropy(logits, targets, ignore_index, count, loss, lse);
+                     Tensor& loss, Tensor& lse, Tensor& counted) const override {
+    cuda::cross_entropy(logits, targets, ignore_index, loss, lse, counted);
   }
-  void cross_entropy_backward(float grad_per_row, const Tensor& logits, const Tensor& targets,
-                              const Tensor& lse, int64_t ignore_index,
+  void cross_entropy_backward(const Tensor& dloss, const Tensor& counted, const Tensor& logits,
+                              const Tensor& targets, const Tensor& lse, int64_t ignore_index,
                               Tensor& dlogits) const override {
-    cuda::cross_entropy_backward(grad_per_row, logits, targets, lse, ignore_index, dlogits);
+    cuda::cross_entropy_backward(dloss, counted, logits, targets, lse, ignore_index, dlogits);
   }
 
   void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h) const override {
     cuda::adamw_step(tensors, h);
+  }
+  void clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm,
+                      Tensor& norm) const override {
+    cuda::clip_grad_norm(grads, max_norm, norm);
   }
   void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
                 float weight_decay, int64_t step) const override {

@@ -35,25 +35,32 @@ void max(const Tensor& x, Tensor& out);       // out (1,) = max of x (numel > 0)
 void amax(const Tensor& x, Tensor& out);      // out (1,) = max |x|, NaN ignored, 0 when empty
 void sum_rows(const Tensor& x, Tensor& out);  // x (rows, cols) -> out (cols,), x's dtype
 double sum_of_squares(const Tensor& x);       // f64 accumulation; waits for the result
+// ops::clip_grad_norm_ on the device: the norm (f64 bits in norm (1,) i64), the factor and the
+// scaling, with no wait.
+void clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm, Tensor& norm);
 
 // ---- FP8 per-tensor (cast.cu) ----
 // q = fp8(x * scale[0]) (runtime/fp8.h rule, bit-equal to the CPU), row-wise and/or column-wise
 // (the byte transpose) in one pass; max |x| max-accumulated into amax[0] (NaN ignored).
+// `counts` (nullable, every cast below): what saturated and flushed, and the scale spread,
+// counted on the device (runtime/fp8_stats.h, DeviceCastStats); no wait.
 void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor* columnwise,
-                  Tensor* amax);
+                  Tensor* amax, FP8CastCounts* counts = nullptr);
 void transpose_2d(const Tensor& x, Tensor& out);                                // any element size
 void dequantize_fp8(const Tensor& data, const Tensor& scale_inv, Tensor& out);  // f32/bf16 out
 
 // ---- MXFP8 (mxfp8.cu): the layouts of kernels/cpu/mxfp8_cpu.h ----
-void quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales);
-void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales);
+void quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales,
+                            FP8CastCounts* counts = nullptr);
+void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales,
+                               FP8CastCounts* counts = nullptr);
 void dequantize_mxfp8(const Tensor& data, const Tensor& scales, Tensor& out);
 
 // ---- blockwise FP8 (blockwise.cu) and NVFP4 (nvfp4.cu): the layouts of
 // runtime/blockwise_tensor.h and runtime/nvfp4_tensor.h, the CPU's bytes (kernels/cpu/
-// block_formats_cpu.h). No cast counts: they are host memory, and reading them back would wait.
+// block_formats_cpu.h); cast counts and the scale spread on the device, as above.
 void quantize_blockwise(const Tensor& x, const ops::BlockwiseCast& cast, Tensor& data,
-                        Tensor& scale_inv);
+                        Tensor& scale_inv, FP8CastCounts* counts = nullptr);
 void dequantize_blockwise(const Tensor& data, const Tensor& scale_inv, BlockScaling blocks,
                           Tensor& out);
 // out (M, N) = A·Bᵀ: cuBLASLt's native block-scaled FP8 GEMM where gemm_block_scaled takes it,
@@ -65,7 +72,7 @@ void blockwise_gemm(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_b
 void transpose_scales(const Tensor& src, int64_t rows, int64_t cols, Tensor& dst);
 // amax (1,) is written on the device and read there by the block cast.
 void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& cast, Tensor& data, Tensor& scales,
-                    Tensor& amax);
+                    Tensor& amax, FP8CastCounts* counts = nullptr);
 void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax, Tensor& out);
 void hadamard16(const Tensor& x, bool inverse, Tensor& out);
 void transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t rows, int64_t cols,
@@ -125,7 +132,16 @@ void norm_forward(ops::NormKind kind, const Tensor& x, const Tensor& gamma, cons
 // The norm fused with the per-tensor FP8 cast of its output: no high-precision y is written.
 void norm_quantize_fp8(ops::NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor* beta,
                        float eps, ops::ZeroCenteredGamma zc, const Tensor& scale, Tensor* rowwise,
-                       Tensor* columnwise, Tensor* amax, Tensor* mean, Tensor& rsigma);
+                       Tensor* columnwise, Tensor* amax, Tensor* mean, Tensor& rsigma,
+                       FP8CastCounts* counts = nullptr);
+// The block scales of a block-scaled cast into its spread (BlockScaleSpread's rule), on the
+// device: f32 scale_inv (blockwise; the layout's zero padding is skipped), E8M0 exponents
+// (MXFP8), or NVFP4's E4M3 factors times amax / 2688 over rows [0, rows) in steps of row_step,
+// `blocks` per row, `stride` apart.
+enum class SpreadScales : uint8_t { kF32, kE8M0, kNVFP4 };
+void add_block_scale_spread(const Tensor& scales, SpreadScales kind, int64_t rows, int64_t row_step,
+                            int64_t blocks, int64_t stride, const Tensor* amax,
+                            FP8CastCounts* counts);
 // mean null for rmsnorm; dbeta null when not wanted.
 void norm_backward(const Tensor& dy, const Tensor& x, const Tensor* mean, const Tensor& rsigma,
                    const Tensor& gamma, ops::ZeroCenteredGamma zc, Tensor& dx, Tensor& dgamma,
@@ -153,12 +169,14 @@ void causal_attention_backward_fallback(const Tensor& dout, const Tensor& qkv, c
 // True when the last causal_attention call on this thread ran on cuDNN (for tests and bench).
 bool last_attention_used_cudnn();
 
-// targets: i32/i64 device tensor, checked. loss (1,) f32 = mean over counted rows (0 if none);
-// lse (N,) f32.
-void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, int64_t count,
-                   Tensor& loss, Tensor& lse);
-void cross_entropy_backward(float grad_per_row, const Tensor& logits, const Tensor& targets,
-                            const Tensor& lse, int64_t ignore_index, Tensor& dlogits);
+// targets: i32/i64 device tensor, checked on the device (deferred). loss (1,) f32 = mean over
+// the counted rows (0 if none); lse (N,) f32; counted (1,) i64 = rows whose target is not
+// ignore_index. The backward's dloss (1,) f32 and counted stay on the device.
+void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& loss,
+                   Tensor& lse, Tensor& counted);
+void cross_entropy_backward(const Tensor& dloss, const Tensor& counted, const Tensor& logits,
+                            const Tensor& targets, const Tensor& lse, int64_t ignore_index,
+                            Tensor& dlogits);
 
 // ---- optimizers (optim.cu) ----
 using ops::AdamWTensors;

@@ -113,13 +113,15 @@ template <bool kE4M3>
 __global__ void norm_cast_kernel(const float* x, const float* shift_dmean, const float* rsigma,
                                  const float* gamma, float offset, const float* beta,
                                  const float* scale, uint8_t* rowwise, uint8_t* columnwise,
-                                 float* amax, int64_t rows, int64_t cols) {
+                                 float* amax, int64_t rows, int64_t cols,
+                                 unsigned long long* stats) {
   // +4 bytes per row: reading a column of the tile (stride 17 words) hits 32 distinct banks.
   __shared__ uint8_t tile[kTileRows][kTileCols + 4];
   const float s = *scale;
   const int64_t col_tiles = (cols + kTileCols - 1) / kTileCols;
   const int64_t tiles = (rows + kTileRows - 1) / kTileRows * col_tiles;
   float local = 0.f;
+  CastTally tally;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int64_t r0 = t / col_tiles * kTileRows, c0 = t % col_tiles * kTileCols;
     for (int k = threadIdx.x; k < kTileRows * kTileCols; k += blockDim.x) {
@@ -131,9 +133,11 @@ __global__ void norm_cast_kernel(const float* x, const float* shift_dmean, const
                                 scale_of(gamma, offset, c), b);
       const float a = fabsf(y);
       local = a > local ? a : local;  // NaN compares false: ignored
-      const uint8_t q = kE4M3 ? to_e4m3(__fmul_rn(y, s)) : to_e5m2(__fmul_rn(y, s));
+      const float scaled = __fmul_rn(y, s);
+      const uint8_t q = kE4M3 ? to_e4m3(scaled) : to_e5m2(scaled);
       if (rowwise != nullptr) rowwise[r * cols + c] = q;
       tile[rr][cc] = q;
+      if (stats != nullptr) tally.add_fp8(y, scaled, q, kE4M3 ? kE4M3Max : kE5M2Max);
     }
     if (columnwise != nullptr) {  // uniform across the launch
       __syncthreads();
@@ -145,6 +149,7 @@ __global__ void norm_cast_kernel(const float* x, const float* shift_dmean, const
       __syncthreads();  // the next tile overwrites `tile`
     }
   }
+  tally.flush(stats);
   if (amax != nullptr) {
     const float m = block_reduce(local, MaxOp(), 0.f);
     if (threadIdx.x == 0) atomic_max_nonneg(amax, m);
@@ -244,8 +249,10 @@ void norm_forward(NormKind kind, const Tensor& x, const Tensor& gamma, const Ten
 
 void norm_quantize_fp8(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor* beta,
                        float eps, ZeroCenteredGamma zc, const Tensor& scale, Tensor* rowwise,
-                       Tensor* columnwise, Tensor* amax, Tensor* mean, Tensor& rsigma) {
+                       Tensor* columnwise, Tensor* amax, Tensor* mean, Tensor& rsigma,
+                       FP8CastCounts* counts) {
   const int64_t rows = x.rows(), cols = x.cols();
+  unsigned long long* stats = cast_stats_words(counts, x.device(), rows * cols);
   const Tensor shift_dmean = run_stats(kind, x, eps, mean, rsigma);
   if (rows * cols == 0) return;
   const DType fp8 = rowwise != nullptr ? rowwise->dtype() : columnwise->dtype();
@@ -260,11 +267,11 @@ void norm_quantize_fp8(NormKind kind, const Tensor& x, const Tensor& gamma, cons
   if (fp8 == DType::kE4M3) {
     norm_cast_kernel<true><<<blocks, kThreads, 0, stream>>>(
         x.data_as<float>(), psd, rsigma.data_as<float>(), gamma.data_as<float>(), offset_of(zc), pb,
-        scale.data_as<float>(), row, col, pa, rows, cols);
+        scale.data_as<float>(), row, col, pa, rows, cols, stats);
   } else {
     norm_cast_kernel<false><<<blocks, kThreads, 0, stream>>>(
         x.data_as<float>(), psd, rsigma.data_as<float>(), gamma.data_as<float>(), offset_of(zc), pb,
-        scale.data_as<float>(), row, col, pa, rows, cols);
+        scale.data_as<float>(), row, col, pa, rows, cols, stats);
   }
   OCTET_CUDA_LAUNCH_CHECK("norm_cast_fp8");
 }

@@ -80,7 +80,8 @@ struct CastParams {
 // thread (tx, ty) casts block cb = blockIdx.x * 16 + tx of row r = blockIdx.y * 16 + ty. Under 2D
 // tiles the tile's amax is the max of its 16 rows' block amaxes (exact in any order).
 __global__ void nvfp4_cast_kernel(const float* v, const float* amax, uint8_t* q, uint8_t* sf,
-                                  int64_t cols, int64_t blocks, int64_t stride, CastParams p) {
+                                  int64_t cols, int64_t blocks, int64_t stride, CastParams p,
+                                  unsigned long long* stats) {
   __shared__ float row_amax[kBlock][kBlock];  // [row in band][column block in group]
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t cb = blockIdx.x * int64_t{kBlock} + tx;
@@ -112,12 +113,18 @@ __global__ void nvfp4_cast_kernel(const float* v, const float* amax, uint8_t* q,
   if (p.stochastic)
     block_draws(p.seed, p.offset + static_cast<uint64_t>(r * cols + cb * kBlock), bits);
   uint8_t* out = q + r * (cols / 2) + cb * (kBlock / 2);
+  CastTally tally;
   for (int i = 0; i < kBlock; i += 2) {
     const float y0 = __fmul_rn(in[i], enc), y1 = __fmul_rn(in[i + 1], enc);
     const uint8_t c0 = p.stochastic ? e2m1_stochastic(y0, bits[i]) : to_e2m1(y0);
     const uint8_t c1 = p.stochastic ? e2m1_stochastic(y1, bits[i + 1]) : to_e2m1(y1);
     out[i / 2] = pack_e2m1(c0, c1);
+    if (stats != nullptr) {  // the CPU's encode_block rules: a NaN casts to code 7, never 0
+      tally.add(in[i], y0, c0 & 0x7u, kE2M1Max);
+      tally.add(in[i + 1], y1, c1 & 0x7u, kE2M1Max);
+    }
   }
+  tally.flush(stats);
 }
 
 // out (rows, cols) = e2m1 value * its block's E4M3 scale, times amax / 2688 folded into the scale
@@ -183,7 +190,8 @@ void hadamard16(const Tensor& x, bool inverse, Tensor& out) {
 }
 
 void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& cast, Tensor& data, Tensor& scales,
-                    Tensor& amax) {
+                    Tensor& amax, FP8CastCounts* counts) {
+  unsigned long long* stats = cast_stats_words(counts, x.device(), x.numel());
   const int64_t rows = x.rows(), cols = x.cols();
   const cudaStream_t stream = stream_of(x);
   // The values the cast sees, in f32: x itself, or its conversion, or its transform.
@@ -209,7 +217,7 @@ void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& cast, Tensor& data, T
   nvfp4_cast_kernel<<<dim3(static_cast<unsigned>(groups), static_cast<unsigned>(bands)),
                       dim3(kBlock, kBlock), 0, stream>>>(
       values.data_as<float>(), amax.data_as<float>(), data.data_as<uint8_t>(),
-      scales.data_as<uint8_t>(), cols, blocks, scales.size(1), p);
+      scales.data_as<uint8_t>(), cols, blocks, scales.size(1), p, stats);
   OCTET_CUDA_LAUNCH_CHECK("nvfp4_cast_kernel");
 }
 

@@ -164,7 +164,61 @@ __global__ void sum_rows_final_kernel(const double* partial, int64_t splits, int
   }
 }
 
+// After every gradient's exact sum of squares is in totals[0..n): the norm (their sum in order,
+// then sqrt, in f64 as the CPU computes it) and the clip factor, one thread.
+__global__ void clip_factor_kernel(const double* totals, int n, double max_norm, double* norm,
+                                   float* factor) {
+  double total = 0.0;
+  for (int i = 0; i < n; ++i) total += totals[i];
+  const double v = sqrt(total);
+  *norm = v;
+  *factor = (max_norm > 0 && isfinite(v) && v > max_norm)
+                ? static_cast<float>(max_norm / (v + 1e-6))
+                : 1.f;
+}
+
+// g *= factor[0], as scale_ does; nothing when the factor is 1 (no clipping).
+__global__ void scale_by_factor_kernel(void* g, DType d, int64_t n, const float* factor) {
+  const float s = *factor;
+  if (s == 1.f) return;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    store_f32(g, d, i, __fmul_rn(load_f32(g, d, i), s));
+  }
+}
+
 }  // namespace
+
+void clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm, Tensor& norm) {
+  const auto n = static_cast<int64_t>(grads.size());
+  const Device device = norm.device();
+  const cudaStream_t stream = static_cast<cudaStream_t>(octet::cuda::stream(device));
+  // totals (n,) f64, then the factor's slot, then the shared partials of each reduction.
+  Tensor ws = scratch_8byte(n + 1 + kMaxPartials, device);
+  auto* totals = reinterpret_cast<double*>(ws.data_as<int64_t>());
+  auto* factor = reinterpret_cast<float*>(ws.data_as<int64_t>() + n);
+  auto* partials = reinterpret_cast<double*>(ws.data_as<int64_t>() + n + 1);
+  for (int64_t i = 0; i < n; ++i) {
+    const Tensor& g = *grads[static_cast<size_t>(i)];
+    const unsigned blocks = std::min(blocks_for(g.numel()), kMaxPartials);
+    reduce_partials_kernel<SumSquaresReducer>
+        <<<blocks, kThreads, 0, stream>>>(g.data(), g.dtype(), g.numel(), partials);
+    OCTET_CUDA_LAUNCH_CHECK("reduce_partials_kernel");
+    reduce_final_kernel<SumSquaresReducer>
+        <<<1, kFinalThreads, 0, stream>>>(partials, static_cast<int>(blocks), nullptr, totals + i);
+    OCTET_CUDA_LAUNCH_CHECK("reduce_final_kernel");
+  }
+  clip_factor_kernel<<<1, 1, 0, stream>>>(totals, static_cast<int>(n), max_norm,
+                                          reinterpret_cast<double*>(norm.data_as<int64_t>()),
+                                          factor);
+  OCTET_CUDA_LAUNCH_CHECK("clip_factor_kernel");
+  for (Tensor* g : grads) {
+    if (g->numel() == 0) continue;
+    scale_by_factor_kernel<<<blocks_for(g->numel()), kThreads, 0, stream>>>(g->data(), g->dtype(),
+                                                                            g->numel(), factor);
+    OCTET_CUDA_LAUNCH_CHECK("scale_by_factor_kernel");
+  }
+}
 
 void sum(const Tensor& x, Tensor& out) { reduce<SumReducer>(x, out.data_as<float>()); }
 

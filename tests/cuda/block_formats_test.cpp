@@ -1,8 +1,8 @@
 // Blockwise FP8 and NVFP4 on CUDA against the CPU backend: the block casts (data, scales, the
 // NVFP4 tensor amax, stochastic rounding's Philox draws, the Hadamard transform) bit for bit, the
 // expansions and transposes bit for bit, the GEMMs within f32 parity (the same exact expanded
-// operands summed in another order), and the two quantizers with usage changes. Cast counts are
-// a CPU diagnostic (host memory): the CUDA casts leave them untouched, as MXFP8's do.
+// operands summed in another order), and the two quantizers with usage changes. The casts'
+// saturated / flushed counts, kept on the device, equal the CPU's once taken.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +17,7 @@
 #include "kernels/ops.h"
 #include "kernels/quantized.h"
 #include "runtime/blockwise_tensor.h"
+#include "runtime/fp8_stats.h"
 #include "runtime/nvfp4_tensor.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/support/test_util.h"
@@ -76,13 +77,15 @@ TEST(CudaBlockwise, QuantizeMatchesCpuBitForBit) {
               ops::quantize_blockwise(x, cast, data, s, &counts);
               Tensor dg = Tensor::empty(d_shape, fp8, test::gpu());
               Tensor sg = Tensor::empty(s_shape, DType::kF32, test::gpu());
-              FP8CastCounts untouched;
-              ops::quantize_blockwise(xg, cast, dg, sg, &untouched);
+              FP8CastCounts on_device;
+              ops::quantize_blockwise(xg, cast, dg, sg, &on_device);
               EXPECT_TRUE(test::same_bits(sg, s)) << "scale_inv";
               EXPECT_TRUE(test::same_bits(dg, data)) << "data";
               EXPECT_EQ(counts.total, x.numel());
-              EXPECT_EQ(untouched.total + untouched.saturated + untouched.flushed, 0)
-                  << "a CUDA cast leaves the host counts alone";
+              settle_device_stats(on_device, nullptr);
+              EXPECT_EQ(on_device.total, counts.total);
+              EXPECT_EQ(on_device.saturated, counts.saturated) << "saturated";
+              EXPECT_EQ(on_device.flushed, counts.flushed) << "flushed";
             }
           }
         }
@@ -271,13 +274,16 @@ TEST(CudaNvfp4, QuantizeMatchesCpuBitForBit) {
               FP8CastCounts counts;
               ops::quantize_nvfp4(x, cast, want.data, want.scales, want.amax, &counts);
               NVFP4Out got = nvfp4_out(rows, cols, test::gpu());
-              FP8CastCounts untouched;
-              ops::quantize_nvfp4(xg, cast, got.data, got.scales, got.amax, &untouched);
+              FP8CastCounts on_device;
+              ops::quantize_nvfp4(xg, cast, got.data, got.scales, got.amax, &on_device);
               EXPECT_TRUE(test::same_bits(got.amax, want.amax)) << "amax";
               EXPECT_TRUE(test::same_bits(got.scales, want.scales)) << "scales";
               EXPECT_TRUE(test::same_bits(got.data, want.data)) << "data";
               EXPECT_EQ(counts.total, x.numel());
-              EXPECT_EQ(untouched.total + untouched.saturated + untouched.flushed, 0);
+              settle_device_stats(on_device, nullptr);
+              EXPECT_EQ(on_device.total, counts.total);
+              EXPECT_EQ(on_device.saturated, counts.saturated) << "saturated";
+              EXPECT_EQ(on_device.flushed, counts.flushed) << "flushed";
             }
           }
         }

@@ -1,14 +1,16 @@
 // Host synchronisation in a training step on CUDA, counted by the runtime wrapper
-// (cuda::host_sync_counts): a small GPT's forward, backward and AdamW step, under each recipe,
-// must not make the host wait for the stream. What still copies to the host is pinned here with
-// its reason, so that removing it shows up as a change to this test.
+// (cuda::host_sync_counts): a small GPT's forward, backward, gradient clipping and AdamW step,
+// under each recipe, make no copy back and no wait; the loss and gradient-norm read of a log
+// interval are the only ones, and what they copy is pinned here.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "autograd/engine.h"
 #include "kernels/ops.h"
+#include "kernels/optim.h"
 #include "modules/gpt.h"
 #include "modules/optimizer.h"
 #include "runtime/cuda.h"
@@ -58,28 +60,58 @@ TEST(CudaHostSync, TrainingStepMakesNoStreamWaitOrBlockingUpload) {
     GPT gpt(c);
     gpt.to(test::gpu());
     Optimizer opt(gpt.parameters(), OptimizerOptions{});
-    // The step as a trainer runs it, without its loss read (made every log interval) and
-    // without clip_grad_norm (below).
+    // The step as a training loop runs it, its loss and gradient norm read at log intervals
+    // only.
+    Tensor loss;
+    GradNorm norm;
     auto step = [&](int64_t i) {
       // Token ids come from the host (a data loader): their upload must not wait either.
       const Tensor ids = random_ids(10 + i, c.vocab_size), targets = random_ids(20 + i, 32);
-      Tensor loss = test::with_fp8(recipe, [&] { return gpt.loss(ids, targets); });
+      loss = test::with_fp8(recipe, [&] { return gpt.loss(ids, targets); });
       autograd::backward(loss);
+      norm = clip_grad_norm_deferred(opt.parameters(), 0.5);  // clips: the factor is below 1
       opt.step(1e-3f);
       opt.zero_grad();
     };
     step(0);  // the first step plans GEMMs and fills caches
+    (void)loss.item();
     const cuda::HostSyncCounts before = cuda::host_sync_counts();
     for (int64_t i = 1; i <= 3; ++i) step(i);
     const cuda::HostSyncCounts per3 = minus(cuda::host_sync_counts(), before);
     SCOPED_TRACE("over 3 steps: " + text(per3));
-    EXPECT_EQ(per3.stream_waits, 0);      // table uploads (scale update, AdamW) waited 2-3 a step
-    EXPECT_EQ(per3.blocking_uploads, 0);  // ids, positions, zeros/full built on the host
-    // Still there (issue 15, point 5, not done): 7 copies back a step, each waiting for the
-    // stream. Ids are validated on the host in every call: the token and position embeddings'
-    // forward and backward (4) and the cross-entropy's targets in forward and backward (2); and
-    // the cross-entropy backward reads dloss with item() (1). A change here is the fix showing.
-    EXPECT_EQ(per3.device_to_host, 3 * 7);
+    // Before issue 15: table uploads (scale update, AdamW) waited 2-3 times a step, zeros/full
+    // uploaded from the host, and 7 copies back a step checked ids and targets on the host (4
+    // embedding, 2 cross-entropy) and read dloss with item() (1), plus one per parameter in
+    // clip_grad_norm. Now the kernels check ids (runtime/cuda.h's deferred checks), dloss and the
+    // target count stay on the device, and so do the norm and the clip factor.
+    EXPECT_EQ(per3.total(), 0);
+    // The log interval's read: the loss (1 copy, which also raises a bad id: 1 more for the
+    // check record, read once after the embeddings ran) and the gradient norm (1).
+    const cuda::HostSyncCounts at_log = cuda::host_sync_counts();
+    EXPECT_TRUE(std::isfinite(loss.item()));
+    EXPECT_GT(norm.read(), 0.0);
+    const cuda::HostSyncCounts read = minus(cuda::host_sync_counts(), at_log);
+    EXPECT_EQ(read.device_to_host, 3) << text(read);
+    EXPECT_EQ(read.stream_waits + read.blocking_uploads, 0) << text(read);
+  }
+}
+
+TEST(CudaHostSync, DeviceClippingMatchesTheCpusNormAndScale) {
+  OCTET_REQUIRE_CUDA();
+  // Two gradients, one f32 and one bf16; clipped (max 1) and only measured (max 0).
+  for (double max_norm : {1.0, 0.0, 1e9}) {
+    SCOPED_TRACE("max_norm " + std::to_string(max_norm));
+    Tensor a = test::random_tensor({300, 7}, DType::kF32, 61, 2.f);
+    Tensor b = ops::cast(test::random_tensor({5000}, DType::kF32, 62), DType::kBF16);
+    Tensor ga = a.to(test::gpu()), gb = b.to(test::gpu());
+    const Tensor cpu_norm = ops::clip_grad_norm_({&a, &b}, max_norm);
+    const Tensor gpu_norm = ops::clip_grad_norm_({&ga, &gb}, max_norm);
+    const double want = ops::read_f64(cpu_norm), got = ops::read_f64(gpu_norm);
+    EXPECT_NEAR(got, want, 1e-12 * want);
+    // The factor is f32(max / (norm + 1e-6)) from (nearly) the same f64 norm: the same f32 in
+    // all but the rarest rounding cases, so the clipped gradients match bit for bit.
+    EXPECT_TRUE(test::same_bits(ga, a)) << "f32 gradient";
+    EXPECT_TRUE(test::same_bits(gb, b)) << "bf16 gradient";
   }
 }
 

@@ -44,7 +44,7 @@ TEST(Backend, AnOpTheBackendLacksSaysNotSupportedOnTheBackendAndNamesTheOp) {
   expect_not_supported(
       "gemm", [&] { empty.gemm(x, Transpose::kNo, x, Transpose::kYes, y, GemmOptions{}); });
   expect_not_supported("softmax", [&] { empty.softmax(x, y); });
-  expect_not_supported("cross_entropy", [&] { empty.cross_entropy(x, x, -1, 0, one, y); });
+  expect_not_supported("cross_entropy", [&] { empty.cross_entropy(x, x, -1, one, y, one); });
   expect_not_supported("adamw_step", [&] { empty.adamw_step({}, AdamWHyper{}); });
   expect_not_supported("update_fp8_slots", [&] { empty.update_fp8_slots({}); });
   expect_not_supported("release_workspace", [&] { empty.release_workspace(); });

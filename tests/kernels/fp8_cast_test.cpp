@@ -167,7 +167,11 @@ TEST_P(QuantizeFp8, CountsSaturatedAndFlushedElementsExactly) {
   expect_counts(got, want, "row-wise + column-wise");
   // Counts are added, not overwritten; a column-wise-only cast counts each element once too.
   ops::quantize_fp8(x, scale, nullptr, &col, nullptr, &got);
-  expect_counts(got, {2 * want.saturated, 2 * want.flushed, 2 * want.total}, "summed");
+  FP8CastCounts twice;
+  twice.saturated = 2 * want.saturated;
+  twice.flushed = 2 * want.flushed;
+  twice.total = 2 * want.total;
+  expect_counts(got, twice, "summed");
 }
 
 TEST(Transpose2d, EveryElementSize) {

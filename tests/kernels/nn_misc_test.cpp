@@ -151,14 +151,20 @@ TEST(CrossEntropy, ForwardBackwardMatchF64WithIgnoredRows) {
       store_from_f32(dt, targets.data(), static_cast<size_t>(i),
                      static_cast<float>(t[static_cast<size_t>(i)]));
     const ops::CrossEntropyForward f = ops::cross_entropy(logits, targets, ignore);
-    EXPECT_EQ(f.count, want.count);
-    EXPECT_EQ(f.count, 17);
+    const int64_t count = f.counted.data_as<int64_t>()[0];
+    EXPECT_EQ(count, want.count);
+    EXPECT_EQ(count, 17);
     EXPECT_EQ(f.loss.shape(), Shape({1}));
     EXPECT_NEAR(f.loss.item(), want.loss, 1e-5 * want.loss);
     EXPECT_TRUE(test::all_close(f.lse.to_floats(), want.lse, {1e-6, 1e-6}));
     test::recycle_poisoned(logits.nbytes());
-    const Tensor d = ops::cross_entropy_backward(0.7f, logits, targets, f.lse, ignore, f.count);
+    const Tensor d = ops::cross_entropy_backward(0.7f, logits, targets, f.lse, ignore, count);
     EXPECT_TRUE(test::all_close(d.to_floats(), want.dlogits, {1e-9, 1e-5}));
+    // The tensor form (what autograd passes: dloss and the count where they live) is the same.
+    EXPECT_EQ(ops::cross_entropy_backward(Tensor::full({1}, 0.7f, DType::kF32), logits, targets,
+                                          f.lse, ignore, f.counted)
+                  .to_floats(),
+              d.to_floats());
     // Ignored rows have exactly zero gradient.
     const std::vector<float> dv = d.to_floats();
     for (int64_t j = 0; j < v; ++j) ASSERT_EQ(dv[static_cast<size_t>(v + j)], 0.f);
@@ -170,7 +176,7 @@ TEST(CrossEntropy, AllRowsIgnoredGivesZeroLossAndGradient) {
   Tensor targets = Tensor::empty({4}, DType::kI32);
   for (int i = 0; i < 4; ++i) targets.data_as<int32_t>()[i] = -1;
   const ops::CrossEntropyForward f = ops::cross_entropy(logits, targets, -1);
-  EXPECT_EQ(f.count, 0);
+  EXPECT_EQ(f.counted.data_as<int64_t>()[0], 0);
   EXPECT_EQ(f.loss.item(), 0.f);
   const Tensor d = ops::cross_entropy_backward(1.f, logits, targets, f.lse, -1, 0);
   for (const float g : d.to_floats()) ASSERT_EQ(g, 0.f);
