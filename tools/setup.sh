@@ -9,7 +9,10 @@ build="${1:-$root/build}"
 
 packages=(cmake ninja-build g++ pkg-config libfmt-dev libspdlog-dev nlohmann-json3-dev
           libgtest-dev libdnnl-dev clang-format libopenmpi-dev openmpi-bin
-          vim-runtime)  # vim-runtime: the text of bench/text_bench.sh
+          vim-runtime  # vim-runtime: the text of bench/text_bench.sh
+          # tools/sanitize.sh: clang with the sanitizer and libFuzzer runtimes, LLVM's OpenMP
+          # (clang's -fopenmp) and llvm-symbolizer for readable sanitizer reports
+          clang libclang-rt-14-dev libomp-dev llvm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
