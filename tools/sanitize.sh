@@ -65,10 +65,11 @@ trap print_summary EXIT
 
 configure() {  # configure DIR SANITIZERS FUZZ
   [ -f "$1/build.ninja" ] && return 0
+  mkdir -p "$1"
   cmake -S "$root" -B "$1" -G Ninja -DCMAKE_CXX_COMPILER="$clangxx" -DCMAKE_BUILD_TYPE=Sanitize \
     -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -gline-tables-only" -DOCTET_CUDA=OFF -DOCTET_MPI=OFF \
-    -DOCTET_SANITIZE="$2" -DOCTET_FUZZ="$3" > "$1.configure.log" 2>&1 ||
-    { cat "$1.configure.log"; return 1; }
+    -DOCTET_SANITIZE="$2" -DOCTET_FUZZ="$3" > "$1/configure.log" 2>&1 ||
+    { cat "$1/configure.log"; return 1; }
 }
 
 # ---- ASan + UBSan: the CPU suite and the fuzzers ----
