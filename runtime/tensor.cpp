@@ -76,9 +76,10 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
+  if (t.nbytes() == 0) return t;  // no storage to clear: memset of its null pointer is UB
   if (device.is_cpu()) {
     std::memset(t.data(), 0, t.nbytes());
-  } else if (t.nbytes() > 0) {
+  } else {
 #if OCTET_WITH_CUDA
     // On the stream, with no host buffer and no wait.
     cuda::DeviceGuard guard(device);

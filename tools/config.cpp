@@ -544,7 +544,14 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
           apply_json(config, json, "file " + path);
         }
         for (const std::string& assignment : overrides) apply_override(config, assignment);
-        validate(config);
+        try {
+          validate(config);
+        } catch (const Error& e) {
+          // A check between keys names the keys; the file they came from is named here.
+          if (path.empty()) throw;
+          OCTET_FAIL("config file ", printable(path), overrides.empty() ? "" : " and --set", ": ",
+                     e.what());
+        }
         return config;
       });
 }

@@ -15,6 +15,7 @@
 #include "runtime/comm.h"
 #include "tools/config.h"
 #include "tools/data.h"
+#include "train/trainer.h"
 
 namespace octet::cli {
 
@@ -27,6 +28,8 @@ int64_t run_seq_len(const config::RunConfig& config, const data::Dataset& datase
 // Vocabulary from the data when model.vocab is 0 (a smaller one than the data needs is an error),
 // seed from training.seed.
 modules::GPTConfig gpt_config(const config::RunConfig& config, const data::Dataset& dataset);
+// The Trainer's options a config describes (optimizer, schedule, recipe, accumulation, ...).
+train::TrainerOptions trainer_options(const config::RunConfig& config);
 
 // ---- evaluation ----
 

@@ -12,7 +12,10 @@ build="${1:-$root/build}"
 packages=(cmake ninja-build g++ pkg-config libfmt-dev libspdlog-dev nlohmann-json3-dev
           libgtest-dev libdnnl-dev clang-format libopenmpi-dev openmpi-bin
           vim-runtime   # vim-runtime: the text of bench/text_bench.sh
-          libopenblas-dev)  # only bench/octet_gemm_peers links it (optional: it builds without)
+          libopenblas-dev  # only bench/octet_gemm_peers links it (optional: it builds without)
+          # tools/sanitize.sh: clang with the sanitizer and libFuzzer runtimes, LLVM's OpenMP
+          # (clang's -fopenmp) and llvm-symbolizer for readable sanitizer reports
+          clang libclang-rt-14-dev libomp-dev llvm)
 [ "${OCTET_SETUP_PEERS:-0}" = 1 ] && packages+=(python3-torch)
 missing=()
 for p in "${packages[@]}"; do

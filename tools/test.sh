@@ -2,19 +2,39 @@
 # The test command: sets up if needed (tools/setup.sh), builds, runs the whole ctest suite, then
 # runs the CUDA backend's tests (tests/cuda, and tests/devices on every device) on the CPU in the
 # CUDA emulation build: the real kernel sources on an emulated device (tests/cuda_emu/README.md),
-# since CI has no GPU.
-#   tools/test.sh [build-dir]          (the emulation build goes to <build-dir>-emu)
+# since CI has no GPU; then tools/sanitize.sh: the CPU suite under ASan + UBSan, every fuzzer for
+# 60 s, and the threaded tests under TSan. Each phase's time is printed.
+#   tools/test.sh [build-dir]          (the emulation build goes to <build-dir>-emu, the
+#                                       sanitizer builds to <build-dir>-san and -san-tsan)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
 emu="${build}-emu"
 
-"$root/tools/setup.sh" "$build"
-(cd "$build" && ctest --output-on-failure --timeout 900)
+# Each phase's wall time, printed as it ends and together at the end (CI must stay under 25 min).
+times=()
+timed() {  # timed NAME COMMAND...
+  local name=$1 start
+  shift
+  start=$(date +%s)
+  "$@"
+  times+=("$(printf '%-40s %5d s' "$name" $(($(date +%s) - start)))")
+  echo "== test: $name took $(($(date +%s) - start)) s"
+}
+trap 'echo "== test: phase times"; printf "   %s\n" "${times[@]}"' EXIT
 
-if [ ! -f "$emu/build.ninja" ]; then
-  cmake -S "$root" -B "$emu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DOCTET_CUDA_EMULATION=ON
-fi
-cmake --build "$emu" --target octet_cuda_tests octet_devices_tests octet_cuda_emu_selftest
-(cd "$emu" && ctest -L cuda --output-on-failure --timeout 900)
+timed "setup and build ($build)" "$root/tools/setup.sh" "$build"
+timed "ctest ($build)" bash -c "cd '$build' && ctest --output-on-failure --timeout 900"
+
+emu_build() {
+  if [ ! -f "$emu/build.ninja" ]; then
+    cmake -S "$root" -B "$emu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DOCTET_CUDA_EMULATION=ON
+  fi
+  cmake --build "$emu" --target octet_cuda_tests octet_devices_tests octet_cuda_emu_selftest
+}
+timed "CUDA emulation build ($emu)" emu_build
+timed "CUDA emulation ctest -L cuda" bash -c "cd '$emu' && ctest -L cuda --output-on-failure --timeout 900"
+
+# ASan + UBSan of the CPU suite, the fuzzers, TSan of the threaded tests (prints its own phases).
+timed "sanitizers and fuzzers (tools/sanitize.sh)" "$root/tools/sanitize.sh" "${build}-san"

@@ -207,7 +207,10 @@ class ConstantInputs : public ::testing::TestWithParam<ConstantParam> {};
 // scale is (fp8_max / amax) / 4 with amax = k + c (the newest is the largest). Step k's casts use
 // the scales of step k - 1 (1 at step 0).
 TEST_P(ConstantInputs, HistoriesAndScalesOverFourSteps) {
-  const auto [format, len] = GetParam();
+  // Plain variables, not a structured binding: the lambdas below capture them, which clang 14
+  // refuses for bindings (C++20 allows it; clang supports it from 16).
+  const FP8Format format = std::get<0>(GetParam());
+  const int64_t len = std::get<1>(GetParam());
   const Recipe recipe = Recipe::delayed(format, 2, len, AmaxComputeAlgo::kMax);
   auto meta = std::make_shared<FP8Meta>(recipe, 1);
   const double fwd_max = 448.0;

@@ -88,6 +88,17 @@ TEST(Tensor, UndefinedTensor) {
   EXPECT_FALSE(t.shares_storage(Tensor()));
 }
 
+// An empty tensor has no buffer (a null data pointer): zeros() cleared it with memset anyway,
+// undefined behaviour that UBSan reports (tools/sanitize.sh).
+TEST(Tensor, ZerosOfAnEmptyShape) {
+  for (DType dtype : {DType::kF32, DType::kE4M3, DType::kI64}) {
+    const Tensor t = Tensor::zeros({0, 4}, dtype);
+    EXPECT_EQ(t.numel(), 0);
+    EXPECT_EQ(t.nbytes(), 0u);
+    EXPECT_EQ(t.shape(), (Shape{0, 4}));
+  }
+}
+
 TEST(Tensor, NegativeShapeIsRejected) {
   EXPECT_THAT(error_of([] {
                 Tensor::empty({2, -3}, DType::kF32);

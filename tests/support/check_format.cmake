@@ -4,7 +4,7 @@ file(GLOB_RECURSE sources RELATIVE "${ROOT}"
      "${ROOT}/kernels/*.cu" "${ROOT}/kernels/*.cuh" "${ROOT}/autograd/*.h" "${ROOT}/autograd/*.cpp" "${ROOT}/modules/*.h"
      "${ROOT}/modules/*.cpp" "${ROOT}/train/*.h" "${ROOT}/train/*.cpp" "${ROOT}/tools/*.h"
      "${ROOT}/tools/*.cpp" "${ROOT}/tests/*.h"
-     "${ROOT}/tests/*.cpp" "${ROOT}/bench/*.cpp")
+     "${ROOT}/tests/*.cpp" "${ROOT}/bench/*.cpp" "${ROOT}/fuzz/*.h" "${ROOT}/fuzz/*.cpp")
 set(bad "")
 foreach(f IN LISTS sources)
   execute_process(COMMAND "${CLANG_FORMAT}" --dry-run -Werror "${ROOT}/${f}"

@@ -275,6 +275,19 @@ TEST(Config, FileErrors) {
               HasSubstr(R"(config key "model" (from file )" + path + ") is a section"));
 }
 
+// Found by fuzz/config_fuzz.cpp: a check between keys of a config file named the keys but not
+// the file they were read from.
+TEST(Config, ChecksBetweenKeysOfAFileNameTheFile) {
+  test::ScratchDir dir;
+  const std::string path = dir.file("heads.json");
+  test::write_file_bytes(path, R"({"model": {"d_model": 32, "n_head": 3}})");
+  EXPECT_THAT(error_of([&] { load_config(path); }),
+              AllOf(HasSubstr("config file " + path + ": "),
+                    HasSubstr(R"(config key "model.n_head": 3 heads do not divide)")));
+  EXPECT_THAT(error_of([&] { load_config(path, {"training.steps=10"}); }),
+              HasSubstr("config file " + path + " and --set: "));
+}
+
 TEST(Config, ChecksBetweenKeysNameTheKey) {
   EXPECT_THAT(set_error("model.n_head=5"),
               HasSubstr(R"(config key "model.n_head": 5 heads do not divide model.d_model 64)"));
