@@ -26,7 +26,7 @@ skip=",${SANITIZE_SKIP:-},"
 # The tests that run on several threads: std::thread in the allocator tests, parallel_for and the
 # reductions on 1, 2 and more threads, an exception inside a parallel region, and kernels,
 # modules and the trainer at sizes where parallel_for splits the work.
-tsan_tests="${TSAN_TESTS:-^(Memory\.(ConcurrentAllocationIsExact|ScopeIsPerThread)|Reductions\..*|GraphContract\..*Parallel.*|Rng\.FillMatchesTheDocumentedDrawsForAnyThreadCount|Gemm\..*|Attention\..*|LayerNormMLP\..*|Trainer\..*)$}"
+tsan_tests="${TSAN_TESTS:-^(ThreadPool\..*|Memory\.(ConcurrentAllocationIsExact|ScopeIsPerThread)|Reductions\..*|GraphContract\..*Parallel.*|Rng\.FillMatchesTheDocumentedDrawsForAnyThreadCount|Gemm\..*|CausalAttention\..*|LayerNormMLP\..*|Trainer\..*)$}"
 # The binaries those tests are in (the TSan build compiles nothing else).
 tsan_targets=(octet_runtime_tests octet_kernels_tests octet_modules_tests octet_train_tests)
 

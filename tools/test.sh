@@ -25,7 +25,8 @@ timed() {  # timed NAME COMMAND...
 trap 'echo "== test: phase times"; printf "   %s\n" "${times[@]}"' EXIT
 
 timed "setup and build ($build)" "$root/tools/setup.sh" "$build"
-timed "ctest ($build)" bash -c "cd '$build' && ctest --output-on-failure --timeout 900"
+jobs=$(nproc)
+timed "ctest ($build)" bash -c "cd '$build' && ctest -j $jobs --output-on-failure --timeout 900"
 
 emu_build() {
   if [ ! -f "$emu/build.ninja" ]; then
@@ -34,7 +35,7 @@ emu_build() {
   cmake --build "$emu" --target octet_cuda_tests octet_devices_tests octet_cuda_emu_selftest
 }
 timed "CUDA emulation build ($emu)" emu_build
-timed "CUDA emulation ctest -L cuda" bash -c "cd '$emu' && ctest -L cuda --output-on-failure --timeout 900"
+timed "CUDA emulation ctest -L cuda" bash -c "cd '$emu' && ctest -j $jobs -L cuda --output-on-failure --timeout 900"
 
 # ASan + UBSan of the CPU suite, the fuzzers, TSan of the threaded tests (prints its own phases).
 timed "sanitizers and fuzzers (tools/sanitize.sh)" "$root/tools/sanitize.sh" "${build}-san"
