@@ -133,6 +133,13 @@ TEST(ThreadPool, SeveralCallingThreadsAtOnce) {
 }
 
 TEST(ThreadPool, AForkedChildHasAWorkingPool) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer cannot start threads in the child of a multi-threaded fork";
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+  GTEST_SKIP() << "ThreadSanitizer cannot start threads in the child of a multi-threaded fork";
+#endif
+#endif
   ThreadCount count(2);
   parallel_tasks(8, [](int64_t) {});  // the workers exist in the parent
   const pid_t child = fork();
