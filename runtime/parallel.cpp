@@ -91,6 +91,16 @@ class Pool {
     threads_.store(n, std::memory_order_relaxed);
   }
 
+  // At exit: the workers stop and are joined, so no thread a runtime (LLVM's libomp) registered is
+  // alive when that runtime shuts down. Skipped when the pool is busy or exit came from a task.
+  void shut_down() {
+    if (t_in_task) return;
+    std::unique_lock<std::mutex> lock(submit_, std::try_to_lock);
+    if (!lock.owns_lock()) return;
+    threads_.store(1, std::memory_order_relaxed);
+    resize_workers();
+  }
+
   // False when the pool is in use by another thread: the caller then runs the tasks itself.
   bool run(int64_t tasks, detail::TaskFn fn, void* context) {
     std::unique_lock<std::mutex> lock(submit_, std::try_to_lock);
@@ -139,8 +149,7 @@ class Pool {
   // `seen`: the generation before the worker existed (a job published before the thread got to
   // run is still its job).
   void worker_loop(uint32_t seen) {
-    t_in_task = true;        // a parallel_for inside a task runs inline
-    omp_set_num_threads(1);  // a library's OpenMP (oneDNN) stays on this thread
+    t_in_task = true;  // a parallel_for inside a task runs inline
     for (;;) {
       wait_until([&] { return generation_of(state_.load()) != seen || stop_.load(); }, state_,
                  worker_sleepers_);
@@ -202,6 +211,9 @@ std::once_flag g_pool_once;
 Pool& pool() {
   std::call_once(g_pool_once, [] {
     g_pool.store(new Pool(default_threads()), std::memory_order_release);
+    // The OpenMP runtime starts first, so this handler runs before its own shutdown.
+    (void)omp_get_max_threads();
+    std::atexit([] { g_pool.load(std::memory_order_acquire)->shut_down(); });
     pthread_atfork(nullptr, nullptr, [] {
       const int threads = g_pool.load(std::memory_order_relaxed)->threads();
       g_pool.store(new Pool(threads), std::memory_order_relaxed);
@@ -234,9 +246,8 @@ namespace detail {
 void run_tasks(int64_t tasks, TaskFn fn, void* context) {
   if (tasks <= 0) return;
   Pool& the_pool = pool();
-  // A library's OpenMP (oneDNN's GEMM inside a task) stays on the calling thread too.
-  const int library_threads = omp_get_max_threads();
-  omp_set_num_threads(1);
+  // No OpenMP call here: only the kernels that call an OpenMP library (oneDNN) touch its runtime,
+  // through SerialLibraryScope, so the pool's threads register with it only when they need to.
   const bool nested = t_in_task;
   t_in_task = true;
   const bool ran = !nested && tasks > 1 && the_pool.run(tasks, fn, context);
@@ -244,7 +255,6 @@ void run_tasks(int64_t tasks, TaskFn fn, void* context) {
     for (int64_t t = 0; t < tasks; ++t) fn(context, t);
   }
   t_in_task = nested;
-  omp_set_num_threads(library_threads);
 }
 
 void keep_first_error(std::exception_ptr* slot) {

@@ -213,6 +213,7 @@ void tiled_sgemm(char transa, char transb, int64_t m, int64_t n, int64_t k, floa
     const int64_t r0 = tile_start(ti, g.rows, m), r1 = tile_start(ti + 1, g.rows, m);
     const int64_t c0 = tile_start(tj, g.cols, n), c1 = tile_start(tj + 1, g.cols, n);
     if (r0 >= r1 || c0 >= c1) return;
+    const SerialLibraryScope serial;  // one thread per tile
     const float* at = transa == 'T' ? a + r0 : a + r0 * lda;
     const float* bt = transb == 'T' ? b + c0 * ldb : b + c0;
     check_dnnl(dnnl_sgemm(transa, transb, r1 - r0, c1 - c0, k, alpha, at, lda, bt, ldb, beta,
