@@ -7,8 +7,8 @@
 #      its harness);
 #   3. each fuzzer for FUZZ_SECONDS (default 60), two at a time; a crash fails the script and its
 #      input stays in <build-dir>/fuzz/crashes/;
-#   4. a TSan build (OCTET_SANITIZE=thread) of only the test binaries the threaded tests live in,
-#      and those tests (TSAN_TESTS, a ctest -R regex).
+#   4. a TSan build (OCTET_SANITIZE=thread) of only the test files the threaded tests live in
+#      (one binary, octet_threaded_tests), and those tests (TSAN_TESTS, a ctest -R regex).
 # Each phase's wall time is printed, and again in the summary at the end.
 #   tools/sanitize.sh [build-dir]     (default build-san; the TSan build goes to <build-dir>-tsan)
 # Environment: FUZZ_SECONDS, FUZZ_JOBS (fuzzers at once, default 2), TSAN_TESTS,
@@ -27,8 +27,9 @@ skip=",${SANITIZE_SKIP:-},"
 # reductions on 1, 2 and more threads, an exception inside a parallel region, and kernels,
 # modules and the trainer at sizes where parallel_for splits the work.
 tsan_tests="${TSAN_TESTS:-^(ThreadPool\..*|Memory\.(ConcurrentAllocationIsExact|ScopeIsPerThread)|Reductions\..*|GraphContract\..*Parallel.*|Rng\.FillMatchesTheDocumentedDrawsForAnyThreadCount|Gemm\..*|CausalAttention\..*|LayerNormMLP\..*|Trainer\..*)$}"
-# The binaries those tests are in (the TSan build compiles nothing else).
-tsan_targets=(octet_runtime_tests octet_kernels_tests octet_modules_tests octet_train_tests)
+# The binary those tests are in: their files only (tests/CMakeLists.txt, octet_threaded_tests);
+# the TSan build compiles nothing else.
+tsan_targets=(octet_threaded_tests)
 
 # ctest entries that run no octet code under the sanitizers (formatting, include layering,
 # scripts), or cannot: the install test builds an uninstrumented consumer against the
