@@ -2,6 +2,7 @@
 # Installs what octet needs on Debian 12 (only what is missing), then configures and builds.
 # Safe to run again: a second run installs nothing and rebuilds only what changed.
 #   tools/setup.sh [build-dir]      (default: build)
+#   OCTET_CUDA_ARCHITECTURES=90a tools/setup.sh   builds the CUDA kernels for those GPUs only
 #   OCTET_SETUP_PEERS=1 tools/setup.sh   also installs python3-torch (large), the PyTorch peer of
 #                                        bench/peer_bench.sh; nothing else needs it
 set -euo pipefail
@@ -30,9 +31,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # CUDA is optional. nvcc may be installed without being on PATH (the toolkit's default place).
+# OCTET_CUDA_ARCHITECTURES picks the GPU architectures (default: CMakeLists.txt's 89 and 90a).
 cuda_args=()
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   cuda_args=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
+fi
+if [ -n "${OCTET_CUDA_ARCHITECTURES:-}" ]; then
+  cuda_args+=("-DCMAKE_CUDA_ARCHITECTURES=$OCTET_CUDA_ARCHITECTURES")
 fi
 
 if [ ! -f "$build/build.ninja" ]; then
