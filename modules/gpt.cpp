@@ -154,6 +154,18 @@ bool module_pattern_matches(std::string_view pattern, std::string_view name) {
   return false;
 }
 
+bool runs_fp8_modules(const GPTConfig& config) {
+  if (!config.recipe) return false;
+  for (int64_t layer = 0; layer < config.n_layer; ++layer) {
+    for (std::string_view module : detail::kLayerFp8Modules) {
+      if (!detail::keeps_high_precision(config, layer, detail::layer_module_name(layer, module))) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 void GPT::check_fp8_rows(int64_t batch, int64_t seq) const {
   const int64_t multiple = fp8_row_multiple();
   OCTET_CHECK((batch * seq) % multiple == 0, "GPT under FP8 (", recipe_kind_name(fp8_recipe().kind),

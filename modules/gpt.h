@@ -48,6 +48,11 @@ struct GPTConfig {
 // Whether a `*` / `?` pattern matches `name`, or a module enclosing it (a prefix ending at a dot).
 bool module_pattern_matches(std::string_view pattern, std::string_view name);
 
+// Whether a GPT built from `config` has a module that runs in FP8: a recipe, and some layer's
+// module not kept in high precision by the first / last layers or a pattern. Checks that only
+// FP8 GEMMs need (the shape rules) apply only then.
+bool runs_fp8_modules(const GPTConfig& config);
+
 class Embedding : public Module {
  public:
   Embedding(int64_t num, int64_t dim, DType dtype, float init_std, uint64_t seed);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "modules/gpt.h"
 
@@ -24,6 +25,13 @@ inline NormOptions norm_options(const GPTConfig& c) {
 
 inline LinearOptions linear_options(const GPTConfig& c, uint64_t seed) {
   return {c.bias, c.dtype, c.init_std, seed, c.recipe, c.fp8_primary_weights};
+}
+
+// The FP8 modules of a transformer layer, by their names inside it, and the full name of one of
+// them in layer `layer` (as GPT::fp8_states() lists it), e.g. "layers.3.attn.proj".
+inline constexpr std::string_view kLayerFp8Modules[] = {"attn.qkv", "attn.proj", "mlp"};
+inline std::string layer_module_name(int64_t layer, std::string_view module) {
+  return "layers." + std::to_string(layer) + "." + std::string(module);
 }
 
 // The FP8 module `name` of transformer layer `layer`: kept in high precision when the config's

@@ -30,20 +30,20 @@ Tensor Embedding::forward(const Tensor& ids) { return autograd::embedding(table_
 
 CausalSelfAttention::CausalSelfAttention(const GPTConfig& config, uint64_t seed, int64_t layer)
     : Module("CausalSelfAttention"), d_model_(config.d_model), n_head_(config.n_head) {
-  const std::string prefix = "layers." + std::to_string(layer) + ".attn.";
   OCTET_CHECK(n_head_ > 0 && d_model_ > 0 && d_model_ % n_head_ == 0,
               "CausalSelfAttention: d_model ", d_model_, " must be a positive multiple of n_head ",
               n_head_);
   LayerNormLinearOptions qkv_options;
   qkv_options.norm = detail::norm_options(config);
-  qkv_options.linear =
-      detail::module_linear_options(config, detail::derive_seed(seed, 0), layer, prefix + "qkv");
+  qkv_options.linear = detail::module_linear_options(config, detail::derive_seed(seed, 0), layer,
+                                                     detail::layer_module_name(layer, "attn.qkv"));
   qkv_ = register_module("qkv",
                          std::make_shared<LayerNormLinear>(d_model_, 3 * d_model_, qkv_options));
-  proj_ = register_module("proj", std::make_shared<Linear>(d_model_, d_model_,
-                                                           detail::module_linear_options(
-                                                               config, detail::derive_seed(seed, 1),
-                                                               layer, prefix + "proj")));
+  proj_ = register_module(
+      "proj", std::make_shared<Linear>(
+                  d_model_, d_model_,
+                  detail::module_linear_options(config, detail::derive_seed(seed, 1), layer,
+                                                detail::layer_module_name(layer, "attn.proj"))));
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, FirstMicrobatch first) {
@@ -70,7 +70,7 @@ TransformerLayer::TransformerLayer(const GPTConfig& config, uint64_t seed, int64
   mlp_options.activation = config.activation;
   mlp_options.recompute = config.recompute;
   mlp_options.linear = detail::module_linear_options(config, detail::derive_seed(seed, 1), layer,
-                                                     "layers." + std::to_string(layer) + ".mlp");
+                                                     detail::layer_module_name(layer, "mlp"));
   const int64_t ffn = config.ffn == 0 ? 4 * config.d_model : config.ffn;
   mlp_ = register_module("mlp", std::make_shared<LayerNormMLP>(config.d_model, ffn, mlp_options));
 }

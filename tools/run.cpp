@@ -123,11 +123,9 @@ void write_loss_curve(const std::string& metrics_path, const std::string& svg_pa
 // The FP8 GEMM shape rule on model.d_model, the last dimension of the GEMM operands the width
 // sets, checked when the config is read: otherwise the first step fails naming an internal
 // operand's shape. Token rows need no check (the model pads them to the format's multiple).
+// Only for a model with a module that runs in FP8 (not every one kept in high precision).
 void check_fp8_width(const config::RunConfig& c, const Recipe& recipe) {
   if (recipe.kind == RecipeKind::kCustom) return;
-  if (c.fp8.high_precision_first_layers + c.fp8.high_precision_last_layers >= c.model.n_layer) {
-    return;  // no layer runs in FP8
-  }
   for (const SlotId slot :
        {forward_slot(0, ForwardTensor::kInput), forward_slot(0, ForwardTensor::kWeight),
         backward_slot(0, BackwardTensor::kGradOutput)}) {
@@ -180,7 +178,6 @@ modules::GPTConfig gpt_config(const config::RunConfig& c, const data::Dataset& d
                                                       : modules::ZeroCenteredGamma::kNo;
   g.bias = c.model.bias ? modules::Bias::kYes : modules::Bias::kNo;
   g.recipe = run_recipe(c);
-  if (g.recipe) check_fp8_width(c, *g.recipe);
   OCTET_CHECK(!c.model.fp8_primary_weights || g.recipe.has_value(),
               "config key \"model.fp8_primary_weights\" is true but fp8.enabled is false: FP8 "
               "primary weights need an FP8 recipe");
@@ -189,6 +186,7 @@ modules::GPTConfig gpt_config(const config::RunConfig& c, const data::Dataset& d
   g.high_precision_modules = c.fp8.high_precision_modules;
   g.high_precision_first_layers = c.fp8.high_precision_first_layers;
   g.high_precision_last_layers = c.fp8.high_precision_last_layers;
+  if (modules::runs_fp8_modules(g)) check_fp8_width(c, *g.recipe);
   g.seed = static_cast<uint64_t>(c.training.seed);
   return g;
 }

@@ -298,9 +298,23 @@ TEST(Hardening, Fp8WidthIsCheckedWhenTheConfigIsRead) {
   const Outcome mx = octet(
       tiny_train(dir, {"--set", "model.d_model=48", "--set", R"(fp8.recipe={"recipe":"mxfp8"})"}));
   expect_one_clear_line(mx, "train", "model.d_model");
-  // f32 and high-precision layers have no such rule.
+  // f32 and high-precision layers have no such rule: every layer kept out by first / last
+  // layers, or by patterns (each FP8 module of the one layer, or the layer as a whole).
   EXPECT_EQ(
       octet(tiny_train(dir, {"--set", "model.d_model=24", "--set", "fp8.enabled=false"})).code, 0);
+  for (const char* kept : {"fp8.high_precision_first_layers=1",
+                           R"(fp8.high_precision_modules=["layers.0.attn.*","layers.0.mlp"])",
+                           R"(fp8.high_precision_modules=["layers.*"])"}) {
+    SCOPED_TRACE(kept);
+    EXPECT_EQ(
+        octet(tiny_train(dir, {"--overwrite", "--set", "model.d_model=24", "--set", kept})).code,
+        0);
+  }
+  // A pattern that leaves one FP8 module in the layer is still refused, naming the width.
+  const Outcome part = octet(
+      tiny_train(dir, {"--overwrite", "--set", "model.d_model=24", "--set",
+                       R"(fp8.high_precision_modules=["layers.0.attn.qkv","layers.0.mlp"])"}));
+  expect_one_clear_line(part, "train", "model.d_model");
 }
 
 // ---- point 2: hostile input to the tools' parsers ----
