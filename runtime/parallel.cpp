@@ -202,9 +202,10 @@ int default_threads() {
   return available_cpus();
 }
 
-// Never destroyed: worker threads blocked in the kernel at exit are fine, and nothing that runs
-// during static destruction can find the pool gone. A forked child (its workers do not exist
-// there) starts a fresh one.
+// Never destroyed, so nothing that runs during static destruction can find the pool gone; its
+// workers are joined at exit (the atexit handler below: LLVM's OpenMP runtime asserts at its own
+// shutdown while threads it once saw are alive) and it keeps working on the calling thread after
+// that. A forked child (its workers do not exist there) starts a fresh one.
 std::atomic<Pool*> g_pool{nullptr};
 std::once_flag g_pool_once;
 
