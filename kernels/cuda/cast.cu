@@ -32,7 +32,7 @@ __device__ __forceinline__ void flush_counts(const CastTally& tally, float scale
 __device__ __forceinline__ void merge_amax(float local, float* amax) {
   if (amax == nullptr) return;  // uniform over the launch
   local = block_reduce(local, MaxOp(), 0.f);
-  if (threadIdx.x == 0) atomic_max_nonneg(amax, local);
+  if (threadIdx.x == 0) atomic_merge_amax(amax, local);
 }
 
 // Row-wise only: q[i] = fp8(x[i] * scale[0]), a grid-stride loop.

@@ -199,13 +199,20 @@ __device__ __forceinline__ float mul_keep_nan(float v, float s) {
   return __fmul_rn(v, s);
 }
 
-// A float max on the bits: non-negative floats order like their bits read as signed ints, and
-// every target with the sign bit set (-0.0, a negative value, a negative NaN such as an all-ones
-// poison) reads as a negative int, so a value >= 0 replaces it, as the CPU's max does. (On the
-// bits read as unsigned, a -0.0 target, 0x80000000, was above every positive value: such an amax
-// could never rise.) `value` must be >= 0 (NaN filtered by the caller).
-__device__ __forceinline__ void atomic_max_nonneg(float* target, float value) {
-  atomicMax(reinterpret_cast<int*>(target), __float_as_int(value));
+// *target = value > *target ? value : *target in one atomic step: the CPU's merge of an amax
+// (kernels/cpu/fp8_cast.cpp, merge_amax) for every start, so a NaN target stays NaN and a -0.0
+// target stays -0.0 when value is 0. (atomicMax on the bits as unsigned kept a -0.0 target,
+// 0x80000000, above every positive value; on the bits as signed ints a negative-NaN target is
+// replaced and a -0.0 one becomes +0.) The target only grows, so a stale first read costs one
+// more compare-and-swap, never a wrong result. `value` is not NaN (the caller filters it).
+__device__ __forceinline__ void atomic_merge_amax(float* target, float value) {
+  int* bits = reinterpret_cast<int*>(target);
+  int seen = *bits;
+  while (value > __int_as_float(seen)) {
+    const int before = atomicCAS(bits, seen, __float_as_int(value));
+    if (before == seen) return;
+    seen = before;
+  }
 }
 
 struct SumOp {

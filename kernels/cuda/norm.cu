@@ -152,7 +152,7 @@ __global__ void norm_cast_kernel(const float* x, const float* shift_dmean, const
   tally.flush(stats);
   if (amax != nullptr) {
     const float m = block_reduce(local, MaxOp(), 0.f);
-    if (threadIdx.x == 0) atomic_max_nonneg(amax, m);
+    if (threadIdx.x == 0) atomic_merge_amax(amax, m);
   }
 }
 
