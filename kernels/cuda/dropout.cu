@@ -35,12 +35,19 @@ __global__ void dropout_kernel(const float* x, uint64_t seed, uint64_t offset, u
   }
 }
 
+template <typename I>
 __global__ void dropout_backward_kernel(const float* dy, const uint8_t* mask, float keep_scale,
-                                        float* dx, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    dx[i] = dy[i] * (mask[i] != 0 ? keep_scale : 0.f);
-  }
+                                        float* dx, I n, bool vector) {
+  grid_stride_vec(
+      n, vector,
+      [&](I i) {
+        const Vec<float> d = load_vec(dy, i);
+        const Vec<uint8_t> m = load_vec(mask, i);
+        Vec<float> out;
+        for (int k = 0; k < kVec; ++k) out.v[k] = d.v[k] * (m.v[k] != 0 ? keep_scale : 0.f);
+        store_vec(dx, i, out);
+      },
+      [&](I i) { dx[i] = dy[i] * (mask[i] != 0 ? keep_scale : 0.f); });
 }
 
 // As the CPU: p = 1 drops everything (scale 0 rather than inf).
@@ -66,9 +73,14 @@ void dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& y
 void dropout_backward(const Tensor& dy, const Tensor& mask, float p, Tensor& dx) {
   const int64_t n = dy.numel();
   if (n == 0) return;
-  dropout_backward_kernel<<<blocks_for(n), kThreads, 0, stream_of(dy)>>>(
-      dy.data_as<float>(), mask.data_as<uint8_t>(), keep_scale_of(p), dx.data_as<float>(), n);
-  OCTET_CUDA_LAUNCH_CHECK("dropout_backward");
+  const bool vector =
+      vec_aligned(dy.data(), 4) && vec_aligned(mask.data(), 1) && vec_aligned(dx.data(), 4);
+  with_index_type(n, [&]<typename I>(I) {
+    dropout_backward_kernel<I><<<vec_blocks_for(n), kThreads, 0, stream_of(dy)>>>(
+        dy.data_as<float>(), mask.data_as<uint8_t>(), keep_scale_of(p), dx.data_as<float>(),
+        static_cast<I>(n), vector);
+    OCTET_CUDA_LAUNCH_CHECK("dropout_backward");
+  });
 }
 
 }  // namespace octet::cuda

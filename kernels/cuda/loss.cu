@@ -152,21 +152,18 @@ __global__ void cross_entropy_backward_kernel(const float* dloss, const int64_t*
   const float g =
       count > 0 ? static_cast<float>(static_cast<double>(dloss[0]) / static_cast<double>(count))
                 : 0.f;
-  const int64_t n = rows * cols;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t r = i / cols, c = i - r * cols;
+  grid_stride_rows(rows * cols, cols, [&](int64_t i, int64_t r, int64_t c) {
     const int64_t t = static_cast<int64_t>(targets[r]);
     const bool bad = bad_target(t, ignore_index, cols);
     if (bad && c == 0) report_bad_value(check, r);
     if (bad || t == ignore_index || g == 0.f) {
       dlogits[i] = 0.f;
-      continue;
+      return;
     }
     float v = g * math::exp_f32(logits[i] - lse[r]);
     if (c == t) v -= g;
     dlogits[i] = v;
-  }
+  });
 }
 
 template <typename Target>
