@@ -1,9 +1,11 @@
-// The memory-bound CUDA kernels move kVec elements per access when every buffer is aligned and
-// fall back to one element per step otherwise (kernels/cuda/common.cuh). Both paths must give
-// the same bits: each operation runs on aligned tensors (the vector loop, with a tail when the
-// size is not a multiple of kVec) and on the same values in views that start one element into
-// their storage (the scalar loop), and the two results are compared bit for bit; where the CPU
-// applies the same rule (one IEEE operation, an FP8 cast) the CPU result must match too.
+// The memory-bound CUDA kernels move kVec elements per access when every buffer
+// is aligned and fall back to one element per step otherwise
+// (kernels/cuda/common.cuh). Both paths must give the same bits: each operation
+// runs on aligned tensors (the vector loop, with a tail when the size is not a
+// multiple of kVec) and on the same values in views that start one element into
+// their storage (the scalar loop), and the two results are compared bit for
+// bit; where the CPU applies the same rule (one IEEE operation, an FP8 cast)
+// the CPU result must match too.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -28,30 +30,31 @@ using test::on_cpu;
 using test::on_gpu;
 using test::same_bits;
 
-// An uninitialised tensor on the GPU whose data starts one element into its storage, so it is
-// never Vec-aligned.
-Tensor misaligned_empty(const Shape& shape, DType dtype) {
+// An uninitialised tensor on the GPU whose data starts one element into its
+// storage, so it is never Vec-aligned.
+Tensor misaligned_empty(const Shape &shape, DType dtype) {
   const int64_t n = shape_numel(shape);
   return Tensor::empty({n + 1}, dtype, test::gpu()).slice(1, n + 1).reshape(shape);
 }
 
 // t's values (any dtype) on the GPU in a misaligned view.
-Tensor misaligned(const Tensor& t) {
+Tensor misaligned(const Tensor &t) {
   const Tensor c = on_cpu(t);
   const int64_t n = c.numel();
   Tensor big = Tensor::zeros({n + 1}, c.dtype());
-  std::memcpy(static_cast<uint8_t*>(big.data()) + c.element_size(), c.data(), c.nbytes());
+  std::memcpy(static_cast<uint8_t *>(big.data()) + c.element_size(), c.data(), c.nbytes());
   return on_gpu(big).slice(1, n + 1).reshape(c.shape());
 }
 
-// (5, 64): every group whole; (5, 67): a tail of 3 after the groups, rows not a multiple of kVec.
+// (5, 64): every group whole; (5, 67): a tail of 3 after the groups, rows not a
+// multiple of kVec.
 const std::vector<Shape> kShapes = {Shape{5, 64}, Shape{5, 67}};
 
-std::string name_of(const Shape& s) { return shape_str(s); }
+std::string name_of(const Shape &s) { return shape_str(s); }
 
 TEST(CudaVectorPaths, ElementwiseOpsEqualTheScalarLoopAndTheCpu) {
   OCTET_REQUIRE_CUDA();
-  for (const Shape& shape : kShapes) {
+  for (const Shape &shape : kShapes) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       SCOPED_TRACE(name_of(shape) + " " + std::string(dtype_name(dtype)));
       const Tensor a = test::random_tensor(shape, dtype, 11, 3.f);
@@ -71,7 +74,8 @@ TEST(CudaVectorPaths, ElementwiseOpsEqualTheScalarLoopAndTheCpu) {
       EXPECT_TRUE(same_bits(ops::cast(ag, other), ops::cast(a, other))) << "cast";
       EXPECT_TRUE(same_bits(ops::cast(am, other), ops::cast(a, other))) << "cast, misaligned";
 
-      // In place into aligned and misaligned destinations: the GPU's two paths agree.
+      // In place into aligned and misaligned destinations: the GPU's two paths
+      // agree.
       Tensor d1 = on_gpu(a), d2 = misaligned(a);
       ops::add_(d1, bg, -0.75f);
       ops::add_(d2, bm, -0.75f);
@@ -85,7 +89,7 @@ TEST(CudaVectorPaths, ElementwiseOpsEqualTheScalarLoopAndTheCpu) {
 
 TEST(CudaVectorPaths, ActivationsEqualTheScalarLoop) {
   OCTET_REQUIRE_CUDA();
-  for (const Shape& shape : kShapes) {
+  for (const Shape &shape : kShapes) {
     const Tensor x = test::random_tensor(shape, DType::kF32, 21, 2.f);
     const Tensor dy = test::random_tensor(shape, DType::kF32, 22);
     for (Activation act : {Activation::kGelu, Activation::kSilu}) {
@@ -95,7 +99,8 @@ TEST(CudaVectorPaths, ActivationsEqualTheScalarLoop) {
                             ops::activation_backward(act, on_gpu(dy), on_gpu(x))));
     }
   }
-  // Gated: halves of 32 (whole groups) and of 35 (no groups: h is not a multiple of kVec).
+  // Gated: halves of 32 (whole groups) and of 35 (no groups: h is not a
+  // multiple of kVec).
   for (int64_t h : {int64_t{32}, int64_t{35}}) {
     const Tensor x = test::random_tensor({6, 2 * h}, DType::kF32, 23, 2.f);
     const Tensor dy = test::random_tensor({6, h}, DType::kF32, 24);
@@ -111,7 +116,7 @@ TEST(CudaVectorPaths, ActivationsEqualTheScalarLoop) {
 
 TEST(CudaVectorPaths, SoftmaxAndNormsEqualTheScalarLoop) {
   OCTET_REQUIRE_CUDA();
-  for (const Shape& shape : kShapes) {
+  for (const Shape &shape : kShapes) {
     SCOPED_TRACE(name_of(shape));
     const Tensor x = test::random_tensor(shape, DType::kF32, 31, 2.f);
     const Tensor dy = test::random_tensor(shape, DType::kF32, 32);
@@ -151,7 +156,7 @@ TEST(CudaVectorPaths, SoftmaxAndNormsEqualTheScalarLoop) {
 
 TEST(CudaVectorPaths, Fp8CastAndDequantizeEqualTheCpu) {
   OCTET_REQUIRE_CUDA();
-  for (const Shape& shape : kShapes) {
+  for (const Shape &shape : kShapes) {
     for (DType input : {DType::kF32, DType::kBF16}) {
       SCOPED_TRACE(name_of(shape) + " " + std::string(dtype_name(input)));
       const Tensor x = test::random_tensor(shape, input, 41, 40.f);
@@ -180,9 +185,24 @@ TEST(CudaVectorPaths, Fp8CastAndDequantizeEqualTheCpu) {
 
 TEST(CudaVectorPaths, DropoutBackwardAndOptimizersEqualTheScalarLoop) {
   OCTET_REQUIRE_CUDA();
-  for (const Shape& shape : kShapes) {
+  for (const Shape &shape : kShapes) {
     SCOPED_TRACE(name_of(shape));
     const Tensor x = test::random_tensor(shape, DType::kF32, 51);
+    // Forward at offsets that are multiples of the 4-word Philox block (the
+    // vector path when aligned): the mask is the CPU's, y the scalar loop's.
+    for (uint64_t offset : {uint64_t{0}, uint64_t{8}}) {
+      SCOPED_TRACE("dropout offset " + std::to_string(offset));
+      Generator cpu_gen(7), gpu_gen(7), gpu_gen_m(7);
+      cpu_gen.set_state({7, offset});
+      gpu_gen.set_state({7, offset});
+      gpu_gen_m.set_state({7, offset});
+      const ops::DropoutForward want = ops::dropout(x, 0.3f, cpu_gen);
+      const ops::DropoutForward got = ops::dropout(on_gpu(x), 0.3f, gpu_gen);
+      const ops::DropoutForward got_m = ops::dropout(misaligned(x), 0.3f, gpu_gen_m);
+      EXPECT_TRUE(same_bits(got.mask, want.mask)) << "mask";
+      EXPECT_TRUE(same_bits(got_m.mask, want.mask)) << "mask, misaligned";
+      EXPECT_TRUE(same_bits(got_m.y, got.y)) << "y";
+    }
     Generator gen(7);
     const ops::DropoutForward f = ops::dropout(on_gpu(x), 0.3f, gen);
     EXPECT_TRUE(same_bits(ops::dropout_backward(misaligned(x), misaligned(f.mask), 0.3f),
