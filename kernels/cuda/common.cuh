@@ -309,6 +309,20 @@ __device__ __forceinline__ void grid_stride_rows(int64_t n, int64_t cols, Body&&
   for (int64_t i = first; i < n; i += stride, at.advance()) body(i, at.row, at.col);
 }
 
+// grid_stride_rows kVec columns at a time when `vector` (cols a multiple of kVec, the buffers
+// aligned): group(i, row, col) for elements i .. i + kVec - 1, columns col .. col + kVec - 1;
+// else one(i, row, col) per element.
+template <typename Group, typename One>
+__device__ __forceinline__ void grid_stride_row_groups(int64_t n, int64_t cols, bool vector,
+                                                       Group&& group, One&& one) {
+  if (!vector) {
+    grid_stride_rows(n, cols, one);
+    return;
+  }
+  grid_stride_rows(n / kVec, cols / kVec,
+                   [&](int64_t g, int64_t r, int64_t c) { group(g * kVec, r, c * kVec); });
+}
+
 // v * s with the CPU's NaN result. x86 returns a NaN operand itself (quieted: sign and payload
 // kept), while GPU arithmetic returns the canonical NaN 0x7FFFFFFF; a NaN operand is therefore
 // passed through here, so bit-for-bit comparisons hold for the NaN codes of FP8 data and E8M0.

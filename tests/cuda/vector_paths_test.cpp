@@ -154,6 +154,24 @@ TEST(CudaVectorPaths, SoftmaxAndNormsEqualTheScalarLoop) {
   }
 }
 
+TEST(CudaVectorPaths, CrossEntropyBackwardEqualsTheScalarLoop) {
+  OCTET_REQUIRE_CUDA();
+  for (const Shape &shape : kShapes) {
+    SCOPED_TRACE(name_of(shape));
+    const Tensor logits = test::random_tensor(shape, DType::kF32, 61, 3.f);
+    // Row 2 ignored (-1); the other targets fall in the first group, a middle one and the last
+    // column (the tail when V = 67).
+    Tensor targets = Tensor::empty({5}, DType::kI32);
+    const float ts[5] = {3.f, 37.f, -1.f, 0.f, static_cast<float>(shape[1] - 1)};
+    for (size_t i = 0; i < 5; ++i) store_from_f32(DType::kI32, targets.data(), i, ts[i]);
+    const Tensor tg = on_gpu(targets);
+    const ops::CrossEntropyForward f = ops::cross_entropy(on_gpu(logits), tg, -1);
+    const Tensor d = ops::cross_entropy_backward(0.7f, on_gpu(logits), tg, f.lse, -1, 4);
+    EXPECT_TRUE(
+        same_bits(ops::cross_entropy_backward(0.7f, misaligned(logits), tg, f.lse, -1, 4), d));
+  }
+}
+
 TEST(CudaVectorPaths, Fp8CastAndDequantizeEqualTheCpu) {
   OCTET_REQUIRE_CUDA();
   for (const Shape &shape : kShapes) {
