@@ -132,12 +132,12 @@ __global__ void dequantize_blockwise_kernel(const uint8_t* q, const float* scale
 __global__ void transpose_scales_kernel(const uint8_t* src, uint8_t* dst, int64_t rows,
                                         int64_t cols, int64_t src_stride, int64_t dst_stride,
                                         int64_t es) {
-  const int64_t n = rows * cols * es;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t e = i / es, byte = i % es, r = e / cols, c = e % cols;
-    dst[(c * dst_stride + r) * es + byte] = src[(r * src_stride + c) * es + byte];
-  }
+  // One thread per element (r, c), its es bytes in a loop.
+  grid_stride_rows(rows * cols, cols, [&](int64_t, int64_t r, int64_t c) {
+    for (int64_t byte = 0; byte < es; ++byte) {
+      dst[(c * dst_stride + r) * es + byte] = src[(r * src_stride + c) * es + byte];
+    }
+  });
 }
 
 template <typename In, bool kE4M3>
@@ -232,7 +232,7 @@ void transpose_scales(const Tensor& src, int64_t rows, int64_t cols, Tensor& dst
   const cudaStream_t stream = stream_of(src);
   OCTET_CUDA_CHECK(cudaMemsetAsync(dst.data(), 0, dst.nbytes(), stream));
   const int64_t es = static_cast<int64_t>(src.element_size());
-  const int64_t n = rows * cols * es;
+  const int64_t n = rows * cols;
   if (n == 0) return;
   transpose_scales_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
       static_cast<const uint8_t*>(src.data()), static_cast<uint8_t*>(dst.data()), rows, cols,
