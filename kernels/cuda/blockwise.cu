@@ -57,8 +57,12 @@ __global__ void blockwise_1d_kernel(const In* x, uint8_t* q, float* scale_inv, i
   const int64_t step = int64_t{gridDim.x} * warps_per_block;
   const int64_t total = rows * col_blocks;
   // w is the same on every lane of a warp: whole warps enter and leave the loop together.
-  for (int64_t w = blockIdx.x * warps_per_block + threadIdx.x / kWarp; w < total; w += step) {
-    const int64_t r = w / col_blocks, cb = w % col_blocks;
+  const int64_t first = blockIdx.x * warps_per_block + threadIdx.x / kWarp;
+  if (first >= total) return;
+  // (row, column block) of warp w walked without a divide per step.
+  math::GridRowCol at = math::GridRowCol::start(first, step, col_blocks);
+  for (int64_t w = first; w < total; w += step, at.advance()) {
+    const int64_t r = at.row, cb = at.col;
     float v[kPerLane];
     float m = 0.f;
 #pragma unroll
@@ -90,17 +94,22 @@ __global__ void blockwise_2d_kernel(const In* x, uint8_t* q, float* scale_inv, i
   const int64_t r0 = rb * kBlock, c0 = cb * kBlock;
   const int64_t nr = rows - r0 < kBlock ? rows - r0 : kBlock;
   const int64_t nc = cols - c0 < kBlock ? cols - c0 : kBlock;
+  // Thread t takes column t % kBlock of rows t / kBlock, + blockDim.x / kBlock, ... of the tile
+  // (constant shifts; blockDim.x is a multiple of kBlock). The max is exact in any order.
+  static_assert(kThreads % kBlock == 0, "the 2D launch has whole tile rows of threads");
+  const int tc = threadIdx.x % kBlock, tr = threadIdx.x / kBlock, lanes = blockDim.x / kBlock;
+  const bool in_tile = tc < nc;
   float m = 0.f;
-  for (int64_t i = threadIdx.x; i < nr * nc; i += blockDim.x) {
-    const float a = fabsf(load_in(x, (r0 + i / nc) * cols + c0 + i % nc));
+  for (int64_t rr = tr; in_tile && rr < nr; rr += lanes) {
+    const float a = fabsf(load_in(x, (r0 + rr) * cols + c0 + tc));
     m = a > m ? a : m;
   }
   m = block_reduce(m, MaxOp(), 0.f);
   const float scale = block_scale(m, p);
   if (threadIdx.x == 0) scale_inv[rb * stride + cb] = scale_inverse(scale);
   CastTally tally;
-  for (int64_t i = threadIdx.x; i < nr * nc; i += blockDim.x) {
-    const int64_t at = (r0 + i / nc) * cols + c0 + i % nc;
+  for (int64_t rr = tr; in_tile && rr < nr; rr += lanes) {
+    const int64_t at = (r0 + rr) * cols + c0 + tc;
     q[at] = cast_one<kE4M3>(load_in(x, at), scale, tally, stats != nullptr);
   }
   tally.flush(stats);
@@ -111,25 +120,24 @@ template <bool kE4M3>
 __global__ void dequantize_blockwise_kernel(const uint8_t* q, const float* scale_inv, void* out,
                                             DType dout, int64_t cols, int64_t stride, bool two_d,
                                             int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t r = i / cols, kb = (i % cols) / kBlock;
+  grid_stride_rows(n, cols, [&](int64_t i, int64_t r, int64_t c) {
+    const int64_t kb = c / kBlock;
     const float s = scale_inv[two_d ? (r / kBlock) * stride + kb : kb * stride + r];
     const float v = kE4M3 ? from_e4m3(q[i]) : from_e5m2(q[i]);
     store_f32(out, dout, i, mul_keep_nan(v, s));  // NaN codes keep the CPU's NaN bits
-  }
+  });
 }
 
 // dst[c][r] = src[r][c] for r < rows, c < cols, element size es (dst zeroed before).
 __global__ void transpose_scales_kernel(const uint8_t* src, uint8_t* dst, int64_t rows,
                                         int64_t cols, int64_t src_stride, int64_t dst_stride,
                                         int64_t es) {
-  const int64_t n = rows * cols * es;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t e = i / es, byte = i % es, r = e / cols, c = e % cols;
-    dst[(c * dst_stride + r) * es + byte] = src[(r * src_stride + c) * es + byte];
-  }
+  // One thread per element (r, c), its es bytes in a loop.
+  grid_stride_rows(rows * cols, cols, [&](int64_t, int64_t r, int64_t c) {
+    for (int64_t byte = 0; byte < es; ++byte) {
+      dst[(c * dst_stride + r) * es + byte] = src[(r * src_stride + c) * es + byte];
+    }
+  });
 }
 
 template <typename In, bool kE4M3>
@@ -224,7 +232,7 @@ void transpose_scales(const Tensor& src, int64_t rows, int64_t cols, Tensor& dst
   const cudaStream_t stream = stream_of(src);
   OCTET_CUDA_CHECK(cudaMemsetAsync(dst.data(), 0, dst.nbytes(), stream));
   const int64_t es = static_cast<int64_t>(src.element_size());
-  const int64_t n = rows * cols * es;
+  const int64_t n = rows * cols;
   if (n == 0) return;
   transpose_scales_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
       static_cast<const uint8_t*>(src.data()), static_cast<uint8_t*>(dst.data()), rows, cols,

@@ -32,26 +32,34 @@ __device__ __forceinline__ void flush_counts(const CastTally& tally, float scale
 __device__ __forceinline__ void merge_amax(float local, float* amax) {
   if (amax == nullptr) return;  // uniform over the launch
   local = block_reduce(local, MaxOp(), 0.f);
-  if (threadIdx.x == 0) atomic_max_nonneg(amax, local);
+  if (threadIdx.x == 0) atomic_merge_amax(amax, local);
 }
 
-// Row-wise only: q[i] = fp8(x[i] * scale[0]), a grid-stride loop.
-template <typename In, bool kE4M3>
+// Row-wise only: q[i] = fp8(x[i] * scale[0]), a grid-stride loop, kVec elements per access when
+// `vector` (x and rowwise aligned).
+template <typename In, bool kE4M3, typename I>
 __global__ void quantize_rowwise_kernel(const In* x, const float* scale, uint8_t* rowwise,
-                                        float* amax, int64_t n, unsigned long long* stats) {
+                                        float* amax, I n, bool vector, unsigned long long* stats) {
   const float s = *scale;
   float local = 0.f;
   CastTally tally;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const float v = load_in(x, i);
+  auto one = [&](float v) {
     const float a = fabsf(v);
     local = a > local ? a : local;  // NaN compares false: ignored
     const float scaled = v * s;
     const uint8_t q = cast_fp8<kE4M3>(scaled);
-    rowwise[i] = q;
     if (stats != nullptr) tally.add_fp8(v, scaled, q, kE4M3 ? kE4M3Max : kE5M2Max);
-  }
+    return q;
+  };
+  grid_stride_vec(
+      n, vector,
+      [&](I i) {
+        const Vec<In> v = load_vec(x, i);
+        Vec<uint8_t> q;
+        for (int k = 0; k < kVec; ++k) q.v[k] = one(load_in(v.v, k));
+        store_vec(rowwise, i, q);
+      },
+      [&](I i) { rowwise[i] = one(load_in(x, i)); });
   flush_counts(tally, s, stats);
   merge_amax(local, amax);
 }
@@ -110,9 +118,12 @@ void launch_quantize(const Tensor& x, const Tensor& scale, uint8_t* row, uint8_t
   const cudaStream_t stream = stream_of(x);
   if (col == nullptr) {
     const int64_t n = x.numel();
-    quantize_rowwise_kernel<In, kE4M3>
-        <<<blocks_for(n), kThreads, 0, stream>>>(px, ps, row, amax, n, stats);
-    OCTET_CUDA_LAUNCH_CHECK("quantize_rowwise_kernel");
+    const bool vector = vec_aligned(px, sizeof(In)) && vec_aligned(row, 1);
+    with_index_type(n, [&]<typename I>(I) {
+      quantize_rowwise_kernel<In, kE4M3, I><<<vec_blocks_for(n), kThreads, 0, stream>>>(
+          px, ps, row, amax, static_cast<I>(n), vector, stats);
+      OCTET_CUDA_LAUNCH_CHECK("quantize_rowwise_kernel");
+    });
     return;
   }
   const int64_t col_tiles = (cols + kTile - 1) / kTile;
@@ -168,16 +179,23 @@ void launch_transpose(const Tensor& x, Tensor& out) {
   OCTET_CUDA_LAUNCH_CHECK("transpose_kernel");
 }
 
-// out[i] = fp8 value of q[i] * scale_inv[0], stored as f32 or bf16 (RNE).
-template <bool kE4M3>
+// out[i] = fp8 value of q[i] * scale_inv[0], stored as f32 or bf16 (RNE); kVec elements per
+// access when `vector`.
+template <bool kE4M3, typename I>
 __global__ void dequantize_kernel(const uint8_t* q, const float* scale_inv, void* out, DType dout,
-                                  int64_t n) {
+                                  I n, bool vector) {
   const float s = *scale_inv;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const float v = kE4M3 ? from_e4m3(q[i]) : from_e5m2(q[i]);
-    store_f32(out, dout, i, mul_keep_nan(v, s));  // NaN codes keep the CPU's NaN bits
-  }
+  // NaN codes keep the CPU's NaN bits (mul_keep_nan).
+  auto one = [&](uint8_t b) { return mul_keep_nan(kE4M3 ? from_e4m3(b) : from_e5m2(b), s); };
+  grid_stride_vec(
+      n, vector,
+      [&](I i) {
+        const Vec<uint8_t> b = load_vec(q, i);
+        float v[kVec];
+        for (int k = 0; k < kVec; ++k) v[k] = one(b.v[k]);
+        store_f32_vec(out, dout, i, v);
+      },
+      [&](I i) { store_f32(out, dout, i, one(q[i])); });
 }
 
 // One block scale per entry of rows [0, rows) step row_step, `blocks` per row, `stride` apart.
@@ -186,9 +204,7 @@ __global__ void block_scale_spread_kernel(const void* scales, SpreadScales kind,
                                           const float* amax, unsigned long long* stats) {
   const int64_t sampled = (rows + row_step - 1) / row_step, n = sampled * blocks;
   const float global = kind == SpreadScales::kNVFP4 ? amax[0] / (kE4M3Max * kE2M1Max) : 0.f;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t k = i / blocks, b = i - k * blocks;
+  grid_stride_rows(n, blocks, [&](int64_t, int64_t k, int64_t b) {
     const int64_t at = k * row_step * stride + b;
     float s = 0.f;
     switch (kind) {
@@ -200,13 +216,13 @@ __global__ void block_scale_spread_kernel(const void* scales, SpreadScales kind,
         break;
       case SpreadScales::kNVFP4: {
         const float f = from_e4m3(static_cast<const uint8_t*>(scales)[at]);
-        if (f == 0.f) continue;  // the layout's padding, as NVFP4Quantizer::cast skips it
+        if (f == 0.f) return;  // the layout's padding, as NVFP4Quantizer::cast skips it
         s = f * global;
         break;
       }
     }
     add_scale_to_spread(stats, s);
-  }
+  });
 }
 
 }  // namespace
@@ -261,14 +277,17 @@ void dequantize_fp8(const Tensor& data, const Tensor& scale_inv, Tensor& out) {
   const uint8_t* q = data.data_as<uint8_t>();
   const float* s = scale_inv.data_as<float>();
   const cudaStream_t stream = stream_of(data);
-  if (data.dtype() == DType::kE4M3) {
-    dequantize_kernel<true>
-        <<<blocks_for(n), kThreads, 0, stream>>>(q, s, out.data(), out.dtype(), n);
-  } else {
-    dequantize_kernel<false>
-        <<<blocks_for(n), kThreads, 0, stream>>>(q, s, out.data(), out.dtype(), n);
-  }
-  OCTET_CUDA_LAUNCH_CHECK("dequantize_kernel");
+  const bool vector = vec_aligned(q, 1) && vec_aligned(out.data(), out.element_size());
+  with_index_type(n, [&]<typename I>(I) {
+    if (data.dtype() == DType::kE4M3) {
+      dequantize_kernel<true, I><<<vec_blocks_for(n), kThreads, 0, stream>>>(
+          q, s, out.data(), out.dtype(), static_cast<I>(n), vector);
+    } else {
+      dequantize_kernel<false, I><<<vec_blocks_for(n), kThreads, 0, stream>>>(
+          q, s, out.data(), out.dtype(), static_cast<I>(n), vector);
+    }
+    OCTET_CUDA_LAUNCH_CHECK("dequantize_kernel");
+  });
 }
 
 }  // namespace octet::cuda

@@ -190,6 +190,139 @@ __device__ __forceinline__ void store_f32(void* p, DType d, int64_t i, float v) 
   }
 }
 
+// ---- vectorised access ----
+// The memory-bound kernels move kVec consecutive elements per access (16 bytes of f32, 8 of
+// bf16, 4 of FP8 bytes) when every buffer of the launch starts on a multiple of its kVec-element
+// width (allocations do; a view's offset may not). A scalar loop takes the last n % kVec elements,
+// or all of them when a buffer is not aligned. The arithmetic per element is unchanged, so the
+// results are the scalar loop's bit for bit.
+constexpr int kVec = 4;
+
+template <typename T>
+struct alignas(kVec * sizeof(T)) Vec {
+  T v[kVec];
+};
+
+// Whether p can be accessed as Vec of elements of `element_size` bytes (host side).
+inline bool vec_aligned(const void* p, size_t element_size) {
+  return reinterpret_cast<uintptr_t>(p) % (kVec * element_size) == 0;
+}
+
+// Elements i .. i + kVec - 1 of p (i a multiple of kVec, p aligned).
+template <typename T, typename I>
+__device__ __forceinline__ Vec<T> load_vec(const T* p, I i) {
+  return *reinterpret_cast<const Vec<T>*>(p + i);
+}
+template <typename T, typename I>
+__device__ __forceinline__ void store_vec(T* p, I i, const Vec<T>& v) {
+  *reinterpret_cast<Vec<T>*>(p + i) = v;
+}
+
+// load_f32 and store_f32 of elements i .. i + kVec - 1, one access each.
+template <typename I>
+__device__ __forceinline__ void load_f32_vec(const void* p, DType d, I i, float (&out)[kVec]) {
+  switch (d) {
+    case DType::kF32: {
+      const Vec<float> v = load_vec(static_cast<const float*>(p), i);
+      for (int k = 0; k < kVec; ++k) out[k] = v.v[k];
+      return;
+    }
+    case DType::kBF16:
+    case DType::kF16: {
+      const Vec<uint16_t> v = load_vec(static_cast<const uint16_t*>(p), i);
+      for (int k = 0; k < kVec; ++k)
+        out[k] = d == DType::kBF16 ? from_bf16(v.v[k]) : from_f16(v.v[k]);
+      return;
+    }
+    case DType::kE4M3:
+    case DType::kE5M2: {
+      const Vec<uint8_t> v = load_vec(static_cast<const uint8_t*>(p), i);
+      for (int k = 0; k < kVec; ++k)
+        out[k] = d == DType::kE4M3 ? from_e4m3(v.v[k]) : from_e5m2(v.v[k]);
+      return;
+    }
+    default:
+      for (int k = 0; k < kVec; ++k) out[k] = 0.f;
+  }
+}
+
+template <typename I>
+__device__ __forceinline__ void store_f32_vec(void* p, DType d, I i, const float (&in)[kVec]) {
+  switch (d) {
+    case DType::kF32: {
+      Vec<float> v;
+      for (int k = 0; k < kVec; ++k) v.v[k] = in[k];
+      store_vec(static_cast<float*>(p), i, v);
+      return;
+    }
+    case DType::kBF16:
+    case DType::kF16: {
+      Vec<uint16_t> v;
+      for (int k = 0; k < kVec; ++k) v.v[k] = d == DType::kBF16 ? to_bf16(in[k]) : to_f16(in[k]);
+      store_vec(static_cast<uint16_t*>(p), i, v);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+// Calls f(I{}) with I = uint32_t when every index of a grid-stride loop over n elements, plus
+// one stride (below 2^28), fits in 32 bits, else with I = uint64_t: the kernels' index math is
+// 32-bit for every tensor below 2^31 elements.
+template <typename F>
+void with_index_type(int64_t n, F&& f) {
+  if (n <= int64_t{0x7FFFFFFF}) {
+    f(uint32_t{});
+  } else {
+    f(uint64_t{});
+  }
+}
+
+// Blocks for grid_stride_vec over n elements: one thread per group of kVec.
+inline unsigned vec_blocks_for(int64_t n) { return blocks_for((n + kVec - 1) / kVec); }
+
+// A grid-stride loop over [0, n): group(i) for i = 0, kVec, 2 kVec, ... while i + kVec <= n,
+// then one(i) for each element left (every element when `vector` is false; uniform over the
+// launch). One 32-bit or 64-bit add and compare per step, no divide.
+template <typename I, typename Group, typename One>
+__device__ __forceinline__ void grid_stride_vec(I n, bool vector, Group&& group, One&& one) {
+  const I first = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
+  I done = 0;
+  if (vector) {
+    const I groups = n / kVec;  // unsigned: a shift
+    for (I g = first; g < groups; g += stride) group(g * kVec);
+    done = groups * kVec;
+  }
+  for (I i = done + first; i < n; i += stride) one(i);
+}
+
+// A grid-stride loop over n elements in rows of `cols`: body(i, row, col) with the (row, column)
+// walked by math::GridRowCol, so no divide or modulo per element. n > 0 implies cols > 0.
+template <typename Body>
+__device__ __forceinline__ void grid_stride_rows(int64_t n, int64_t cols, Body&& body) {
+  const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  if (first >= n) return;
+  math::GridRowCol at = math::GridRowCol::start(first, stride, cols);
+  for (int64_t i = first; i < n; i += stride, at.advance()) body(i, at.row, at.col);
+}
+
+// grid_stride_rows kVec columns at a time when `vector` (cols a multiple of kVec, the buffers
+// aligned): group(i, row, col) for elements i .. i + kVec - 1, columns col .. col + kVec - 1;
+// else one(i, row, col) per element.
+template <typename Group, typename One>
+__device__ __forceinline__ void grid_stride_row_groups(int64_t n, int64_t cols, bool vector,
+                                                       Group&& group, One&& one) {
+  if (!vector) {
+    grid_stride_rows(n, cols, one);
+    return;
+  }
+  grid_stride_rows(n / kVec, cols / kVec,
+                   [&](int64_t g, int64_t r, int64_t c) { group(g * kVec, r, c * kVec); });
+}
+
 // v * s with the CPU's NaN result. x86 returns a NaN operand itself (quieted: sign and payload
 // kept), while GPU arithmetic returns the canonical NaN 0x7FFFFFFF; a NaN operand is therefore
 // passed through here, so bit-for-bit comparisons hold for the NaN codes of FP8 data and E8M0.
@@ -199,13 +332,20 @@ __device__ __forceinline__ float mul_keep_nan(float v, float s) {
   return __fmul_rn(v, s);
 }
 
-// A float max on the bits: non-negative floats order like their bits read as signed ints, and
-// every target with the sign bit set (-0.0, a negative value, a negative NaN such as an all-ones
-// poison) reads as a negative int, so a value >= 0 replaces it, as the CPU's max does. (On the
-// bits read as unsigned, a -0.0 target, 0x80000000, was above every positive value: such an amax
-// could never rise.) `value` must be >= 0 (NaN filtered by the caller).
-__device__ __forceinline__ void atomic_max_nonneg(float* target, float value) {
-  atomicMax(reinterpret_cast<int*>(target), __float_as_int(value));
+// *target = value > *target ? value : *target in one atomic step: the CPU's merge of an amax
+// (kernels/cpu/fp8_cast.cpp, merge_amax) for every start, so a NaN target stays NaN and a -0.0
+// target stays -0.0 when value is 0. (atomicMax on the bits as unsigned kept a -0.0 target,
+// 0x80000000, above every positive value; on the bits as signed ints a negative-NaN target is
+// replaced and a -0.0 one becomes +0.) The target only grows, so a stale first read costs one
+// more compare-and-swap, never a wrong result. `value` is not NaN (the caller filters it).
+__device__ __forceinline__ void atomic_merge_amax(float* target, float value) {
+  int* bits = reinterpret_cast<int*>(target);
+  int seen = *bits;
+  while (value > __int_as_float(seen)) {
+    const int before = atomicCAS(bits, seen, __float_as_int(value));
+    if (before == seen) return;
+    seen = before;
+  }
 }
 
 struct SumOp {

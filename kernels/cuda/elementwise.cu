@@ -1,5 +1,6 @@
 // Elementwise arithmetic, fill and dtype conversion on the GPU: kernels/cpu/elementwise.cpp's
-// math (f32 arithmetic, RNE stores through runtime/float16.h), one grid-stride loop per op.
+// math (f32 arithmetic, RNE stores through runtime/float16.h), one grid-stride loop per op, kVec
+// elements per access where the buffers allow (common.cuh).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -22,70 +23,123 @@ __device__ __forceinline__ float apply(float a, float b) {
   if constexpr (kOp == BinaryOp::kDiv) return __fdiv_rn(a, b);
 }
 
-// out = a (op) b; b repeats every `row` elements (row == n when b has a's shape).
-template <BinaryOp kOp>
+// out = a (op) b; b repeats every `row` elements (row == n when b has a's shape). `vector`: every
+// buffer is Vec-aligned, and row is a multiple of kVec, so no group straddles two rows of b.
+template <BinaryOp kOp, typename I>
 __global__ void binary_kernel(const void* a, DType da, const void* b, DType db, void* out,
-                              DType dout, int64_t n, int64_t row) {
-  const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+                              DType dout, I n, I row, bool vector) {
   if (row == n) {
-    for (int64_t i = first; i < n; i += stride) {
-      store_f32(out, dout, i, apply<kOp>(load_f32(a, da, i), load_f32(b, db, i)));
+    grid_stride_vec(
+        n, vector,
+        [&](I i) {
+          float x[kVec], y[kVec];
+          load_f32_vec(a, da, i, x);
+          load_f32_vec(b, db, i, y);
+          for (int k = 0; k < kVec; ++k) x[k] = apply<kOp>(x[k], y[k]);
+          store_f32_vec(out, dout, i, x);
+        },
+        [&](I i) { store_f32(out, dout, i, apply<kOp>(load_f32(a, da, i), load_f32(b, db, i))); });
+    return;
+  }
+  const I first = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
+  if (vector) {  // groups of kVec: n and row are multiples of kVec
+    const I groups = n / kVec;
+    if (first >= groups) return;
+    auto at = math::BasicGridRowCol<I>::start(first, stride, row / kVec);
+    for (I g = first; g < groups; g += stride, at.advance()) {
+      float x[kVec], y[kVec];
+      load_f32_vec(a, da, g * kVec, x);
+      load_f32_vec(b, db, at.col * kVec, y);
+      for (int k = 0; k < kVec; ++k) x[k] = apply<kOp>(x[k], y[k]);
+      store_f32_vec(out, dout, g * kVec, x);
     }
     return;
   }
   if (first >= n) return;  // also keeps row > 0 below (row == 0 means n == 0)
-  math::GridRowCol at = math::GridRowCol::start(first, stride, row);
-  for (int64_t i = first; i < n; i += stride, at.advance()) {
+  auto at = math::BasicGridRowCol<I>::start(first, stride, row);
+  for (I i = first; i < n; i += stride, at.advance()) {
     store_f32(out, dout, i, apply<kOp>(load_f32(a, da, i), load_f32(b, db, at.col)));
   }
 }
 
-__global__ void axpy_kernel(void* dst, DType dd, const void* src, DType ds, float alpha,
-                            int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const float d = load_f32(dst, dd, i);
-    store_f32(dst, dd, i, __fadd_rn(d, __fmul_rn(alpha, load_f32(src, ds, i))));
-  }
+template <typename I>
+__global__ void axpy_kernel(void* dst, DType dd, const void* src, DType ds, float alpha, I n,
+                            bool vector) {
+  grid_stride_vec(
+      n, vector,
+      [&](I i) {
+        float d[kVec], x[kVec];
+        load_f32_vec(dst, dd, i, d);
+        load_f32_vec(src, ds, i, x);
+        for (int k = 0; k < kVec; ++k) d[k] = __fadd_rn(d[k], __fmul_rn(alpha, x[k]));
+        store_f32_vec(dst, dd, i, d);
+      },
+      [&](I i) {
+        const float d = load_f32(dst, dd, i);
+        store_f32(dst, dd, i, __fadd_rn(d, __fmul_rn(alpha, load_f32(src, ds, i))));
+      });
 }
 
 // x and out may be the same buffer (scale_): each element is read before it is written.
-__global__ void scale_kernel(const void* x, DType dx, float s, void* out, DType dout, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    store_f32(out, dout, i, __fmul_rn(load_f32(x, dx, i), s));
-  }
+template <typename I>
+__global__ void scale_kernel(const void* x, DType dx, float s, void* out, DType dout, I n,
+                             bool vector) {
+  grid_stride_vec(
+      n, vector,
+      [&](I i) {
+        float v[kVec];
+        load_f32_vec(x, dx, i, v);
+        for (int k = 0; k < kVec; ++k) v[k] = __fmul_rn(v[k], s);
+        store_f32_vec(out, dout, i, v);
+      },
+      [&](I i) { store_f32(out, dout, i, __fmul_rn(load_f32(x, dx, i), s)); });
 }
 
-template <typename T>
-__global__ void fill_kernel(T* dst, T value, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    dst[i] = value;
-  }
+template <typename T, typename I>
+__global__ void fill_kernel(T* dst, T value, I n, bool vector) {
+  Vec<T> v;
+  for (int k = 0; k < kVec; ++k) v.v[k] = value;
+  grid_stride_vec(
+      n, vector, [&](I i) { store_vec(dst, i, v); }, [&](I i) { dst[i] = value; });
 }
 
-__global__ void convert_kernel(const void* src, DType ds, void* dst, DType dd, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    store_f32(dst, dd, i, load_f32(src, ds, i));
-  }
+template <typename I>
+__global__ void convert_kernel(const void* src, DType ds, void* dst, DType dd, I n, bool vector) {
+  grid_stride_vec(
+      n, vector,
+      [&](I i) {
+        float v[kVec];
+        load_f32_vec(src, ds, i, v);
+        store_f32_vec(dst, dd, i, v);
+      },
+      [&](I i) { store_f32(dst, dd, i, load_f32(src, ds, i)); });
 }
+
+// Whether t's buffer can be accessed a Vec at a time.
+bool vec_ok(const Tensor& t) { return vec_aligned(t.data(), t.element_size()); }
 
 template <BinaryOp kOp>
 void launch_binary(const Tensor& a, const Tensor& b, Tensor& out, int64_t n, int64_t row) {
-  binary_kernel<kOp><<<blocks_for(n), kThreads, 0, stream_of(out)>>>(
-      a.data(), a.dtype(), b.data(), b.dtype(), out.data(), out.dtype(), n, row);
-  OCTET_CUDA_LAUNCH_CHECK("binary_kernel");
+  const bool vector = vec_ok(a) && vec_ok(b) && vec_ok(out) && (row == n || row % kVec == 0);
+  with_index_type(n, [&]<typename I>(I) {
+    binary_kernel<kOp, I><<<vec_blocks_for(n), kThreads, 0, stream_of(out)>>>(
+        a.data(), a.dtype(), b.data(), b.dtype(), out.data(), out.dtype(), static_cast<I>(n),
+        static_cast<I>(row), vector);
+    OCTET_CUDA_LAUNCH_CHECK("binary_kernel");
+  });
 }
 
 template <typename T>
 void launch_fill(Tensor& dst, uint64_t pattern, int64_t n) {
   T value;
   std::memcpy(&value, &pattern, sizeof(T));  // element 0 of the pattern (little-endian)
-  fill_kernel<T><<<blocks_for(n), kThreads, 0, stream_of(dst)>>>(dst.data_as<T>(), value, n);
-  OCTET_CUDA_LAUNCH_CHECK("fill_kernel");
+  const bool vector = vec_ok(dst);
+  with_index_type(n, [&]<typename I>(I) {
+    fill_kernel<T, I><<<vec_blocks_for(n), kThreads, 0, stream_of(dst)>>>(
+        dst.data_as<T>(), value, static_cast<I>(n), vector);
+    OCTET_CUDA_LAUNCH_CHECK("fill_kernel");
+  });
 }
 
 }  // namespace
@@ -110,17 +164,23 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
 void axpy(Tensor& dst, const Tensor& src, float alpha) {
   const int64_t n = dst.numel();
   if (n == 0) return;
-  axpy_kernel<<<blocks_for(n), kThreads, 0, stream_of(dst)>>>(dst.data(), dst.dtype(), src.data(),
-                                                              src.dtype(), alpha, n);
-  OCTET_CUDA_LAUNCH_CHECK("axpy_kernel");
+  const bool vector = vec_ok(dst) && vec_ok(src);
+  with_index_type(n, [&]<typename I>(I) {
+    axpy_kernel<I><<<vec_blocks_for(n), kThreads, 0, stream_of(dst)>>>(
+        dst.data(), dst.dtype(), src.data(), src.dtype(), alpha, static_cast<I>(n), vector);
+    OCTET_CUDA_LAUNCH_CHECK("axpy_kernel");
+  });
 }
 
 void scale(const Tensor& x, float s, Tensor& out) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  scale_kernel<<<blocks_for(n), kThreads, 0, stream_of(out)>>>(x.data(), x.dtype(), s, out.data(),
-                                                               out.dtype(), n);
-  OCTET_CUDA_LAUNCH_CHECK("scale_kernel");
+  const bool vector = vec_ok(x) && vec_ok(out);
+  with_index_type(n, [&]<typename I>(I) {
+    scale_kernel<I><<<vec_blocks_for(n), kThreads, 0, stream_of(out)>>>(
+        x.data(), x.dtype(), s, out.data(), out.dtype(), static_cast<I>(n), vector);
+    OCTET_CUDA_LAUNCH_CHECK("scale_kernel");
+  });
 }
 
 void fill(Tensor& dst, float value) {
@@ -159,9 +219,12 @@ void convert(const Tensor& src, Tensor& dst) {
                                      stream_of(dst)));
     return;
   }
-  convert_kernel<<<blocks_for(n), kThreads, 0, stream_of(dst)>>>(src.data(), src.dtype(),
-                                                                 dst.data(), dst.dtype(), n);
-  OCTET_CUDA_LAUNCH_CHECK("convert_kernel");
+  const bool vector = vec_ok(src) && vec_ok(dst);
+  with_index_type(n, [&]<typename I>(I) {
+    convert_kernel<I><<<vec_blocks_for(n), kThreads, 0, stream_of(dst)>>>(
+        src.data(), src.dtype(), dst.data(), dst.dtype(), static_cast<I>(n), vector);
+    OCTET_CUDA_LAUNCH_CHECK("convert_kernel");
+  });
 }
 
 }  // namespace octet::cuda

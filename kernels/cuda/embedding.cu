@@ -31,18 +31,15 @@ template <typename Id>
 __global__ void embedding_kernel(const void* table, DType dtype, const Id* ids, float* out,
                                  int64_t positions, int64_t cols, int64_t rows,
                                  DeviceCheckRecord* check) {
-  const int64_t n = positions * cols;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t p = i / cols, c = i - p * cols;
+  grid_stride_rows(positions * cols, cols, [&](int64_t i, int64_t p, int64_t c) {
     const auto id = static_cast<int64_t>(ids[p]);
     if (id < 0 || id >= rows) {
       report_bad_value(check, p);
       out[i] = 0.f;
-      continue;
+      return;
     }
     out[i] = load_f32(table, dtype, id * cols + c);
-  }
+  });
 }
 
 // dtable[ids[p], c] += dy[p, c] for every position p; dtable zeroed before.
@@ -50,17 +47,14 @@ template <typename Id>
 __global__ void embedding_backward_kernel(const float* dy, const Id* ids, float* dtable,
                                           int64_t positions, int64_t cols, int64_t rows,
                                           DeviceCheckRecord* check) {
-  const int64_t n = positions * cols;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t p = i / cols, c = i - p * cols;
+  grid_stride_rows(positions * cols, cols, [&](int64_t i, int64_t p, int64_t c) {
     const auto id = static_cast<int64_t>(ids[p]);
     if (id < 0 || id >= rows) {
       report_bad_value(check, p);
-      continue;
+      return;
     }
     atomicAdd(dtable + id * cols + c, dy[i]);
-  }
+  });
 }
 
 template <typename Id>

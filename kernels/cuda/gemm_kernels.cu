@@ -35,21 +35,32 @@ __global__ void transpose_bytes_kernel(const uint8_t* __restrict__ x, uint8_t* _
   }
 }
 
-// Any floating dtype to bf16 bits (FP8 -> bf16 is exact) or to f32 (bf16 -> f32 is exact).
+// Any floating dtype to bf16 bits (FP8 -> bf16 is exact) or to f32 (bf16 -> f32 is exact), kVec
+// elements per access when `vector` (both buffers aligned).
+template <typename I>
 __global__ void to_bf16_kernel(const void* __restrict__ x, DType dtype, uint16_t* __restrict__ out,
-                               int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = to_bf16(load_f32(x, dtype, i));
-  }
+                               I n, bool vector) {
+  grid_stride_vec(
+      n, vector,
+      [&](I i) {
+        float v[kVec];
+        load_f32_vec(x, dtype, i, v);
+        store_f32_vec(out, DType::kBF16, i, v);
+      },
+      [&](I i) { out[i] = to_bf16(load_f32(x, dtype, i)); });
 }
 
-__global__ void to_f32_kernel(const void* __restrict__ x, DType dtype, float* __restrict__ out,
-                              int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = load_f32(x, dtype, i);
-  }
+template <typename I>
+__global__ void to_f32_kernel(const void* __restrict__ x, DType dtype, float* __restrict__ out, I n,
+                              bool vector) {
+  grid_stride_vec(
+      n, vector,
+      [&](I i) {
+        float v[kVec];
+        load_f32_vec(x, dtype, i, v);
+        store_f32_vec(out, DType::kF32, i, v);
+      },
+      [&](I i) { out[i] = load_f32(x, dtype, i); });
 }
 
 // alpha and beta for the device pointer mode: the FP8 scales folded into alpha in the CPU's order
@@ -64,12 +75,11 @@ __global__ void scalars_kernel(float alpha, const float* a_scale_inv, const floa
 // The GELU is kernels/math/activation.h's, as in the activation kernel and the CPU's epilogue.
 __global__ void epilogue_kernel(float* __restrict__ out, const void* __restrict__ bias,
                                 DType bias_dtype, bool gelu, int64_t n, int64_t total) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
+  grid_stride_rows(total, n, [&](int64_t i, int64_t, int64_t c) {
     float v = out[i];
-    if (bias != nullptr) v += load_f32(bias, bias_dtype, i % n);
+    if (bias != nullptr) v += load_f32(bias, bias_dtype, c);
     out[i] = gelu ? math::gelu_tanh(v) : v;
-  }
+  });
 }
 
 // out = epilogue(product + ((keep ? out : 0) + bias)), rounded once into out's dtype (f32, bf16);
@@ -78,19 +88,18 @@ __global__ void epilogue_kernel(float* __restrict__ out, const void* __restrict_
 __global__ void finish_kernel(const float* __restrict__ product, void* out, DType out_dtype,
                               bool keep, const void* __restrict__ bias, DType bias_dtype, bool gelu,
                               int64_t n, int64_t total) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
+  grid_stride_rows(total, n, [&](int64_t i, int64_t, int64_t col) {
     float v = product != nullptr ? product[i] : 0.f;
     if (keep || bias != nullptr) {
       float c = keep ? load_f32(out, out_dtype, i) : 0.f;
       if (bias != nullptr) {
-        const float b = load_f32(bias, bias_dtype, i % n);
+        const float b = load_f32(bias, bias_dtype, col);
         c = keep ? c + b : b;
       }
       v = product != nullptr ? v + c : c;
     }
     store_f32(out, out_dtype, i, gelu ? math::gelu_tanh(v) : v);
-  }
+  });
 }
 
 // *target = max(*target, *value): cuBLASLt sets its amax, octet's contract max-accumulates. A NaN
@@ -114,13 +123,21 @@ void launch_transpose_bytes(const uint8_t* x, uint8_t* out, int64_t rows, int64_
 }
 
 void launch_to_bf16(const void* x, DType dtype, uint16_t* out, int64_t n, cudaStream_t stream) {
-  to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, dtype, out, n);
-  OCTET_CUDA_LAUNCH_CHECK("to_bf16_kernel");
+  const bool vector = vec_aligned(x, dtype_size(dtype)) && vec_aligned(out, 2);
+  with_index_type(n, [&]<typename I>(I) {
+    to_bf16_kernel<I>
+        <<<vec_blocks_for(n), kThreads, 0, stream>>>(x, dtype, out, static_cast<I>(n), vector);
+    OCTET_CUDA_LAUNCH_CHECK("to_bf16_kernel");
+  });
 }
 
 void launch_to_f32(const void* x, DType dtype, float* out, int64_t n, cudaStream_t stream) {
-  to_f32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, dtype, out, n);
-  OCTET_CUDA_LAUNCH_CHECK("to_f32_kernel");
+  const bool vector = vec_aligned(x, dtype_size(dtype)) && vec_aligned(out, 4);
+  with_index_type(n, [&]<typename I>(I) {
+    to_f32_kernel<I>
+        <<<vec_blocks_for(n), kThreads, 0, stream>>>(x, dtype, out, static_cast<I>(n), vector);
+    OCTET_CUDA_LAUNCH_CHECK("to_f32_kernel");
+  });
 }
 
 void launch_scalars(float alpha, const float* a_scale_inv, const float* b_scale_inv, float beta,

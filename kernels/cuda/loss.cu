@@ -146,27 +146,40 @@ template <typename Target>
 __global__ void cross_entropy_backward_kernel(const float* dloss, const int64_t* counted,
                                               const float* logits, const Target* targets,
                                               const float* lse, int64_t ignore_index, int64_t rows,
-                                              int64_t cols, float* dlogits,
+                                              int64_t cols, float* dlogits, bool vector,
                                               DeviceCheckRecord* check) {
   const int64_t count = counted[0];
   const float g =
       count > 0 ? static_cast<float>(static_cast<double>(dloss[0]) / static_cast<double>(count))
                 : 0.f;
-  const int64_t n = rows * cols;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t r = i / cols, c = i - r * cols;
-    const int64_t t = static_cast<int64_t>(targets[r]);
+  // Whether row r gets a gradient; a bad target is reported once, at its row's column 0.
+  auto row_counts = [&](int64_t r, int64_t c, int64_t& t) {
+    t = static_cast<int64_t>(targets[r]);
     const bool bad = bad_target(t, ignore_index, cols);
     if (bad && c == 0) report_bad_value(check, r);
-    if (bad || t == ignore_index || g == 0.f) {
-      dlogits[i] = 0.f;
-      continue;
-    }
-    float v = g * math::exp_f32(logits[i] - lse[r]);
+    return !(bad || t == ignore_index || g == 0.f);
+  };
+  auto one = [&](float logit, float row_lse, int64_t c, int64_t t) {
+    float v = g * math::exp_f32(logit - row_lse);
     if (c == t) v -= g;
-    dlogits[i] = v;
-  }
+    return v;
+  };
+  grid_stride_row_groups(
+      rows * cols, cols, vector,
+      [&](int64_t i, int64_t r, int64_t c) {
+        int64_t t;
+        Vec<float> d{};
+        if (row_counts(r, c, t)) {
+          const Vec<float> x = load_vec(logits, i);
+          const float l = lse[r];
+          for (int k = 0; k < kVec; ++k) d.v[k] = one(x.v[k], l, c + k, t);
+        }
+        store_vec(dlogits, i, d);
+      },
+      [&](int64_t i, int64_t r, int64_t c) {
+        int64_t t;
+        dlogits[i] = row_counts(r, c, t) ? one(logits[i], lse[r], c, t) : 0.f;
+      });
 }
 
 template <typename Target>
@@ -199,9 +212,12 @@ void launch_cross_entropy_backward(const Tensor& dloss, const Tensor& counted, c
                                    Tensor& dlogits, cudaStream_t stream) {
   const int64_t rows = logits.rows(), cols = logits.cols();
   DeviceCheckRecord* check = octet::cuda::device_check_record(logits.device());
-  cross_entropy_backward_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(
+  const bool vector =
+      cols % kVec == 0 && vec_aligned(logits.data(), 4) && vec_aligned(dlogits.data(), 4);
+  const unsigned blocks = vector ? vec_blocks_for(rows * cols) : blocks_for(rows * cols);
+  cross_entropy_backward_kernel<<<blocks, kThreads, 0, stream>>>(
       dloss.data_as<float>(), counted.data_as<int64_t>(), logits.data_as<float>(), targets,
-      lse.data_as<float>(), ignore_index, rows, cols, dlogits.data_as<float>(), check);
+      lse.data_as<float>(), ignore_index, rows, cols, dlogits.data_as<float>(), vector, check);
   OCTET_CUDA_LAUNCH_CHECK("cross_entropy_backward");
   finish_check(check, targets, kBackwardTargets, cols, ignore_index, stream);
 }

@@ -45,8 +45,12 @@ __global__ void mxfp8_rowwise_kernel(const In* x, uint8_t* q, uint8_t* scales, i
   const int64_t total = rows * blocks;
   CastTally tally;
   // w is the same on every lane of a warp, so whole warps enter and leave the loop together.
-  for (int64_t w = blockIdx.x * warps_per_block + threadIdx.x / kWarp; w < total; w += stride) {
-    const int64_t r = w / blocks, c = (w % blocks) * kBlock + lane;
+  const int64_t first = blockIdx.x * warps_per_block + threadIdx.x / kWarp;
+  if (first >= total) return;
+  // (row, block) of warp w walked without a divide per step.
+  math::GridRowCol at = math::GridRowCol::start(first, stride, blocks);
+  for (int64_t w = first; w < total; w += stride, at.advance()) {
+    const int64_t r = at.row, c = at.col * kBlock + lane;
     const bool inside = c < cols;
     const float v = inside ? load_in(x, r * cols + c) : 0.f;
     uint8_t e;
@@ -98,13 +102,11 @@ __global__ void mxfp8_columnwise_kernel(const In* x, uint8_t* q, uint8_t* scales
 template <bool kE4M3>
 __global__ void dequantize_mxfp8_kernel(const uint8_t* q, const uint8_t* scales, void* out,
                                         DType dout, int64_t cols, int64_t blocks, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t r = i / cols, c = i % cols;
+  grid_stride_rows(n, cols, [&](int64_t i, int64_t r, int64_t c) {
     const float s = from_e8m0(scales[r * blocks + c / kBlock]);
     const float v = kE4M3 ? from_e4m3(q[i]) : from_e5m2(q[i]);
     store_f32(out, dout, i, mul_keep_nan(v, s));  // NaN codes keep the CPU's NaN bits
-  }
+  });
 }
 
 template <typename In, bool kE4M3>

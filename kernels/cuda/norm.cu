@@ -89,19 +89,34 @@ __global__ void norm_stats_kernel(const float* x, int64_t rows, int64_t cols, fl
   }
 }
 
-// y (rows, cols) from x and the row statistics; beta nullable.
+// y (rows, cols) from x and the row statistics; beta nullable. kVec columns at a time when
+// `vector` (cols a multiple of kVec, x, gamma, beta and y aligned): the walk then has cols / kVec
+// groups a row.
+template <typename I>
 __global__ void norm_apply_kernel(const float* x, const float* shift_dmean, const float* rsigma,
                                   const float* gamma, float offset, const float* beta, float* y,
-                                  int64_t rows, int64_t cols) {
-  const int64_t n = rows * cols;
-  const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+                                  I rows, I cols, bool vector) {
+  const I w = vector ? kVec : 1, n = rows * cols / w;
+  const I first = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
   if (first >= n) return;
-  math::GridRowCol at = math::GridRowCol::start(first, stride, cols);
-  for (int64_t i = first; i < n; i += stride, at.advance()) {
-    const int64_t r = at.row, c = at.col;
-    const float b = beta != nullptr ? beta[c] : 0.f;
-    y[i] = normalize(x[i], row_stats(shift_dmean, rsigma, r), scale_of(gamma, offset, c), b);
+  auto at = math::BasicGridRowCol<I>::start(first, stride, cols / w);
+  for (I i = first; i < n; i += stride, at.advance()) {
+    const RowStats st = row_stats(shift_dmean, rsigma, at.row);
+    if (vector) {
+      const I c = at.col * kVec;
+      const Vec<float> xv = load_vec(x, i * kVec), g = load_vec(gamma, c);
+      const Vec<float> b = beta != nullptr ? load_vec(beta, c) : Vec<float>{};
+      Vec<float> out;
+      for (int k = 0; k < kVec; ++k) {
+        out.v[k] = normalize(xv.v[k], st, __fadd_rn(g.v[k], offset), b.v[k]);
+      }
+      store_vec(y, i * kVec, out);
+    } else {
+      const I c = at.col;
+      const float b = beta != nullptr ? beta[c] : 0.f;
+      y[i] = normalize(x[i], st, scale_of(gamma, offset, c), b);
+    }
   }
 }
 
@@ -113,7 +128,7 @@ template <bool kE4M3>
 __global__ void norm_cast_kernel(const float* x, const float* shift_dmean, const float* rsigma,
                                  const float* gamma, float offset, const float* beta,
                                  const float* scale, uint8_t* rowwise, uint8_t* columnwise,
-                                 float* amax, int64_t rows, int64_t cols,
+                                 float* amax, int64_t rows, int64_t cols, bool vector,
                                  unsigned long long* stats) {
   // +4 bytes per row: reading a column of the tile (stride 17 words) hits 32 distinct banks.
   __shared__ uint8_t tile[kTileRows][kTileCols + 4];
@@ -124,20 +139,46 @@ __global__ void norm_cast_kernel(const float* x, const float* shift_dmean, const
   CastTally tally;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int64_t r0 = t / col_tiles * kTileRows, c0 = t % col_tiles * kTileCols;
-    for (int k = threadIdx.x; k < kTileRows * kTileCols; k += blockDim.x) {
-      const int rr = k / kTileCols, cc = k % kTileCols;
+    // kVec consecutive columns per step when `vector` (cols a multiple of kVec: a group is
+    // all in or all out; x, gamma, beta and rowwise aligned), else one.
+    const int w = vector ? kVec : 1, shift = vector ? 4 : 6;  // steps a tile row: 2^shift
+    static_assert(kTileCols == 64 && kVec == 4, "a tile row is 2^6 columns, 2^4 groups");
+    for (int k = threadIdx.x; k < kTileRows << shift; k += blockDim.x) {
+      const int rr = k >> shift, cc = (k & ((1 << shift) - 1)) * w;
       const int64_t r = r0 + rr, c = c0 + cc;
       if (r >= rows || c >= cols) continue;
-      const float b = beta != nullptr ? beta[c] : 0.f;
-      const float y = normalize(x[r * cols + c], row_stats(shift_dmean, rsigma, r),
-                                scale_of(gamma, offset, c), b);
-      const float a = fabsf(y);
-      local = a > local ? a : local;  // NaN compares false: ignored
-      const float scaled = __fmul_rn(y, s);
-      const uint8_t q = kE4M3 ? to_e4m3(scaled) : to_e5m2(scaled);
-      if (rowwise != nullptr) rowwise[r * cols + c] = q;
-      tile[rr][cc] = q;
-      if (stats != nullptr) tally.add_fp8(y, scaled, q, kE4M3 ? kE4M3Max : kE5M2Max);
+      const RowStats st = row_stats(shift_dmean, rsigma, r);
+      float xv[kVec], g[kVec], b[kVec];
+      if (vector) {
+        const Vec<float> xs = load_vec(x, r * cols + c), gs = load_vec(gamma, c);
+        const Vec<float> bs = beta != nullptr ? load_vec(beta, c) : Vec<float>{};
+        for (int j = 0; j < kVec; ++j) {
+          xv[j] = xs.v[j];
+          g[j] = gs.v[j];
+          b[j] = bs.v[j];
+        }
+      } else {
+        xv[0] = x[r * cols + c];
+        g[0] = gamma[c];
+        b[0] = beta != nullptr ? beta[c] : 0.f;
+      }
+      Vec<uint8_t> q;
+      for (int j = 0; j < w; ++j) {
+        const float y = normalize(xv[j], st, __fadd_rn(g[j], offset), b[j]);
+        const float a = fabsf(y);
+        local = a > local ? a : local;  // NaN compares false: ignored
+        const float scaled = __fmul_rn(y, s);
+        q.v[j] = kE4M3 ? to_e4m3(scaled) : to_e5m2(scaled);
+        tile[rr][cc + j] = q.v[j];
+        if (stats != nullptr) tally.add_fp8(y, scaled, q.v[j], kE4M3 ? kE4M3Max : kE5M2Max);
+      }
+      if (rowwise != nullptr) {
+        if (vector) {
+          store_vec(rowwise, r * cols + c, q);
+        } else {
+          rowwise[r * cols + c] = q.v[0];
+        }
+      }
     }
     if (columnwise != nullptr) {  // uniform across the launch
       __syncthreads();
@@ -152,7 +193,7 @@ __global__ void norm_cast_kernel(const float* x, const float* shift_dmean, const
   tally.flush(stats);
   if (amax != nullptr) {
     const float m = block_reduce(local, MaxOp(), 0.f);
-    if (threadIdx.x == 0) atomic_max_nonneg(amax, m);
+    if (threadIdx.x == 0) atomic_merge_amax(amax, m);
   }
 }
 
@@ -240,11 +281,18 @@ void norm_forward(NormKind kind, const Tensor& x, const Tensor& gamma, const Ten
   const int64_t rows = x.rows(), cols = x.cols();
   const Tensor shift_dmean = run_stats(kind, x, eps, mean, rsigma);
   if (rows * cols == 0) return;
-  norm_apply_kernel<<<blocks_for(rows * cols), kThreads, 0, stream_of(x)>>>(
-      x.data_as<float>(), shift_dmean.defined() ? shift_dmean.data_as<float>() : nullptr,
-      rsigma.data_as<float>(), gamma.data_as<float>(), offset_of(zc),
-      beta != nullptr ? beta->data_as<float>() : nullptr, y.data_as<float>(), rows, cols);
-  OCTET_CUDA_LAUNCH_CHECK("norm_apply");
+  const float* pb = beta != nullptr ? beta->data_as<float>() : nullptr;
+  const bool vector = cols % kVec == 0 && vec_aligned(x.data(), 4) &&
+                      vec_aligned(gamma.data(), 4) && (pb == nullptr || vec_aligned(pb, 4)) &&
+                      vec_aligned(y.data(), 4);
+  const unsigned blocks = vector ? vec_blocks_for(rows * cols) : blocks_for(rows * cols);
+  with_index_type(rows * cols, [&]<typename I>(I) {
+    norm_apply_kernel<I><<<blocks, kThreads, 0, stream_of(x)>>>(
+        x.data_as<float>(), shift_dmean.defined() ? shift_dmean.data_as<float>() : nullptr,
+        rsigma.data_as<float>(), gamma.data_as<float>(), offset_of(zc), pb, y.data_as<float>(),
+        static_cast<I>(rows), static_cast<I>(cols), vector);
+    OCTET_CUDA_LAUNCH_CHECK("norm_apply");
+  });
 }
 
 void norm_quantize_fp8(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor* beta,
@@ -264,14 +312,17 @@ void norm_quantize_fp8(NormKind kind, const Tensor& x, const Tensor& gamma, cons
   uint8_t* col = columnwise != nullptr ? columnwise->data_as<uint8_t>() : nullptr;
   float* pa = amax != nullptr ? amax->data_as<float>() : nullptr;
   cudaStream_t stream = stream_of(x);
+  const bool vector = cols % kVec == 0 && vec_aligned(x.data(), 4) &&
+                      vec_aligned(gamma.data(), 4) && (pb == nullptr || vec_aligned(pb, 4)) &&
+                      (row == nullptr || vec_aligned(row, 1));
   if (fp8 == DType::kE4M3) {
     norm_cast_kernel<true><<<blocks, kThreads, 0, stream>>>(
         x.data_as<float>(), psd, rsigma.data_as<float>(), gamma.data_as<float>(), offset_of(zc), pb,
-        scale.data_as<float>(), row, col, pa, rows, cols, stats);
+        scale.data_as<float>(), row, col, pa, rows, cols, vector, stats);
   } else {
     norm_cast_kernel<false><<<blocks, kThreads, 0, stream>>>(
         x.data_as<float>(), psd, rsigma.data_as<float>(), gamma.data_as<float>(), offset_of(zc), pb,
-        scale.data_as<float>(), row, col, pa, rows, cols, stats);
+        scale.data_as<float>(), row, col, pa, rows, cols, vector, stats);
   }
   OCTET_CUDA_LAUNCH_CHECK("norm_cast_fp8");
 }

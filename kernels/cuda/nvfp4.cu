@@ -133,40 +133,37 @@ __global__ void expand_nvfp4_kernel(const uint8_t* q, const uint8_t* sf, const f
                                     void* out, DType dout, int64_t cols, int64_t stride,
                                     int64_t n) {
   const float inv_2688 = octet::detail::bits_to_float(0x39C30C31u);
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t r = i / cols, c = i % cols;
-    const uint8_t byte = q[r * (cols / 2) + c / 2];
+  const int64_t half = cols / 2;  // bytes a row
+  grid_stride_rows(n, cols, [&](int64_t i, int64_t r, int64_t c) {
+    const uint8_t byte = q[r * half + c / 2];
     const uint8_t code = (c & 1) ? byte >> 4 : byte & 0xFu;
     float s = from_e4m3(sf[r * stride + c / kBlock]);
     if (amax != nullptr) s = mul_keep_nan(mul_keep_nan(s, amax[0]), inv_2688);
     store_f32(out, dout, i, mul_keep_nan(from_e2m1(code), s));
-  }
+  });
 }
 
 // One thread per output byte (c, rp) of the nibble transpose: rows 2rp (low) and 2rp + 1 (high)
 // of column c.
 __global__ void transpose_nibbles_kernel(const uint8_t* q, uint8_t* oq, int64_t rows, int64_t cols,
                                          int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t c = i / (rows / 2), r = 2 * (i % (rows / 2));
+  const int64_t half = cols / 2;  // bytes a row of q
+  grid_stride_rows(n, rows / 2, [&](int64_t i, int64_t c, int64_t rp) {
+    const int64_t r = 2 * rp;
     const int shift = (c & 1) ? 4 : 0;
-    const uint8_t lo = (q[r * (cols / 2) + c / 2] >> shift) & 0xFu;
-    const uint8_t hi = (q[(r + 1) * (cols / 2) + c / 2] >> shift) & 0xFu;
+    const uint8_t lo = (q[r * half + c / 2] >> shift) & 0xFu;
+    const uint8_t hi = (q[(r + 1) * half + c / 2] >> shift) & 0xFu;
     oq[i] = static_cast<uint8_t>(lo | (hi << 4));
-  }
+  });
 }
 
 // Tile (rb, cb)'s scale sits on each of its 16 rows, column cb; transposed: rows of cb (one per
 // column c), column rb.
 __global__ void transpose_tile_scales_kernel(const uint8_t* sf, uint8_t* os, int64_t row_blocks,
                                              int64_t ss, int64_t os_stride, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t c = i / row_blocks, rb = i % row_blocks;
+  grid_stride_rows(n, row_blocks, [&](int64_t, int64_t c, int64_t rb) {
     os[c * os_stride + rb] = sf[(rb * kBlock) * ss + c / kBlock];
-  }
+  });
 }
 
 void launch_hadamard(const Tensor& x, bool inverse, float* y) {

@@ -25,6 +25,8 @@ struct AdamWEntry {
   int64_t n;
   int64_t first_chunk;  // blocks before this tensor's first: a prefix sum over the list
   DType g_dtype;
+  int g_size;   // bytes per element of g
+  bool vector;  // w, g, m and v aligned for kVec-element accesses
 };
 
 // Host-computed constants, the same values the CPU computes.
@@ -52,33 +54,73 @@ __global__ void adamw_kernel(const AdamWEntry* table, int count, AdamWConstants 
     }
   }
   const AdamWEntry e = table[lo];
+  // The chunk's elements, indexed from its start in 32 bits (kChunk elements at most); chunks
+  // start at multiples of kChunk, so an aligned tensor's chunk is aligned too.
   const int64_t begin = (b - e.first_chunk) * kChunk;
-  const int64_t end = begin + kChunk < e.n ? begin + kChunk : e.n;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const float g = load_f32(e.g, e.g_dtype, i);
-    const float wi = __fmul_rn(e.w[i], k.decay);
-    const float mi = __fadd_rn(__fmul_rn(k.beta1, e.m[i]), __fmul_rn(k.one_minus_beta1, g));
-    const float vi =
-        __fadd_rn(__fmul_rn(k.beta2, e.v[i]), __fmul_rn(__fmul_rn(k.one_minus_beta2, g), g));
-    e.m[i] = mi;
-    e.v[i] = vi;
+  const int len = static_cast<int>(begin + kChunk < e.n ? kChunk : e.n - begin);
+  float* w = e.w + begin;
+  float* m = e.m + begin;
+  float* v = e.v + begin;
+  const void* g = static_cast<const char*>(e.g) + begin * e.g_size;
+  auto one = [&](float gi, float& wi, float& mi, float& vi) {
+    const float wd = __fmul_rn(wi, k.decay);
+    mi = __fadd_rn(__fmul_rn(k.beta1, mi), __fmul_rn(k.one_minus_beta1, gi));
+    vi = __fadd_rn(__fmul_rn(k.beta2, vi), __fmul_rn(__fmul_rn(k.one_minus_beta2, gi), gi));
     const float step = __fdiv_rn(__fmul_rn(k.lr, __fdiv_rn(mi, k.c1)),
                                  __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, k.c2)), k.eps));
-    e.w[i] = __fsub_rn(wi, step);
+    wi = __fsub_rn(wd, step);
+  };
+  int done = 0;
+  if (e.vector) {
+    const int groups = len / kVec;
+    for (int j = threadIdx.x; j < groups; j += blockDim.x) {
+      const int i = j * kVec;
+      float gv[kVec];
+      load_f32_vec(g, e.g_dtype, i, gv);
+      Vec<float> wv = load_vec(w, i), mv = load_vec(m, i), vv = load_vec(v, i);
+      for (int q = 0; q < kVec; ++q) one(gv[q], wv.v[q], mv.v[q], vv.v[q]);
+      store_vec(m, i, mv);
+      store_vec(v, i, vv);
+      store_vec(w, i, wv);
+    }
+    done = groups * kVec;
+  }
+  for (int i = done + threadIdx.x; i < len; i += blockDim.x) {
+    float wi = w[i], mi = m[i], vi = v[i];
+    one(load_f32(g, e.g_dtype, i), wi, mi, vi);
+    m[i] = mi;
+    v[i] = vi;
+    w[i] = wi;
   }
 }
 
 // SGD with momentum, the CPU's order: g' = g + wd w; buf = g' (first step or no buffer) or
 // momentum buf + g'; w = w - lr buf.
-__global__ void sgd_kernel(float* w, const void* g, DType g_dtype, float* buf, int64_t n, float lr,
-                           float momentum, float wd, bool first) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const float gi = __fadd_rn(load_f32(g, g_dtype, i), __fmul_rn(wd, w[i]));
-    const float bi = (buf == nullptr || first) ? gi : __fadd_rn(__fmul_rn(momentum, buf[i]), gi);
-    if (buf != nullptr) buf[i] = bi;
-    w[i] = __fsub_rn(w[i], __fmul_rn(lr, bi));
-  }
+template <typename I>
+__global__ void sgd_kernel(float* w, const void* g, DType g_dtype, float* buf, I n, float lr,
+                           float momentum, float wd, bool first, bool vector) {
+  auto one = [&](float gr, float& wi, float& bi) {
+    const float gi = __fadd_rn(gr, __fmul_rn(wd, wi));
+    bi = (buf == nullptr || first) ? gi : __fadd_rn(__fmul_rn(momentum, bi), gi);
+    wi = __fsub_rn(wi, __fmul_rn(lr, bi));
+  };
+  grid_stride_vec(
+      n, vector,
+      [&](I i) {
+        float gv[kVec];
+        load_f32_vec(g, g_dtype, i, gv);
+        Vec<float> wv = load_vec(w, i), bv{};
+        if (buf != nullptr && !first) bv = load_vec(buf, i);
+        for (int k = 0; k < kVec; ++k) one(gv[k], wv.v[k], bv.v[k]);
+        if (buf != nullptr) store_vec(buf, i, bv);
+        store_vec(w, i, wv);
+      },
+      [&](I i) {
+        float wi = w[i], bi = buf != nullptr && !first ? buf[i] : 0.f;
+        one(load_f32(g, g_dtype, i), wi, bi);
+        if (buf != nullptr) buf[i] = bi;
+        w[i] = wi;
+      });
 }
 
 }  // namespace
@@ -94,8 +136,12 @@ void adamw_step(const std::vector<AdamWTensors>& tensors, const ops::AdamWHyper&
     if (table.empty()) device = t.master->device();
     OCTET_CHECK(t.master->device() == device, "adamw_step: tensors on different devices (", device,
                 " and ", t.master->device(), ")");
+    const bool vector = vec_aligned(t.master->data(), 4) && vec_aligned(t.m->data(), 4) &&
+                        vec_aligned(t.v->data(), 4) &&
+                        vec_aligned(t.grad->data(), t.grad->element_size());
     table.push_back({t.master->data_as<float>(), t.grad->data(), t.m->data_as<float>(),
-                     t.v->data_as<float>(), n, chunks, t.grad->dtype()});
+                     t.v->data_as<float>(), n, chunks, t.grad->dtype(),
+                     static_cast<int>(t.grad->element_size()), vector});
     chunks += (n + kChunk - 1) / kChunk;
   }
   if (table.empty()) return;
@@ -128,10 +174,15 @@ void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float m
   const int64_t n = master.numel();
   if (n == 0) return;
   float* pb = momentum != 0.f ? buf.data_as<float>() : nullptr;  // momentum 0: no buffer
-  sgd_kernel<<<blocks_for(n), kThreads, 0, stream_of(master)>>>(
-      master.data_as<float>(), grad.data(), grad.dtype(), pb, n, lr, momentum, weight_decay,
-      step <= 1);
-  OCTET_CUDA_LAUNCH_CHECK("sgd_kernel");
+  const bool vector = vec_aligned(master.data(), 4) &&
+                      vec_aligned(grad.data(), grad.element_size()) &&
+                      (pb == nullptr || vec_aligned(pb, 4));
+  with_index_type(n, [&]<typename I>(I) {
+    sgd_kernel<I><<<vec_blocks_for(n), kThreads, 0, stream_of(master)>>>(
+        master.data_as<float>(), grad.data(), grad.dtype(), pb, static_cast<I>(n), lr, momentum,
+        weight_decay, step <= 1, vector);
+    OCTET_CUDA_LAUNCH_CHECK("sgd_kernel");
+  });
 }
 
 }  // namespace octet::cuda

@@ -12,53 +12,98 @@
 namespace octet::cuda {
 namespace {
 
-__global__ void softmax_kernel(const float* x, float* y, int64_t rows, int64_t cols) {
+// A block's loop over one row's columns, kVec at a time when `vector` (the row's start and cols
+// are multiples of kVec), 32-bit indices. Only for loops whose per-thread order does not matter
+// (max, elementwise): the sums keep one column per step, so their rounding is unchanged.
+template <typename Group, typename One>
+__device__ __forceinline__ void row_loop(int cols, bool vector, Group&& group, One&& one) {
+  int done = 0;
+  if (vector) {
+    const int groups = cols / kVec;
+    for (int g = threadIdx.x; g < groups; g += blockDim.x) group(g * kVec);
+    done = groups * kVec;
+  }
+  for (int c = done + threadIdx.x; c < cols; c += blockDim.x) one(c);
+}
+
+__global__ void softmax_kernel(const float* x, float* y, int64_t rows, int cols, bool vector) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
     float m = -INFINITY;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, xr[c]);
+    // The max of a set, NaN skipped, whatever the order (a zero's sign in m cannot change any
+    // x - m below).
+    row_loop(
+        cols, vector,
+        [&](int c) {
+          const Vec<float> v = load_vec(xr, c);
+          for (int k = 0; k < kVec; ++k) m = fmaxf(m, v.v[k]);
+        },
+        [&](int c) { m = fmaxf(m, xr[c]); });
     // Shifting by the row max keeps every exp in (0, 1]: no overflow for any input. NaN entries
     // are skipped by the max (as on the CPU) and reach the sum, so the row becomes NaN.
     m = block_reduce(m, MaxOp(), -INFINITY);
     float s = 0.f;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += math::exp_f32(xr[c] - m);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) s += math::exp_f32(xr[c] - m);
     const float inv = 1.f / block_reduce(s, SumOp(), 0.f);
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      yr[c] = math::exp_f32(xr[c] - m) * inv;
-    }
+    row_loop(
+        cols, vector,
+        [&](int c) {
+          Vec<float> v = load_vec(xr, c);
+          for (int k = 0; k < kVec; ++k) v.v[k] = math::exp_f32(v.v[k] - m) * inv;
+          store_vec(yr, c, v);
+        },
+        [&](int c) { yr[c] = math::exp_f32(xr[c] - m) * inv; });
   }
 }
 
 // dx = y * (dy - dot), dot = sum(dy * y): the Jacobian-vector product of softmax.
 __global__ void softmax_backward_kernel(const float* dy, const float* y, float* dx, int64_t rows,
-                                        int64_t cols) {
+                                        int cols, bool vector) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const int64_t o = r * cols;
+    const float* dyr = dy + r * cols;
+    const float* yr = y + r * cols;
+    float* dxr = dx + r * cols;
     float s = 0.f;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += dy[o + c] * y[o + c];
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) s += dyr[c] * yr[c];
     const float dot = block_reduce(s, SumOp(), 0.f);
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      dx[o + c] = y[o + c] * (dy[o + c] - dot);
-    }
+    row_loop(
+        cols, vector,
+        [&](int c) {
+          const Vec<float> d = load_vec(dyr, c), v = load_vec(yr, c);
+          Vec<float> out;
+          for (int k = 0; k < kVec; ++k) out.v[k] = v.v[k] * (d.v[k] - dot);
+          store_vec(dxr, c, out);
+        },
+        [&](int c) { dxr[c] = yr[c] * (dyr[c] - dot); });
   }
 }
+
+// Rows of `cols` starting at every p: Vec-aligned when p is and cols is a multiple of kVec.
+bool rows_vec_ok(const void* p, int64_t cols) { return cols % kVec == 0 && vec_aligned(p, 4); }
 
 }  // namespace
 
 void softmax(const Tensor& x, Tensor& y) {
   const int64_t rows = x.rows(), cols = x.cols();
   if (rows == 0 || cols == 0) return;
+  OCTET_CHECK(cols <= int64_t{0x7FFFFFFF}, "softmax: rows of ", cols, " elements are too long");
+  const bool vector = rows_vec_ok(x.data(), cols) && rows_vec_ok(y.data(), cols);
   softmax_kernel<<<row_blocks(rows), row_threads(cols), 0, stream_of(x)>>>(
-      x.data_as<float>(), y.data_as<float>(), rows, cols);
+      x.data_as<float>(), y.data_as<float>(), rows, static_cast<int>(cols), vector);
   OCTET_CUDA_LAUNCH_CHECK("softmax");
 }
 
 void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
   const int64_t rows = y.rows(), cols = y.cols();
   if (rows == 0 || cols == 0) return;
+  OCTET_CHECK(cols <= int64_t{0x7FFFFFFF}, "softmax_backward: rows of ", cols,
+              " elements are too long");
+  const bool vector =
+      rows_vec_ok(dy.data(), cols) && rows_vec_ok(y.data(), cols) && rows_vec_ok(dx.data(), cols);
   softmax_backward_kernel<<<row_blocks(rows), row_threads(cols), 0, stream_of(y)>>>(
-      dy.data_as<float>(), y.data_as<float>(), dx.data_as<float>(), rows, cols);
+      dy.data_as<float>(), y.data_as<float>(), dx.data_as<float>(), rows, static_cast<int>(cols),
+      vector);
   OCTET_CUDA_LAUNCH_CHECK("softmax_backward");
 }
 

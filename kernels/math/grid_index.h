@@ -1,7 +1,8 @@
 // The (row, column) of a grid-stride loop's element over rows of `cols` elements, advanced by the
-// loop's stride with an add and a compare: one 64-bit divide per thread instead of one per
-// element (64-bit division is a long instruction sequence on a GPU). Shared so the host tests can
-// walk it against i / cols and i % cols.
+// loop's stride with an add and a compare: one divide per thread instead of one per element
+// (64-bit division is a long instruction sequence on a GPU; 32-bit indices where the launch's
+// sizes allow make the rest cheaper too). Shared so the host tests can walk it against i / cols
+// and i % cols.
 #pragma once
 
 #include <cstdint>
@@ -10,14 +11,16 @@
 
 namespace octet::math {
 
-struct GridRowCol {
-  int64_t row, col;  // of the current element
-  int64_t step_row, step_col;
-  int64_t cols;
+// I: the loop's index type (int64_t, or uint32_t when every index and index + stride fits).
+template <typename I>
+struct BasicGridRowCol {
+  I row, col;  // of the current element
+  I step_row, step_col;
+  I cols;
 
   // Element `first` of a loop that moves `stride` elements a step; cols > 0.
-  OCTET_HD static GridRowCol start(int64_t first, int64_t stride, int64_t cols) {
-    GridRowCol g;
+  OCTET_HD static BasicGridRowCol start(I first, I stride, I cols) {
+    BasicGridRowCol g;
     g.row = first / cols;
     g.col = first - g.row * cols;
     g.step_row = stride / cols;
@@ -36,5 +39,7 @@ struct GridRowCol {
     }
   }
 };
+
+using GridRowCol = BasicGridRowCol<int64_t>;
 
 }  // namespace octet::math

@@ -56,13 +56,12 @@ TEST(CudaKernelEdges, AmaxRisesFromNegativeZeroAndNegativeStarts) {
       Tensor cg = Tensor::empty({x.cols(), x.rows()}, DType::kE4M3, test::gpu());
       Tensor ag = test::scalar(from_bits(start), test::gpu());
       ops::quantize_fp8(on_gpu(x), on_gpu(scale), &rg, tile ? &cg : nullptr, &ag);
-      if (start != 0xFFC00000u) {  // the CPU's NaN-ignoring max keeps a NaN start; see below
-        EXPECT_TRUE(test::same_bits(ag, amax)) << (tile ? "tiled" : "row-wise");
+      EXPECT_TRUE(test::same_bits(ag, amax)) << (tile ? "tiled" : "row-wise");
+      if (start != 0xFFC00000u) {  // a NaN start stays NaN (the next test)
+        const float got = on_cpu(ag).item();
+        EXPECT_GT(got, 0.f);
+        EXPECT_EQ(got, on_cpu(ops::amax(x)).item());
       }
-      // Either way the GPU's amax is now the data's max |x|, a positive number.
-      const float got = on_cpu(ag).item();
-      EXPECT_GT(got, 0.f);
-      EXPECT_EQ(got, on_cpu(ops::amax(x)).item());
     }
   }
   // The fused norm + cast max-accumulates through the same atomic.
@@ -74,6 +73,46 @@ TEST(CudaKernelEdges, AmaxRisesFromNegativeZeroAndNegativeStarts) {
                 test::scalar(1.f, test::gpu()), &row, nullptr, &amax);
   const ops::NormForward ref = ops::rmsnorm(xn, gamma, 1e-5f, ZeroCenteredGamma::kNo);
   EXPECT_TRUE(test::same_bits(amax, ops::amax(ref.y))) << "norm_fp8 amax from -0.0";
+}
+
+// The merge is the CPU's `m > amax ? m : amax` for every start: a NaN start of either sign
+// stays (it compares false), and so does -0.0 when the data are all zeros (0 > -0.0 is false).
+// The signed-int atomicMax replaced a negative-NaN start and turned that -0.0 into +0.
+TEST(CudaKernelEdges, AmaxMergesLikeTheCpuFromEveryStart) {
+  OCTET_REQUIRE_CUDA();
+  const std::vector<uint32_t> starts = {0x00000000u, 0x80000000u, 0xBF800000u, 0x7FC00000u,
+                                        0xFFC00000u, 0x7F7FFFFFu};  // ..., +NaN, -NaN, FLT_MAX
+  const Tensor scale = test::scalar(2.f);
+  for (bool zeros : {false, true}) {
+    const Tensor x = zeros ? Tensor::zeros({40, 96}, DType::kF32)
+                           : test::random_tensor({40, 96}, DType::kF32, 24, 3.f);
+    for (uint32_t start : starts) {
+      SCOPED_TRACE((zeros ? std::string("zeros, start ") : std::string("random, start ")) +
+                   std::to_string(start));
+      for (bool tile : {false, true}) {
+        Tensor row = Tensor::empty(x.shape(), DType::kE4M3);
+        Tensor col = Tensor::empty({x.cols(), x.rows()}, DType::kE4M3);
+        Tensor amax = test::scalar(from_bits(start));
+        ops::quantize_fp8(x, scale, &row, tile ? &col : nullptr, &amax);
+        Tensor rg = Tensor::empty(x.shape(), DType::kE4M3, test::gpu());
+        Tensor cg = Tensor::empty({x.cols(), x.rows()}, DType::kE4M3, test::gpu());
+        Tensor ag = test::scalar(from_bits(start), test::gpu());
+        ops::quantize_fp8(on_gpu(x), on_gpu(scale), &rg, tile ? &cg : nullptr, &ag);
+        EXPECT_TRUE(test::same_bits(ag, amax)) << (tile ? "tiled" : "row-wise");
+      }
+      // The fused norm + cast: its amax against the CPU's merge rule applied to max |y| of the
+      // GPU's own unfused norm (the CPU's f32 norm may differ in the last bits).
+      const Tensor gamma = on_gpu(test::random_tensor({96}, DType::kF32, 25));
+      const Tensor xg = on_gpu(x);
+      Tensor row = Tensor::empty({40, 96}, DType::kE4M3, test::gpu());
+      Tensor ag = test::scalar(from_bits(start), test::gpu());
+      ops::norm_fp8(NormKind::kRMSNorm, xg, gamma, nullptr, 1e-5f, ZeroCenteredGamma::kNo,
+                    test::scalar(1.f, test::gpu()), &row, nullptr, &ag);
+      const ops::NormForward ref = ops::rmsnorm(xg, gamma, 1e-5f, ZeroCenteredGamma::kNo);
+      const float m = on_cpu(ops::amax(ref.y)).item(), s = from_bits(start);
+      EXPECT_TRUE(test::same_bits(ag, test::scalar(m > s ? m : s))) << "norm_fp8";
+    }
+  }
 }
 
 // ---- negative NaN ----
