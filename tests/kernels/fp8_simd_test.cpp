@@ -2,7 +2,7 @@
 // each that this processor has) against CUDA's host conversion, on every special class of input,
 // the ties and boundaries around every FP8 value, a strided and a random sample of all f32 bit
 // patterns, and block lengths that leave every tail. The dispatched path is checked on all 2^32
-// inputs by fp8_cast_exhaustive_test.cpp.
+// inputs by fp8_exhaustive_test.cpp.
 #include "kernels/cpu/fp8_simd.h"
 
 #include <gtest/gtest.h>

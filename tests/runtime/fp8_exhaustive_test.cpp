@@ -1,6 +1,6 @@
 // Compares runtime/fp8.h and runtime/float16.h with the CUDA toolkit's own host conversions on
 // every f32 bit pattern (and every code of the narrow formats); needs only the toolkit's headers.
-// f32 -> E4M3 / E5M2 is swept in tests/kernels/fp8_cast_exhaustive_test.cpp, together with the
+// f32 -> E4M3 / E5M2 is swept in tests/kernels/fp8_exhaustive_test.cpp, together with the
 // CPU's block cast.
 #include <gtest/gtest.h>
 
