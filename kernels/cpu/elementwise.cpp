@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/fp8_simd.h"
 #include "kernels/cpu/simd.h"
 #include "runtime/float16.h"
 #include "runtime/fp8.h"
@@ -48,10 +49,6 @@ void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = to_bf16(src[i]);
 }
 
-void lut_to_f32(const float* table, const uint8_t* src, float* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = table[src[i]];
-}
-
 // Non-f32 tensors go through f32 buffers of this many elements.
 constexpr int64_t kBlock = 1024;
 
@@ -66,10 +63,8 @@ void to_f32(DType dtype, const void* src, float* dst, int64_t n) {
       bf16_to_f32(static_cast<const uint16_t*>(src), dst, n);
       return;
     case DType::kE4M3:
-      lut_to_f32(e4m3_to_float_table(), static_cast<const uint8_t*>(src), dst, n);
-      return;
     case DType::kE5M2:
-      lut_to_f32(e5m2_to_float_table(), static_cast<const uint8_t*>(src), dst, n);
+      fp8_to_f32(dtype, static_cast<const uint8_t*>(src), n, dst);
       return;
     default:
       for (int64_t i = 0; i < n; ++i) dst[i] = load_as_f32(dtype, src, static_cast<size_t>(i));

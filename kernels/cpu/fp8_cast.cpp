@@ -1,10 +1,10 @@
 // FP8 quantize (fused amax, row-wise and column-wise output in one pass), byte transpose and
 // dequantize on the CPU. The element rule is runtime/fp8.h, shared with the CUDA kernels.
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/fp8_simd.h"
 #include "kernels/cpu/nn_cpu.h"
 #include "kernels/cpu/simd.h"
 #include "runtime/fp8.h"
@@ -17,28 +17,15 @@ namespace {
 constexpr int64_t kTileRows = 64;
 constexpr int64_t kTileCols = 256;
 
-// q[i] = fp8(x[i] * scale); returns max(|x|) over the block (NaN ignored).
-template <bool kE4M3>
-OCTET_VECTOR_CLONES float cast_block(const float* x, int64_t n, float scale, uint8_t* q) {
-  float m = 0.f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = std::fabs(x[i]);
-    m = v > m ? v : m;
-    q[i] = kE4M3 ? to_e4m3(x[i] * scale) : to_e5m2(x[i] * scale);
-  }
-  return m;
-}
+}  // namespace
 
 // Adds the saturated and flushed elements of a block just cast (x -> q, max |x| = block_max) to
-// *counts. A pass of its own over data still in L1 rather than more work in the cast's loop: that
-// loop is serial (its NaN-ignoring max does not vectorize), these compare-and-sum loops do, and
-// they mostly do not run at all:
+// *counts. A pass of its own over data still in L1, kept out of the cast's vector loops: these
+// compare-and-sum loops vectorise by themselves, and they mostly do not run at all:
 // - saturated, |x * scale| > fp8_max: f32 rounding is monotonic, so no element can be when
 //   block_max * |scale| <= fp8_max (or is NaN), the usual case, decided without a pass;
 // - flushed, x != 0 but q = +-0: looked for only when some q is +-0. NaN needs no test: it casts
 //   to 0x7F, and |NaN * scale| > fp8_max is false.
-}  // namespace
-
 OCTET_VECTOR_CLONES void count_fp8_block(const float* x, const uint8_t* q, int64_t n, float scale,
                                          float block_max, float fp8_max, FP8CastCounts* counts) {
   int64_t zero_codes = 0;
@@ -55,22 +42,9 @@ OCTET_VECTOR_CLONES void count_fp8_block(const float* x, const uint8_t* q, int64
   }
 }
 
-namespace {
-
-template <bool kE4M3>
-OCTET_VECTOR_CLONES void cast_scaled(const float* x, int64_t n, float scale, uint8_t* q) {
-  for (int64_t i = 0; i < n; ++i) q[i] = kE4M3 ? to_e4m3(x[i] * scale) : to_e5m2(x[i] * scale);
-}
-
-}  // namespace
-
 void cast_fp8_block(DType fp8, const float* x, int64_t n, float scale, float block_amax, uint8_t* q,
                     FP8CastCounts* counts) {
-  if (fp8 == DType::kE4M3) {
-    cast_scaled<true>(x, n, scale, q);
-  } else {
-    cast_scaled<false>(x, n, scale, q);
-  }
+  cast_fp8(fp8, x, n, scale, q);
   if (counts != nullptr) count_fp8_block(x, q, n, scale, block_amax, fp8_max(fp8), counts);
 }
 
@@ -87,9 +61,8 @@ namespace {
 // caller knows the size).
 float cast_any(DType fp8, const float* x, int64_t n, float scale, uint8_t* q,
                FP8CastCounts* counts) {
-  const bool e4m3 = fp8 == DType::kE4M3;
-  const float m = e4m3 ? cast_block<true>(x, n, scale, q) : cast_block<false>(x, n, scale, q);
-  if (counts != nullptr) count_fp8_block(x, q, n, scale, m, e4m3 ? kE4M3Max : kE5M2Max, counts);
+  const float m = cast_fp8_amax(fp8, x, n, scale, q);
+  if (counts != nullptr) count_fp8_block(x, q, n, scale, m, fp8_max(fp8), counts);
   return m;
 }
 
@@ -115,10 +88,7 @@ void transpose_tiles(const T* in, T* out, int64_t rows, int64_t cols) {
 // column-wise output (cols x rows of the whole tensor) at rows [r0, r0 + n_rows), columns c0...
 void write_columnwise_tile(const uint8_t* q, int64_t q_stride, int64_t n_rows, int64_t n_cols,
                            int64_t r0, int64_t c0, int64_t rows, uint8_t* col_out) {
-  for (int64_t c = 0; c < n_cols; ++c) {
-    uint8_t* dst = col_out + (c0 + c) * rows + r0;
-    for (int64_t r = 0; r < n_rows; ++r) dst[r] = q[r * q_stride + c];
-  }
+  transpose_bytes(q, q_stride, n_rows, n_cols, col_out + c0 * rows + r0, rows);
 }
 
 // Max-accumulates the per-chunk maxima into *amax (when asked for).
@@ -146,7 +116,7 @@ void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnw
     FP8CastCounts* thread_counts =
         counts ? &partial_counts[static_cast<size_t>(parallel_chunk())] : nullptr;
     std::vector<float> buf(static_cast<size_t>(kTileCols));
-    std::vector<uint8_t> q(static_cast<size_t>(kTileRows * kTileCols));
+    std::vector<uint8_t> q(row_out ? 0 : static_cast<size_t>(kTileRows * kTileCols));
     float m = 0.f;
     for (int64_t r0 = t0 * kTileRows; r0 < std::min(rows, t1 * kTileRows); r0 += kTileRows) {
       const int64_t r1 = std::min(rows, r0 + kTileRows);
@@ -158,13 +128,17 @@ void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnw
             to_f32(x.dtype(), px + (r * cols + c0) * es, buf.data(), w);
             src = buf.data();
           }
-          // Row-wise bytes go straight to the output; column-wise ones wait in the tile.
+          // Row-wise bytes go straight to the output, which the column-wise transpose then reads
+          // while it is still in cache; without row-wise output they wait in the tile.
           uint8_t* dst = row_out ? row_out + r * cols + c0 : q.data() + (r - r0) * kTileCols;
           const float tile_max = cast_any(fp8, src, w, scale, dst, thread_counts);
           m = tile_max > m ? tile_max : m;
-          if (row_out && col_out) std::memcpy(q.data() + (r - r0) * kTileCols, dst, w);
         }
-        if (col_out) write_columnwise_tile(q.data(), kTileCols, r1 - r0, w, r0, c0, rows, col_out);
+        if (col_out) {
+          const uint8_t* tile = row_out ? row_out + r0 * cols + c0 : q.data();
+          write_columnwise_tile(tile, row_out ? cols : kTileCols, r1 - r0, w, r0, c0, rows,
+                                col_out);
+        }
       }
     }
     partial[static_cast<size_t>(parallel_chunk())] = m;
@@ -188,7 +162,7 @@ void norm_quantize_fp8(const Tensor& x, const NormRow& norm, float scale, Tensor
     FP8CastCounts* thread_counts =
         counts ? &partial_counts[static_cast<size_t>(parallel_chunk())] : nullptr;
     std::vector<float> y(static_cast<size_t>(cols));  // (C,): one normalized row at a time
-    std::vector<uint8_t> q(static_cast<size_t>(kTileRows * cols));
+    std::vector<uint8_t> q(row_out ? 0 : static_cast<size_t>(kTileRows * cols));
     float m = 0.f;
     for (int64_t r0 = t0 * kTileRows; r0 < std::min(rows, t1 * kTileRows); r0 += kTileRows) {
       const int64_t r1 = std::min(rows, r0 + kTileRows);
@@ -197,9 +171,11 @@ void norm_quantize_fp8(const Tensor& x, const NormRow& norm, float scale, Tensor
         uint8_t* dst = row_out ? row_out + r * cols : q.data() + (r - r0) * cols;
         const float row_max = cast_any(fp8, y.data(), cols, scale, dst, thread_counts);
         m = row_max > m ? row_max : m;
-        if (row_out && col_out) std::memcpy(q.data() + (r - r0) * cols, dst, cols);
       }
-      if (col_out) write_columnwise_tile(q.data(), cols, r1 - r0, cols, r0, 0, rows, col_out);
+      if (col_out) {
+        const uint8_t* tile = row_out ? row_out + r0 * cols : q.data();
+        write_columnwise_tile(tile, cols, r1 - r0, cols, r0, 0, rows, col_out);
+      }
     }
     partial[static_cast<size_t>(parallel_chunk())] = m;
   });
@@ -210,9 +186,16 @@ void norm_quantize_fp8(const Tensor& x, const NormRow& norm, float scale, Tensor
 void transpose_2d(const Tensor& x, Tensor& out) {
   const int64_t rows = x.rows(), cols = x.cols();
   switch (x.element_size()) {
-    case 1:
-      transpose_tiles(x.data_as<uint8_t>(), out.data_as<uint8_t>(), rows, cols);
+    case 1: {
+      const uint8_t* in = x.data_as<uint8_t>();
+      uint8_t* o = out.data_as<uint8_t>();
+      constexpr int64_t kRows = 32;
+      parallel_for(0, (rows + kRows - 1) / kRows, 4, [&](int64_t t0, int64_t t1) {
+        const int64_t r0 = t0 * kRows, r1 = std::min(rows, t1 * kRows);
+        transpose_bytes(in + r0 * cols, cols, r1 - r0, cols, o + r0, rows);
+      });
       return;
+    }
     case 2:
       transpose_tiles(x.data_as<uint16_t>(), out.data_as<uint16_t>(), rows, cols);
       return;

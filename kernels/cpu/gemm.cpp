@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/fp8_simd.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/math/activation.h"
 #include "runtime/parallel.h"
@@ -130,10 +131,24 @@ void to_f32_matrix(const Tensor& src, ops::Transpose trans, int64_t rows, int64_
     });
     return;
   }
-  // Stored (cols, rows): convert stored rows in tiles, then write them transposed, 16x16 blocks
-  // at a time through registers where the processor has AVX-512.
+  // Stored (cols, rows), in tiles. FP8 converts and transposes at once, through registers.
   constexpr int64_t kTile = 64;
   const int64_t tiles = (cols + kTile - 1) / kTile;
+  if (is_fp8(src.dtype())) {
+    parallel_for(0, tiles, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t c0 = t0 * kTile; c0 < std::min(cols, t1 * kTile); c0 += kTile) {
+        const int64_t c1 = std::min(cols, c0 + kTile);
+        for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+          const int64_t r1 = std::min(rows, r0 + kTile);
+          fp8_to_f32_transposed(src.dtype(), p + c0 * rows + r0, rows, c1 - c0, r1 - r0,
+                                dst + r0 * cols + c0, cols);
+        }
+      }
+    });
+    return;
+  }
+  // Other dtypes: convert stored rows, then write them transposed, 16x16 blocks at a time
+  // through registers where the processor has AVX-512.
   parallel_for(0, tiles, 1, [&](int64_t t0, int64_t t1) {
     std::vector<float> buf(static_cast<size_t>(kTile * kTile));
     for (int64_t c0 = t0 * kTile; c0 < std::min(cols, t1 * kTile); c0 += kTile) {

@@ -1,7 +1,7 @@
 // The fused FP8 quantize kernel (row-wise + column-wise + amax in one pass), the byte transpose
 // and dequantize, against independent references: CUDA's host conversion where the toolkit's
-// headers exist (the scalar rule itself is verified on all 2^32 inputs in tests/runtime), f64
-// arithmetic elsewhere.
+// headers exist (the scalar rule and the block cast are verified on all 2^32 inputs in
+// fp8_exhaustive_test.cpp), f64 arithmetic elsewhere.
 #include <gtest/gtest.h>
 
 #include <cmath>
