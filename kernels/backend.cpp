@@ -141,8 +141,13 @@ void Backend::adamw_step(const std::vector<AdamWTensors>&, const AdamWHyper&) co
 void Backend::clip_grad_norm(const std::vector<Tensor*>&, double, Tensor&) const {
   unsupported("clip_grad_norm");
 }
-void Backend::sgd_step(Tensor&, const Tensor&, Tensor&, float, float, float, int64_t) const {
+void Backend::sgd_step(Tensor&, const Tensor&, Tensor&, float, float, float, int64_t,
+                       const DeviceStep&) const {
   unsupported("sgd_step");
+}
+void Backend::advance_steps(const Tensor&, Tensor&) const { unsupported("advance_steps"); }
+void Backend::finite_gate(const Tensor&, const Tensor*, Tensor&) const {
+  unsupported("finite_gate");
 }
 
 void Backend::update_fp8_slots(const std::vector<SlotUpdate>&) const {

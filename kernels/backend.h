@@ -165,7 +165,9 @@ class Backend {
                               Tensor& norm) const;
   // buf may be undefined when momentum is 0.
   virtual void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
-                        float weight_decay, int64_t step) const;
+                        float weight_decay, int64_t step, const DeviceStep& device_step) const;
+  virtual void advance_steps(const Tensor& gate, Tensor& steps) const;
+  virtual void finite_gate(const Tensor& values, const Tensor* f64_bits, Tensor& gate) const;
 
   // ---- scaling state ----
   // update_fp8_slot's rule for every slot of the list (one launch on a GPU), versions bumped.

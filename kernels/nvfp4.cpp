@@ -112,10 +112,11 @@ Stored stored(const NVFP4Tensor& t, Usage direction) {
 }
 
 // alpha of the GEMM: the two tensor scales, TE's order RN(RN(amax_a * amax_b) * RN(1/7225344))
-// (7225344 = 6 * 6 * 448 * 448, exact in f32).
-float gemm_alpha(const Tensor& amax_a, const Tensor& amax_b) {
+// (7225344 = 6 * 6 * 448 * 448, exact in f32), as a one-element tensor where the amaxes live (a
+// GPU's GEMM reads it there, with no copy back).
+Tensor gemm_alpha(const Tensor& amax_a, const Tensor& amax_b) {
   const float inv = 1.f / 7225344.f;
-  return (amax_a.item() * amax_b.item()) * inv;
+  return scale(mul(amax_a, amax_b), inv);
 }
 
 class NVFP4Format final : public QuantizedFormat {
@@ -188,8 +189,9 @@ class NVFP4Format final : public QuantizedFormat {
     const DType expanded = a.device().is_cuda() ? DType::kBF16 : DType::kF32;
     const Tensor ax = expand_nvfp4(sa.data, sa.scales, sa.rows, sa.cols, expanded);
     const Tensor bx = expand_nvfp4(sb.data, sb.scales, sb.rows, sb.cols, expanded);
+    const Tensor alpha = gemm_alpha(sa.amax, sb.amax);
     GemmOptions g;
-    g.alpha = gemm_alpha(sa.amax, sb.amax);
+    g.alpha_scale = &alpha;
     g.bias = options.bias;
     g.accumulate = options.accumulate;
     ops::gemm(ax, Transpose::kNo, bx, Transpose::kYes, out_2d, g);

@@ -260,6 +260,11 @@ void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, Tensor& 
   }
   if (a_fp8) check_scalar(op, options.a_scale_inv, "a_scale_inv (FP8 operand a)");
   if (b_fp8) check_scalar(op, options.b_scale_inv, "b_scale_inv (FP8 operand b)");
+  if (options.alpha_scale != nullptr) {
+    OCTET_CHECK(!a_fp8, op, ": alpha_scale is for high-precision operands, got ", a.dtype(),
+                " (FP8 operands carry a_scale_inv and b_scale_inv)");
+    check_scalar(op, options.alpha_scale, "alpha_scale");
+  }
   // The scale_inv of a non-FP8 operand is not read: the backend gets it as null.
   GemmOptions call = options;
   call.a_scale_inv = a_fp8 ? options.a_scale_inv : nullptr;
@@ -270,6 +275,7 @@ void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, Tensor& 
                                        {call.bias, "bias"},
                                        {call.a_scale_inv, "a_scale_inv"},
                                        {call.b_scale_inv, "b_scale_inv"},
+                                       {call.alpha_scale, "alpha_scale"},
                                        {call.out_scale, "out_scale"},
                                        {call.out_amax, "out_amax"}});
   on_device(device)->gemm(a, ta, b, tb, out, call);

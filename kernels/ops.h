@@ -74,6 +74,10 @@ struct GemmOptions {
   const Tensor* bias = nullptr;             // (N,) f32 or bf16, added to every row
   const Tensor* a_scale_inv = nullptr;      // one-element f32, required for FP8 `a`
   const Tensor* b_scale_inv = nullptr;      // one-element f32, required for FP8 `b`
+  // High-precision operands only: a one-element f32 on the operands' device multiplying alpha
+  // (alpha * alpha_scale[0]), read where it lives, so a scale computed on a GPU (NVFP4's tensor
+  // scales) reaches the GEMM without a copy back.
+  const Tensor* alpha_scale = nullptr;
   FP8Accumulation fp8_accumulation = FP8Accumulation::kSplit;
   Epilogue epilogue = Epilogue::kNone;  // kGelu needs accumulate kNo
   // FP8 out only (and required for it), with accumulate kNo: one-element f32 tensors.

@@ -22,6 +22,22 @@ void check_f32(const char* op, const Tensor& t, const char* name) {
               " must be an f32 tensor, got ", t);
 }
 
+void check_scalar(const char* op, const Tensor* t, DType dtype, const char* name) {
+  OCTET_CHECK(t != nullptr && t->defined() && t->dtype() == dtype && t->numel() == 1, op, ": ",
+              name, " must be a one-element ", dtype_name(dtype), " tensor, got ",
+              t != nullptr ? *t : Tensor());
+}
+
+// A device-decided step's gate and count: both or neither, on `device`.
+void check_device_step(const char* op, const DeviceStep& d, Device device) {
+  if (d.gate == nullptr && d.steps == nullptr) return;
+  check_scalar(op, d.gate, DType::kF32, "the device step's gate");
+  check_scalar(op, d.steps, DType::kI64, "the device step's count");
+  OCTET_CHECK(d.gate->device() == device && d.steps->device() == device, op,
+              ": the device step's gate (", d.gate->device(), ") and count (", d.steps->device(),
+              ") must be on the tensors' device ", device);
+}
+
 // The step's device: the master's, shared by its gradient and moments.
 Device check_adamw(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
                    const AdamWHyper& h) {
@@ -36,7 +52,9 @@ Device check_adamw(const Tensor& master, const Tensor& grad, const Tensor& m, co
   check_same(op, master, "master", grad, "grad");
   check_same(op, master, "master", m, "m");
   check_same(op, master, "master", v, "v");
-  OCTET_CHECK(h.step >= 1, op, ": step must be >= 1, got ", h.step);
+  OCTET_CHECK(h.device_step.gate != nullptr || h.step >= 1, op, ": step must be >= 1, got ",
+              h.step);
+  check_device_step(op, h.device_step, device);
   return device;
 }
 
@@ -63,7 +81,7 @@ void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h) {
 }
 
 void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
-              float weight_decay, int64_t step) {
+              float weight_decay, int64_t step, const DeviceStep& device_step) {
   constexpr const char* op = "sgd_step";
   OCTET_CHECK(master.defined(), op, ": master is an undefined tensor");
   check_f32(op, master, "master");
@@ -75,9 +93,28 @@ void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float m
   }
   const Device device = op_device(
       op, {{master, "master"}, {grad, "grad"}, {use_buf ? &buf : nullptr, "momentum buffer"}});
-  on_device(device)->sgd_step(master, grad, buf, lr, momentum, weight_decay, step);
+  check_device_step(op, device_step, device);
+  on_device(device)->sgd_step(master, grad, buf, lr, momentum, weight_decay, step, device_step);
   master.bump_version();
   if (use_buf) buf.bump_version();
+}
+
+void advance_steps(const Tensor& gate, Tensor& steps) {
+  constexpr const char* op = "advance_steps";
+  check_scalar(op, &gate, DType::kF32, "gate");
+  check_scalar(op, &steps, DType::kI64, "steps");
+  on_device(op_device(op, {{gate, "gate"}, {steps, "steps"}}))->advance_steps(gate, steps);
+  steps.bump_version();
+}
+
+Tensor finite_gate(const Tensor& values, const Tensor* f64_bits) {
+  constexpr const char* op = "finite_gate";
+  check_f32(op, values, "values");
+  if (f64_bits != nullptr) check_scalar(op, f64_bits, DType::kI64, "f64_bits");
+  const Device device = op_device(op, {{values, "values"}, {f64_bits, "f64_bits"}});
+  Tensor gate = Tensor::empty({1}, DType::kF32, device);
+  on_device(device)->finite_gate(values, f64_bits, gate);
+  return gate;
 }
 
 double sum_of_squares(const Tensor& x) {

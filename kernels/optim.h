@@ -9,6 +9,16 @@
 
 namespace octet::ops {
 
+// A step decided on the device: a training loop that does not wait for its loss and gradient
+// norm (train::Trainer) lets the kernels skip a non-finite step. `gate` (1,) f32: 0 leaves every
+// weight, moment and momentum buffer as it was; `steps` (1,) i64: the updates taken so far,
+// advanced by advance_steps before the update, and the step count the update reads (the host's
+// `step` is then unused). Both on the tensors' device; both null: the step runs as the host says.
+struct DeviceStep {
+  const Tensor* gate = nullptr;
+  const Tensor* steps = nullptr;
+};
+
 struct AdamWHyper {
   float lr = 1e-3f;
   float beta1 = 0.9f;
@@ -16,6 +26,7 @@ struct AdamWHyper {
   float eps = 1e-8f;
   float weight_decay = 0.f;
   int64_t step = 1;  // 1-based count of updates, for bias correction
+  DeviceStep device_step;
 };
 
 // PyTorch's AdamW rule, in f32:
@@ -38,7 +49,14 @@ void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h);
 // SGD with momentum (PyTorch's form): buf = momentum buf + g (buf = g at the first step);
 // w -= lr * buf. momentum 0 skips the buffer (it may be undefined then).
 void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
-              float weight_decay, int64_t step);
+              float weight_decay, int64_t step, const DeviceStep& device_step = {});
+
+// steps[0] += 1 where gate[0] != 0 (DeviceStep's count; (1,) i64 and (1,) f32, one device).
+void advance_steps(const Tensor& gate, Tensor& steps);
+// A (1,) f32 on values' device: 1 when every element of `values` (f32) and the f64 that
+// `f64_bits` holds ((1,) i64 as clip_grad_norm_ returns it; may be null) are finite, else 0.
+// The gate of a step whose loss and gradient norm stay on the device.
+Tensor finite_gate(const Tensor& values, const Tensor* f64_bits);
 
 // Sum of squares of every element (f64 accumulation), for global gradient-norm clipping.
 double sum_of_squares(const Tensor& x);

@@ -74,8 +74,39 @@ Tensor Optimizer::part(const Tensor& t, size_t i) const {
 }
 
 void Optimizer::step(float lr) {
+  read_device_steps();
+  device_steps_ = Tensor();  // the host counts again; a later step(lr, gate) uploads its count
   ++steps_;
   step_tensor_.data_as<int64_t>()[0] = steps_;
+  update(lr, {});
+}
+
+void Optimizer::step(float lr, const Tensor& gate) {
+  OCTET_CHECK(!sharded(),
+              "Optimizer::step(lr, gate): a sharded (ZeRO-1) optimizer's step is "
+              "decided on the host (train::DataParallel)");
+  if (!device_steps_.defined() || device_steps_.device() != gate.device()) {
+    read_device_steps();
+    device_steps_ = step_tensor_.to(gate.device());
+  }
+  ops::advance_steps(gate, device_steps_);
+  device_steps_ahead_ = true;
+  update(lr, ops::DeviceStep{&gate, &device_steps_});
+}
+
+void Optimizer::read_device_steps() const {
+  if (!device_steps_ahead_) return;
+  step_tensor_.copy_bytes_from(device_steps_);
+  steps_ = step_tensor_.data_as<int64_t>()[0];
+  device_steps_ahead_ = false;
+}
+
+int64_t Optimizer::steps() const {
+  read_device_steps();
+  return steps_;
+}
+
+void Optimizer::update(float lr, const ops::DeviceStep& device_step) {
   // Each parameter's gradient over its shard (the whole gradient when unsharded).
   std::vector<Tensor> grads(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -91,6 +122,7 @@ void Optimizer::step(float lr) {
     h.eps = options_.eps;
     h.weight_decay = options_.weight_decay;
     h.step = steps_;
+    h.device_step = device_step;
     std::vector<ops::AdamWTensors> cpu, cuda;
     for (size_t i = 0; i < params_.size(); ++i) {
       if (!grads[i].defined()) continue;
@@ -105,7 +137,8 @@ void Optimizer::step(float lr) {
     State& s = state_[i];
     if (!grads[i].defined()) continue;
     if (options_.kind != OptimizerKind::kAdamW) {
-      ops::sgd_step(s.master, grads[i], s.m, lr, options_.momentum, options_.weight_decay, steps_);
+      ops::sgd_step(s.master, grads[i], s.m, lr, options_.momentum, options_.weight_decay, steps_,
+                    device_step);
     }
     if (p.is_fp8()) {
       // A shard alone cannot requantize the whole weight: the caller does (see the constructor).
@@ -122,6 +155,7 @@ void Optimizer::zero_grad() {
 }
 
 std::vector<Optimizer::ShardEntry> Optimizer::shard_state() {
+  read_device_steps();
   std::vector<ShardEntry> out;
   out.push_back({"step", step_tensor_, -1});
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -167,6 +201,8 @@ void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>
     e.tensor.copy_bytes_from(e.param < 0 ? *src : part(*src, static_cast<size_t>(e.param)));
   }
   steps_ = step_tensor_.data_as<int64_t>()[0];
+  device_steps_ = Tensor();  // the loaded count; a later step(lr, gate) uploads it
+  device_steps_ahead_ = false;
 }
 
 void Optimizer::to(Device device) {

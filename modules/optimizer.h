@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/optim.h"
 #include "modules/module.h"
 
 namespace octet::modules {
@@ -49,11 +50,17 @@ class Optimizer {
   // without a gradient are skipped). bf16 parameters get the rounded master; FP8 primary weights
   // are requantized in place (ops::quantize_into, recording their amax into the weight slot).
   void step(float lr);
+  // The same update decided on the device, for a training loop that does not wait for its loss
+  // (train::Trainer): `gate` ((1,) f32 on the parameters' device, as ops::finite_gate makes it)
+  // shut leaves every weight, moment and the step count as they were, and nothing waits for
+  // it. The count then lives on the device: steps() and the state dict copy it back. FP8 primary
+  // weights are requantized from their masters, changed or not. Not for a sharded optimizer.
+  void step(float lr, const Tensor& gate);
   // Drops every parameter's gradient.
   void zero_grad();
   // Moves the optimizer state (masters, moments) to `device`, after Module::to moved the model.
   void to(Device device);
-  int64_t steps() const { return steps_; }
+  int64_t steps() const;  // a copy back after step(lr, gate) on a GPU
 
   // "<param>.exp_avg", "<param>.exp_avg_sq", "<param>.momentum", "<param>.master" and
   // "step", for checkpoints; load checks names, shapes and dtypes.
@@ -79,6 +86,10 @@ class Optimizer {
  private:
   // t (parameter i's shape) flattened and cut to shard(i); t itself when unsharded.
   Tensor part(const Tensor& t, size_t i) const;
+  // The update of both step()s; device_step as ops::DeviceStep (none: the host's steps_).
+  void update(float lr, const ops::DeviceStep& device_step);
+  // steps_ and step_tensor_ from the device's count, when step(lr, gate) moved it.
+  void read_device_steps() const;
 
   struct State {
     Tensor master;  // f32: the parameter itself for f32 parameters
@@ -88,8 +99,13 @@ class Optimizer {
   std::vector<State> state_;
   std::vector<ElementRange> shards_;  // empty: every element of every parameter
   OptimizerOptions options_;
-  int64_t steps_ = 0;
-  Tensor step_tensor_;  // (1,) i64 mirror of steps_ for the state dict
+  // The step count: steps_ on the host, mirrored by step_tensor_ ((1,) i64) for the state dict.
+  // After step(lr, gate) the device's count (device_steps_, on the gate's device) is ahead of
+  // them until read_device_steps() copies it back.
+  mutable int64_t steps_ = 0;
+  mutable Tensor step_tensor_;
+  Tensor device_steps_;
+  mutable bool device_steps_ahead_ = false;
 };
 
 // Scales every gradient so that their global L2 norm is at most max_norm; returns the norm

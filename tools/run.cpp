@@ -495,49 +495,37 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
   int64_t interval_tokens = 0;
   const auto loop_start = Clock::now();
   const int64_t loop_first = state.step;
-  while (state.step < total) {
-    const int64_t step = state.step + 1;  // 1-based: the step being run
-    const train::StepResult r = trainer.step([&](int64_t, modules::FirstMicrobatch first) {
-      // This rank's rows of the global batch; every rank's cursor moves past all of it.
-      const int64_t rows = c.training.batch_size;
-      const data::Batch batch =
-          dataset->next_rows(data::Split::kTrain, rows * ranks, seq_len, rank * rows, rows);
-      Tensor loss = model.loss(batch.inputs, batch.targets, first);
-      if (hooks.poison_loss && hooks.poison_loss(step)) loss = autograd::scale(loss, NAN);
-      return loss;
-    });
-    state.step = r.step;
-    state.skipped_steps = trainer.skipped_steps();
-    interval_tokens += tokens_per_step;
-    result.losses.emplace_back(step, r.loss);
+  // One step's result, as the trainer reads it: under deferred reads (a GPU) several at once, at
+  // the steps below that need them; in step order either way.
+  auto take = [&](const train::StepResult& r) {
+    result.losses.emplace_back(r.step, r.loss);
     if (r.skipped) {
-      OCTET_LOG_WARN("step {}: skipped ({} in a row, training.max_nonfinite_steps {})", step,
+      OCTET_LOG_WARN("step {}: skipped ({} in a row, training.max_nonfinite_steps {})", r.step,
                      r.nonfinite_run, c.training.max_nonfinite_steps);
     }
     if (r.nonfinite_run >= c.training.max_nonfinite_steps) {
       progress.finish();
-      OCTET_FAIL("training stopped at step ", step, ": the loss was NaN or inf for ",
+      OCTET_FAIL("training stopped at step ", r.step, ": the loss was NaN or inf for ",
                  r.nonfinite_run, " steps in a row (training.max_nonfinite_steps ",
                  c.training.max_nonfinite_steps, "); try a lower optimizer.lr or grad clipping. ",
                  last_saved >= 0 ? fmt::format("The last good checkpoint, {} (step {}), is kept",
                                                ckpt_path, last_saved)
                                  : std::string("No checkpoint was written yet"));
     }
-
     const double elapsed = seconds_since(loop_start);
     const double rate =
-        static_cast<double>((step - loop_first) * tokens_per_step) / std::max(elapsed, 1e-9);
+        static_cast<double>((r.step - loop_first) * tokens_per_step) / std::max(elapsed, 1e-9);
     const double eta =
-        elapsed / static_cast<double>(step - loop_first) * static_cast<double>(total - step);
-    progress.step(step, r.loss, r.lr, rate, eta);
-    if (step % c.training.log_interval == 0 || step == total) {
+        elapsed / static_cast<double>(r.step - loop_first) * static_cast<double>(total - r.step);
+    progress.step(r.step, r.loss, r.lr, rate, eta);
+    if (r.step % c.training.log_interval == 0 || r.step == total) {
       StepRecord record{
-          step,
+          r.step,
           r.loss,
           r.lr,
           r.grad_norm,
           static_cast<double>(interval_tokens) / std::max(seconds_since(interval_start), 1e-9),
-          state.skipped_steps,
+          trainer.skipped_steps(),
           ranks,
           r.comm};
       // The FP8 health is rank 0's (every rank's under reduce_amax, where they are identical).
@@ -550,7 +538,38 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
       interval_start = Clock::now();
       interval_tokens = 0;
     }
-    if (hooks.interrupt_after_step > 0 && step == hooks.interrupt_after_step) {
+  };
+  while (state.step < total) {
+    const int64_t step = state.step + 1;  // 1-based: the step being run
+    trainer.run_step([&](int64_t, modules::FirstMicrobatch first) {
+      // This rank's rows of the global batch; every rank's cursor moves past all of it.
+      const int64_t rows = c.training.batch_size;
+      const data::Batch batch =
+          dataset->next_rows(data::Split::kTrain, rows * ranks, seq_len, rank * rows, rows);
+      Tensor loss = model.loss(batch.inputs, batch.targets, first);
+      if (hooks.poison_loss && hooks.poison_loss(step)) loss = autograd::scale(loss, NAN);
+      return loss;
+    });
+    state.step = step;
+    interval_tokens += tokens_per_step;
+    const bool evaluates =
+        c.training.eval_interval > 0 && step % c.training.eval_interval == 0 && step != total;
+    const bool checkpoints = c.training.checkpoint_interval > 0 &&
+                             step % c.training.checkpoint_interval == 0 && step != total;
+    const bool interrupts = hooks.interrupt_after_step > 0 && step == hooks.interrupt_after_step;
+    // Deferred reads wait for the log interval (or a step that needs its result): the host
+    // queues the next step while the device runs this one.
+    if (trainer.deferred_reads() && step % c.training.log_interval != 0 && step != total &&
+        !evaluates && !checkpoints && !interrupts) {
+      continue;
+    }
+    bool skipped = false;
+    for (const train::StepResult& r : trainer.results()) {
+      take(r);
+      skipped = r.skipped;  // the last one is this step's
+    }
+    state.skipped_steps = trainer.skipped_steps();
+    if (interrupts) {
       progress.finish();
       result.end_step = step;
       result.skipped_steps = state.skipped_steps;
@@ -558,11 +577,8 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
       result.summary = fmt::format("interrupted after step {}", step);
       return result;
     }
-    if (c.training.eval_interval > 0 && step % c.training.eval_interval == 0 && step != total) {
-      run_eval(step);
-    }
-    if (c.training.checkpoint_interval > 0 && step % c.training.checkpoint_interval == 0 &&
-        step != total && !r.skipped) {
+    if (evaluates) run_eval(step);
+    if (checkpoints && !skipped) {
       save();
       last_saved = step;
     }

@@ -4,10 +4,13 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
+#include <utility>
 
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops/arithmetic.h"
+#include "kernels/ops.h"
 #include "modules/fp8_autocast.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
@@ -59,6 +62,12 @@ Trainer::Trainer(modules::Module& model, TrainerOptions options)
   // Caching pays only with several micro-batches and weights cast from high precision.
   cache_weights_ = options_.cache_fp8_weights && options_.recipe.has_value() &&
                    options_.grad_accum > 1 && !has_fp8_primary_weights(params_);
+  const bool on_gpu = !params_.empty() && !params_.front().tensor->device().is_cpu();
+  deferred_ = options_.reads == StepReads::kDeferred ||
+              (options_.reads == StepReads::kAuto && on_gpu && dp_ == nullptr);
+  OCTET_CHECK(!deferred_ || dp_ == nullptr,
+              "Trainer: deferred step reads are for one process; data parallel training decides "
+              "every step on the host (the ranks agree on the mean loss)");
   if (dp_ != nullptr) {
     dp_->attach(optimizer_);
     check_same_on_all_ranks();
@@ -93,6 +102,117 @@ void Trainer::check_same_on_all_ranks() {
 }
 
 StepResult Trainer::step(const MicroBatchLoss& loss_of) {
+  if (!deferred_) return step_now(loss_of);
+  run_deferred(loss_of);
+  read_waiting();
+  StepResult r = ready_.back();
+  ready_.pop_back();
+  return r;
+}
+
+int64_t Trainer::run_step(const MicroBatchLoss& loss_of) {
+  if (!deferred_) {
+    ready_.push_back(step_now(loss_of));
+  } else {
+    if (static_cast<int64_t>(waiting_.size()) == kMaxWaitingSteps) read_waiting();
+    run_deferred(loss_of);
+  }
+  return step_;
+}
+
+std::vector<StepResult> Trainer::results() {
+  read_waiting();
+  return std::exchange(ready_, {});
+}
+
+void Trainer::count(StepResult& r) {
+  if (r.skipped) {
+    ++nonfinite_run_;
+    ++skipped_;
+    OCTET_LOG_WARN("step {}: the loss or gradient norm is NaN/inf; step skipped ({} in a row)",
+                   r.step, nonfinite_run_);
+  } else {
+    nonfinite_run_ = 0;
+  }
+  r.nonfinite_run = nonfinite_run_;
+  OCTET_CHECK(options_.max_nonfinite_steps == 0 || nonfinite_run_ < options_.max_nonfinite_steps,
+              "training stopped at step ", r.step, ": the loss was NaN or inf for ", nonfinite_run_,
+              " steps in a row (max_nonfinite_steps ", options_.max_nonfinite_steps,
+              "); try a lower learning rate or grad clipping");
+}
+
+void Trainer::run_deferred(const MicroBatchLoss& loss_of) {
+  StepResult r;
+  r.step = step_ + 1;
+  r.lr = options_.schedule.at(step_);
+  const int64_t accum = options_.grad_accum;
+  const auto slot = static_cast<int64_t>(waiting_.size());
+  if (!waiting_losses_.defined()) {
+    const Device device = params_.front().tensor->device();
+    waiting_losses_ = Tensor::empty({kMaxWaitingSteps * accum}, DType::kF32, device);
+    waiting_norms_ = Tensor::zeros({kMaxWaitingSteps}, DType::kI64, device);
+  }
+  Tensor losses = waiting_losses_.slice(slot * accum, (slot + 1) * accum);
+  for (int64_t micro = 0; micro < accum; ++micro) {
+    const modules::FirstMicrobatch first =
+        !cache_weights_
+            ? modules::FirstMicrobatch::kUnset
+            : (micro == 0 ? modules::FirstMicrobatch::kYes : modules::FirstMicrobatch::kNo);
+    Tensor loss;
+    {
+      std::optional<modules::FP8Autocast> fp8;
+      if (options_.recipe) fp8.emplace(*options_.recipe, modules::FP8Enabled::kYes);
+      loss = loss_of(micro, first);
+      if (fp8) fp8->close();
+    }
+    OCTET_CHECK(loss.numel() == 1 && loss.dtype() == DType::kF32, "Trainer: the micro-batch loss ",
+                "must be a one-element f32 tensor, got ", loss);
+    Tensor value = losses.slice(micro, micro + 1);
+    ops::copy_(value, loss.reshape({1}));
+    autograd::backward(accum > 1 ? autograd::scale(loss, 1.f / static_cast<float>(accum)) : loss);
+  }
+  Tensor norm = waiting_norms_.slice(slot, slot + 1);
+  const modules::GradNorm measured = modules::clip_grad_norm_deferred(params_, options_.grad_clip);
+  // No gradient: the norm is 0.0, whose bits are 0.
+  norm.copy_bytes_from(measured.bits().defined() ? measured.bits()
+                                                 : Tensor::zeros({1}, DType::kI64, norm.device()));
+  optimizer_.step(r.lr, ops::finite_gate(losses, &norm));
+  optimizer_.zero_grad();
+  step_ = r.step;
+  waiting_.push_back(r);
+}
+
+void Trainer::read_waiting() {
+  if (waiting_.empty()) return;
+  const auto n = static_cast<int64_t>(waiting_.size());
+  const int64_t accum = options_.grad_accum;
+  const Tensor losses = waiting_losses_.slice(0, n * accum).to(Device::cpu());
+  const Tensor norms = waiting_norms_.slice(0, n).to(Device::cpu());
+  std::vector<StepResult> read = std::exchange(waiting_, {});
+  for (int64_t i = 0; i < n; ++i) {
+    StepResult& r = read[static_cast<size_t>(i)];
+    // The host's reading of the same values (step_now): the first non-finite loss ends the
+    // sum and leaves the norm unreported.
+    const float* loss = losses.data_as<float>() + i * accum;
+    double loss_sum = 0.0;
+    bool finite = true;
+    for (int64_t micro = 0; micro < accum && finite; ++micro) {
+      finite = std::isfinite(loss[micro]);
+      if (finite) loss_sum += loss[micro];
+    }
+    r.grad_norm = NAN;
+    if (finite) {
+      std::memcpy(&r.grad_norm, norms.data_as<int64_t>() + i, sizeof(double));
+      finite = std::isfinite(r.grad_norm);
+    }
+    r.loss = finite ? loss_sum / static_cast<double>(accum) : NAN;
+    r.skipped = !finite;
+    ready_.push_back(r);
+    count(ready_.back());
+  }
+}
+
+StepResult Trainer::step_now(const MicroBatchLoss& loss_of) {
   StepResult r;
   r.step = step_ + 1;
   r.lr = options_.schedule.at(step_);
@@ -142,22 +262,12 @@ StepResult Trainer::step(const MicroBatchLoss& loss_of) {
   if (finite) {
     optimizer_.step(r.lr);
     if (dp_ != nullptr) dp_->gather_parameters(optimizer_);
-    nonfinite_run_ = 0;
-  } else {
-    ++nonfinite_run_;
-    ++skipped_;
-    OCTET_LOG_WARN("step {}: the loss or gradient norm is NaN/inf; step skipped ({} in a row)",
-                   r.step, nonfinite_run_);
   }
   optimizer_.zero_grad();
   step_ = r.step;
   r.skipped = !finite;
-  r.nonfinite_run = nonfinite_run_;
   if (dp_ != nullptr) r.comm = dp_->step_bytes();
-  OCTET_CHECK(options_.max_nonfinite_steps == 0 || nonfinite_run_ < options_.max_nonfinite_steps,
-              "training stopped at step ", r.step, ": the loss was NaN or inf for ", nonfinite_run_,
-              " steps in a row (max_nonfinite_steps ", options_.max_nonfinite_steps,
-              "); try a lower learning rate or grad clipping");
+  count(r);
   return r;
 }
 
@@ -177,6 +287,7 @@ double Trainer::evaluate(const std::function<double()>& f) {
 }
 
 void Trainer::save(const std::string& path, const SafetensorsMetadata& metadata) {
+  read_waiting();  // the skipped-step counts the checkpoint holds
   SafetensorsMetadata all = metadata;
   for (const auto& [key, value] : {std::pair<const char*, int64_t>{kStepKey, step_},
                                    {kSkippedKey, skipped_},
@@ -205,6 +316,7 @@ SafetensorsMetadata Trainer::load(const std::string& path) {
 }
 
 void Trainer::load(const Checkpoint& c) {
+  read_waiting();  // steps run before the load keep their results; the counts restart below
   int64_t step = 0, skipped = 0, nonfinite = 0;
   auto restore = [&] {
     step = metadata_int(c, kStepKey);

@@ -35,6 +35,19 @@
 
 namespace octet::train {
 
+// When a step's loss, gradient norm and skip decision reach the host.
+enum class StepReads : uint8_t {
+  kAuto,       // kDeferred for a model on a GPU in one process, else kEveryStep
+  kEveryStep,  // each micro-batch's loss is read as it comes: a NaN ends the step at once
+  // Everything stays on the device until results() (or step(), save(), load()) reads every
+  // step run since, in one copy back: the host never waits inside a step. Every micro-batch
+  // runs, forward and backward, and the device skips the update (ops::finite_gate,
+  // Optimizer::step(lr, gate)) when a loss or the norm is NaN/inf; FP8 amaxes of a non-finite
+  // backward reach the scaling state as they do in TransformerEngine, whose delayed scaling
+  // (like octet's) keeps a scale whose amax is not finite. One process only.
+  kDeferred,
+};
+
 struct TrainerOptions {
   modules::OptimizerOptions optimizer;
   modules::LrSchedule schedule;
@@ -52,6 +65,7 @@ struct TrainerOptions {
   std::shared_ptr<Communicator> comm;
   ZeroStage zero_stage = ZeroStage::kNone;       // kOptimizerState: ZeRO-1
   int64_t grad_bucket_bytes = int64_t{1} << 20;  // f32 gradient bytes per reduced bucket
+  StepReads reads = StepReads::kAuto;
 };
 
 struct StepResult {
@@ -81,7 +95,19 @@ class Trainer {
   // the loss are reported. Data parallel: the loss is the mean over the ranks (a NaN on one
   // rank skips the step on all), and accumulation, clipping and the norm see the gradient
   // averaged over the ranks.
+  // Under deferred reads it runs the step and reads it (with every step run before it: their
+  // results wait in results()).
   StepResult step(const MicroBatchLoss& loss);
+  // The same step without reading anything (deferred reads; with reads every step it is step()
+  // and keeps the result for results()). Returns the step's number.
+  int64_t run_step(const MicroBatchLoss& loss);
+  // The results of the steps run since the last call, in order: under deferred reads one copy
+  // back of every waiting step's losses and one of their norms. The skipped-step counts move
+  // here, and max_nonfinite_steps throws here, at the step that reached it. At most
+  // kMaxWaitingSteps wait: the next run_step reads them first.
+  std::vector<StepResult> results();
+  static constexpr int64_t kMaxWaitingSteps = 256;
+  bool deferred_reads() const { return deferred_; }
 
   // Runs `f` with the model in eval mode and gradients disabled (no FP8 scale moves), then
   // restores the mode; `f` opens FP8 scopes with recipe() where it runs the model.
@@ -98,7 +124,7 @@ class Trainer {
   void load(const Checkpoint& checkpoint);  // a checkpoint already read
 
   int64_t steps_done() const { return step_; }
-  int64_t skipped_steps() const { return skipped_; }
+  int64_t skipped_steps() const { return skipped_; }  // of the steps whose results were read
   const std::optional<Recipe>& recipe() const { return options_.recipe; }
   const TrainerOptions& options() const { return options_; }
   modules::Optimizer& optimizer() { return optimizer_; }
@@ -115,6 +141,12 @@ class Trainer {
 
  private:
   void check_same_on_all_ranks();
+  StepResult step_now(const MicroBatchLoss& loss);  // reads every step
+  void run_deferred(const MicroBatchLoss& loss);
+  // The waiting steps' results into ready_ (deferred reads).
+  void read_waiting();
+  // After a step's result is known: the skipped-step counts and the max_nonfinite_steps check.
+  void count(StepResult& r);
 
   modules::Module& model_;
   TrainerOptions options_;
@@ -125,6 +157,12 @@ class Trainer {
   int64_t step_ = 0;
   int64_t skipped_ = 0;
   int64_t nonfinite_run_ = 0;
+  bool deferred_ = false;
+  // Deferred reads: the waiting steps (number, lr; the rest filled when read), and their values
+  // on the model's device: grad_accum f32 losses and one f64 norm (as i64 bits) per step.
+  std::vector<StepResult> waiting_;
+  Tensor waiting_losses_, waiting_norms_;
+  std::vector<StepResult> ready_;  // read, not yet returned by results()
 };
 
 // How many ranks trained the checkpoint (1 for checkpoints of one process, or written before

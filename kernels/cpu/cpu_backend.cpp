@@ -20,6 +20,15 @@ float* data_or_null(Tensor* t) { return t != nullptr ? t->data_as<float>() : nul
 const float* data_or_null(const Tensor* t) { return t != nullptr ? t->data_as<float>() : nullptr; }
 void set(Tensor& scalar, float value) { *scalar.data_as<float>() = value; }
 
+// A step decided on the device, here on the CPU: its gate and count are host memory, read here.
+// False: the gate is shut (no update); else *step is the count the update uses.
+bool open_step(const DeviceStep& d, int64_t* step) {
+  if (d.gate == nullptr) return true;
+  if (*d.gate->data_as<float>() == 0.f) return false;
+  *step = *d.steps->data_as<int64_t>();
+  return true;
+}
+
 class CpuBackend final : public Backend {
  public:
   const char* name() const override { return "cpu"; }
@@ -114,6 +123,7 @@ class CpuBackend final : public Backend {
     float alpha = o.alpha;
     if (o.a_scale_inv != nullptr) alpha *= o.a_scale_inv->item();
     if (o.b_scale_inv != nullptr) alpha *= o.b_scale_inv->item();
+    if (o.alpha_scale != nullptr) alpha *= o.alpha_scale->item();
     const float out_scale = o.out_scale != nullptr ? o.out_scale->item() : 1.f;
     cpu::gemm(a, ta, b, tb, out, alpha, o.accumulate, o.bias, o.epilogue, out_scale,
               data_or_null(o.out_amax));
@@ -209,7 +219,8 @@ class CpuBackend final : public Backend {
   }
 
   void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h) const override {
-    cpu::adamw_step(tensors, h);
+    AdamWHyper host = h;
+    if (open_step(h.device_step, &host.step)) cpu::adamw_step(tensors, host);
   }
   void clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm,
                       Tensor& norm) const override {
@@ -223,8 +234,24 @@ class CpuBackend final : public Backend {
     std::memcpy(norm.data(), &n, sizeof(n));
   }
   void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
-                float weight_decay, int64_t step) const override {
-    cpu::sgd_step(master, grad, buf, lr, momentum, weight_decay, step);
+                float weight_decay, int64_t step, const DeviceStep& device_step) const override {
+    if (open_step(device_step, &step)) {
+      cpu::sgd_step(master, grad, buf, lr, momentum, weight_decay, step);
+    }
+  }
+  void advance_steps(const Tensor& gate, Tensor& steps) const override {
+    if (*gate.data_as<float>() != 0.f) ++*steps.data_as<int64_t>();
+  }
+  void finite_gate(const Tensor& values, const Tensor* f64_bits, Tensor& gate) const override {
+    bool finite = true;
+    const float* v = values.data_as<float>();
+    for (int64_t i = 0; i < values.numel(); ++i) finite = finite && std::isfinite(v[i]);
+    if (f64_bits != nullptr) {
+      double d = 0;
+      std::memcpy(&d, f64_bits->data(), sizeof(d));
+      finite = finite && std::isfinite(d);
+    }
+    *gate.data_as<float>() = finite ? 1.f : 0.f;
   }
 
   void update_fp8_slots(const std::vector<SlotUpdate>& slots) const override {

@@ -1,5 +1,7 @@
 // Optimizer kernels on the CPU: one pass per tensor, vectorised, split across threads. The ops'
 // checks and dispatch are in kernels/optim.cpp.
+#include "kernels/math/optim.h"
+
 #include <cmath>
 #include <vector>
 
@@ -56,8 +58,8 @@ void for_grad_blocks(const Tensor& grad, Body body) {
 }
 
 void adamw_one(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const ops::AdamWHyper& h) {
-  const float c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta1), h.step));
-  const float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta2), h.step));
+  const float c1 = math::bias_correction(h.beta1, h.step);
+  const float c2 = math::bias_correction(h.beta2, h.step);
   const float decay = 1.f - h.lr * h.weight_decay;
   float* pw = master.data_as<float>();
   float* pm = m.data_as<float>();

@@ -111,7 +111,7 @@ class CudaBackend final : public Backend {
                                     ? cuda::GemmRole::kFprop
                                     : cuda::GemmRole::kGeneric;
     cuda::gemm(a, ta, b, tb, out, o.alpha, o.accumulate, o.bias, o.a_scale_inv, o.b_scale_inv, role,
-               o.epilogue, o.out_scale, o.out_amax);
+               o.epilogue, o.out_scale, o.out_amax, o.alpha_scale);
   }
   void release_workspace() const override { cuda::release_workspace(); }
 
@@ -195,8 +195,14 @@ class CudaBackend final : public Backend {
     cuda::clip_grad_norm(grads, max_norm, norm);
   }
   void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
-                float weight_decay, int64_t step) const override {
-    cuda::sgd_step(master, grad, buf, lr, momentum, weight_decay, step);
+                float weight_decay, int64_t step, const DeviceStep& device_step) const override {
+    cuda::sgd_step(master, grad, buf, lr, momentum, weight_decay, step, device_step);
+  }
+  void advance_steps(const Tensor& gate, Tensor& steps) const override {
+    cuda::advance_steps(gate, steps);
+  }
+  void finite_gate(const Tensor& values, const Tensor* f64_bits, Tensor& gate) const override {
+    cuda::finite_gate(values, f64_bits, gate);
   }
 
   void update_fp8_slots(const std::vector<SlotUpdate>& slots) const override {

@@ -98,11 +98,13 @@ enum class GemmRole : uint8_t { kGeneric, kFprop, kDgrad, kWgrad };
 // out (M, N) = epilogue(alpha * op(a) · op(b) * a_scale_inv[0] * b_scale_inv[0] [+ out] [+ bias]).
 // Scale pointers are null for non-FP8 operands. An FP8 out (accumulate kNo) gets
 // fp8(value * out_scale[0]), and max |value| max-accumulated into out_amax[0] when not null;
-// out_scale is null for other outputs. kGelu needs accumulate kNo.
+// out_scale is null for other outputs. kGelu needs accumulate kNo. alpha_scale (non-FP8 operands
+// only; may be null): a one-element f32 on the device, alpha * alpha_scale[0] is the factor,
+// read by the device (cuBLASLt's device pointer mode), not copied back.
 void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb, Tensor& out,
           float alpha, ops::Accumulate accumulate, const Tensor* bias, const Tensor* a_scale_inv,
           const Tensor* b_scale_inv, GemmRole role, ops::Epilogue epilogue, const Tensor* out_scale,
-          Tensor* out_amax);
+          Tensor* out_amax, const Tensor* alpha_scale = nullptr);
 void release_workspace();
 
 // What gemm settled on for each shape it has planned (on the shape's first call; later calls
@@ -181,9 +183,12 @@ void cross_entropy_backward(const Tensor& dloss, const Tensor& counted, const Te
 // ---- optimizers (optim.cu) ----
 using ops::AdamWTensors;
 // Every tensor of the list in one launch (a multi-tensor kernel).
+// A DeviceStep's gate and count are read by the kernels: nothing waits for them.
 void adamw_step(const std::vector<AdamWTensors>& tensors, const ops::AdamWHyper& h);
 void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
-              float weight_decay, int64_t step);
+              float weight_decay, int64_t step, const ops::DeviceStep& device_step);
+void advance_steps(const Tensor& gate, Tensor& steps);
+void finite_gate(const Tensor& values, const Tensor* f64_bits, Tensor& gate);
 
 // ---- delayed scaling (fp8_meta.cu) ----
 // update_fp8_slot's rule (runtime/fp8_meta.h) for every slot of the list, in one launch; the

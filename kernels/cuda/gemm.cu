@@ -80,6 +80,7 @@ struct PlanKey {
   uint32_t align_a, align_b, align_out, align_bias;
   BlockScaling a_blocks, b_blocks;  // block-scaled calls only (else both k1D, unused)
   bool block_scaled;
+  bool device_alpha;  // alpha_scale given: alpha in device memory
   auto operator<=>(const PlanKey&) const = default;
 };
 
@@ -165,6 +166,7 @@ struct Call {
   const Tensor* bias;
   const Tensor* a_scale_inv;
   const Tensor* b_scale_inv;
+  const Tensor* alpha_scale;  // high-precision operands only; may be null
   GemmRole role;
   bool gelu;
   const Tensor* out_scale;  // FP8 out only
@@ -233,7 +235,9 @@ std::vector<Config> candidates(const Call& call) {
     push(own);
   };
   if (!fp8) {
-    add(Config{}, call.a.dtype());
+    Config base;
+    base.device_scalars = call.alpha_scale != nullptr;
+    add(base, call.a.dtype());
     return list;
   }
   if (call.block_scaled) {
@@ -288,6 +292,7 @@ PlanKey key_of(const Call& call) {
   key.align_out = alignment_of(call.out.data());
   key.align_bias = key.has_bias ? alignment_of(call.bias->data()) : 256;
   key.block_scaled = call.block_scaled;
+  key.device_alpha = call.alpha_scale != nullptr;
   key.a_blocks = call.a_blocks;
   key.b_blocks = call.b_blocks;
   return key;
@@ -495,9 +500,12 @@ cublasStatus_t run_plan(const Call& call, Plan& plan) {
   const void* beta_ptr = &beta;
   if (config.device_scalars) {
     scalars = workspace_tensor({2}, DType::kF32, device);
-    detail::launch_scalars(call.alpha, call.a_scale_inv->data_as<float>(),
-                           call.b_scale_inv->data_as<float>(), beta, scalars.data_as<float>(),
-                           call.stream);
+    // FP8 operands: their two scales; high-precision ones: alpha_scale alone.
+    const bool scaled = call.alpha_scale != nullptr;
+    detail::launch_scalars(call.alpha,
+                           (scaled ? call.alpha_scale : call.a_scale_inv)->data_as<float>(),
+                           scaled ? nullptr : call.b_scale_inv->data_as<float>(), beta,
+                           scalars.data_as<float>(), call.stream);
     alpha_ptr = scalars.data_as<float>();
     beta_ptr = scalars.data_as<float>() + 1;
   }
@@ -589,7 +597,7 @@ std::vector<GemmChoice> gemm_choices() {
 void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb, Tensor& out,
           float alpha, ops::Accumulate accumulate, const Tensor* bias, const Tensor* a_scale_inv,
           const Tensor* b_scale_inv, GemmRole role, ops::Epilogue epilogue, const Tensor* out_scale,
-          Tensor* out_amax) {
+          Tensor* out_amax, const Tensor* alpha_scale) {
   const bool a_trans = ta == ops::Transpose::kYes, b_trans = tb == ops::Transpose::kYes;
   const int64_t m = a_trans ? a.cols() : a.rows();
   const int64_t k = a_trans ? a.rows() : a.cols();
@@ -619,9 +627,9 @@ void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb
 
   std::lock_guard lock(gemm_mutex());
   DeviceState& state = device_state(out.device());
-  const Call call{a,    ta,        b,        tb,     out,         m,           n,
-                  k,    alpha,     keep,     bias,   a_scale_inv, b_scale_inv, role,
-                  gelu, out_scale, out_amax, stream, &state};
+  const Call call{a,    ta,    b,         tb,       out,         m,           n,
+                  k,    alpha, keep,      bias,     a_scale_inv, b_scale_inv, alpha_scale,
+                  role, gelu,  out_scale, out_amax, stream,      &state};
   const PlanKey key = key_of(call);
   auto& cache = plan_cache();
   if (auto it = cache.find(key); it != cache.end()) {
@@ -742,6 +750,7 @@ bool gemm_block_scaled(const Tensor& a, const Tensor& a_scale_inv, BlockScaling 
             bias,
             &a_scale_inv,
             &b_scale_inv,
+            nullptr,
             GemmRole::kGeneric,
             false,
             nullptr,

@@ -64,10 +64,12 @@ __global__ void to_f32_kernel(const void* __restrict__ x, DType dtype, float* __
 }
 
 // alpha and beta for the device pointer mode: the FP8 scales folded into alpha in the CPU's order
-// ((alpha * a_scale_inv) * b_scale_inv).
+// ((alpha * a_scale_inv) * b_scale_inv); b_scale_inv null: alpha * a_scale_inv alone (a
+// high-precision GEMM's alpha_scale).
 __global__ void scalars_kernel(float alpha, const float* a_scale_inv, const float* b_scale_inv,
                                float beta, float* out) {
-  out[0] = alpha * a_scale_inv[0] * b_scale_inv[0];
+  const float scaled = alpha * a_scale_inv[0];
+  out[0] = b_scale_inv != nullptr ? scaled * b_scale_inv[0] : scaled;
   out[1] = beta;
 }
 

@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/math/optim.h"
 #include "runtime/memory.h"
 
 namespace octet::cuda {
@@ -35,6 +36,10 @@ struct AdamWConstants {
   float one_minus_beta1, one_minus_beta2;  // 1.f - beta, as the CPU loop computes it
   float decay;                             // 1.f - lr * weight_decay
   float c1, c2;                            // bias corrections 1 - beta^step, from f64
+  // A step decided on the device (ops::DeviceStep), else null: a shut gate skips the update,
+  // and c1, c2 come from the count in device memory.
+  const float* gate;
+  const int64_t* steps;
 };
 
 // Block b updates chunk (b - first_chunk) of the tensor whose chunk range holds b. Every
@@ -42,6 +47,11 @@ struct AdamWConstants {
 //   w' = w * decay;  m = b1 m + (1 - b1) g;  v = b2 v + ((1 - b2) g) g;
 //   w = w' - (lr * (m / c1)) / (sqrt(v / c2) + eps)
 __global__ void adamw_kernel(const AdamWEntry* table, int count, AdamWConstants k) {
+  if (k.gate != nullptr) {
+    if (*k.gate == 0.f) return;
+    k.c1 = math::bias_correction(k.beta1, *k.steps);
+    k.c2 = math::bias_correction(k.beta2, *k.steps);
+  }
   const int64_t b = blockIdx.x;
   // The last entry whose first chunk is <= b (entries are in chunk order, none empty).
   int lo = 0, hi = count - 1;
@@ -98,7 +108,12 @@ __global__ void adamw_kernel(const AdamWEntry* table, int count, AdamWConstants 
 // momentum buf + g'; w = w - lr buf.
 template <typename I>
 __global__ void sgd_kernel(float* w, const void* g, DType g_dtype, float* buf, I n, float lr,
-                           float momentum, float wd, bool first, bool vector) {
+                           float momentum, float wd, bool first, bool vector, const float* gate,
+                           const int64_t* steps) {
+  if (gate != nullptr) {  // a step decided on the device (ops::DeviceStep)
+    if (*gate == 0.f) return;
+    first = *steps <= 1;
+  }
   auto one = [&](float gr, float& wi, float& bi) {
     const float gi = __fadd_rn(gr, __fmul_rn(wd, wi));
     bi = (buf == nullptr || first) ? gi : __fadd_rn(__fmul_rn(momentum, bi), gi);
@@ -121,6 +136,22 @@ __global__ void sgd_kernel(float* w, const void* g, DType g_dtype, float* buf, I
         if (buf != nullptr) buf[i] = bi;
         w[i] = wi;
       });
+}
+
+__global__ void advance_steps_kernel(const float* gate, int64_t* steps) {
+  if (*gate != 0.f) *steps += 1;
+}
+
+// One block: gate = 1 when every value and the f64 whose bits f64_bits holds are finite.
+__global__ void finite_gate_kernel(const float* values, int n, const int64_t* f64_bits,
+                                   float* gate) {
+  int bad = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) bad |= isfinite(values[i]) ? 0 : 1;
+  bad = __syncthreads_or(bad);
+  if (threadIdx.x == 0) {
+    const bool norm_finite = f64_bits == nullptr || isfinite(__longlong_as_double(*f64_bits));
+    *gate = bad == 0 && norm_finite ? 1.f : 0.f;
+  }
 }
 
 }  // namespace
@@ -157,8 +188,10 @@ void adamw_step(const std::vector<AdamWTensors>& tensors, const ops::AdamWHyper&
   k.one_minus_beta1 = 1.f - h.beta1;
   k.one_minus_beta2 = 1.f - h.beta2;
   k.decay = 1.f - h.lr * h.weight_decay;
-  k.c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta1), h.step));
-  k.c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta2), h.step));
+  k.c1 = math::bias_correction(h.beta1, h.step);
+  k.c2 = math::bias_correction(h.beta2, h.step);
+  k.gate = h.device_step.gate != nullptr ? h.device_step.gate->data_as<float>() : nullptr;
+  k.steps = h.device_step.steps != nullptr ? h.device_step.steps->data_as<int64_t>() : nullptr;
 
   const cudaStream_t stream = stream_of(*tensors.front().master);
   const Tensor device_table = upload_table(table, device, stream);
@@ -170,7 +203,7 @@ void adamw_step(const std::vector<AdamWTensors>& tensors, const ops::AdamWHyper&
 }
 
 void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
-              float weight_decay, int64_t step) {
+              float weight_decay, int64_t step, const ops::DeviceStep& device_step) {
   const int64_t n = master.numel();
   if (n == 0) return;
   float* pb = momentum != 0.f ? buf.data_as<float>() : nullptr;  // momentum 0: no buffer
@@ -180,9 +213,26 @@ void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float m
   with_index_type(n, [&]<typename I>(I) {
     sgd_kernel<I><<<vec_blocks_for(n), kThreads, 0, stream_of(master)>>>(
         master.data_as<float>(), grad.data(), grad.dtype(), pb, static_cast<I>(n), lr, momentum,
-        weight_decay, step <= 1, vector);
+        weight_decay, step <= 1, vector,
+        device_step.gate != nullptr ? device_step.gate->data_as<float>() : nullptr,
+        device_step.steps != nullptr ? device_step.steps->data_as<int64_t>() : nullptr);
     OCTET_CUDA_LAUNCH_CHECK("sgd_kernel");
   });
+}
+
+void advance_steps(const Tensor& gate, Tensor& steps) {
+  advance_steps_kernel<<<1, 1, 0, stream_of(steps)>>>(gate.data_as<float>(),
+                                                      steps.data_as<int64_t>());
+  OCTET_CUDA_LAUNCH_CHECK("advance_steps_kernel");
+}
+
+void finite_gate(const Tensor& values, const Tensor* f64_bits, Tensor& gate) {
+  const int64_t n = values.numel();
+  OCTET_CHECK(n <= int64_t{0x7FFFFFFF}, "finite_gate: ", n, " values is too many");
+  finite_gate_kernel<<<1, kThreads, 0, stream_of(gate)>>>(
+      values.data_as<float>(), static_cast<int>(n),
+      f64_bits != nullptr ? f64_bits->data_as<int64_t>() : nullptr, gate.data_as<float>());
+  OCTET_CUDA_LAUNCH_CHECK("finite_gate_kernel");
 }
 
 }  // namespace octet::cuda

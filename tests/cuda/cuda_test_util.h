@@ -24,10 +24,9 @@
 namespace octet::test {
 
 inline Device gpu() { return Device::cuda(0); }
-
-// The same values on the other device (a new storage; undefined stays undefined).
+// The same values on the GPU (a new storage; undefined stays undefined); test::on_cpu the other
+// way.
 inline Tensor on_gpu(const Tensor& t) { return t.defined() ? t.to(gpu()) : t; }
-inline Tensor on_cpu(const Tensor& t) { return t.defined() ? t.to(Device::cpu()) : t; }
 
 // A one-element f32 tensor (a scale, a scale_inv, an amax) on `device`.
 inline Tensor scalar(float value, Device device = Device::cpu()) {
@@ -87,35 +86,6 @@ inline ::testing::AssertionResult close_to(const Tensor& got, const Tensor& want
     if (g[i] == w[i]) g[i] = w[i] = 0.f;
   }
   return all_close(g, std::vector<double>(w.begin(), w.end()), tol);
-}
-
-// The same shape, dtype and bytes (FP8 data, exponents, masks, conversions).
-inline ::testing::AssertionResult same_bits(const Tensor& got, const Tensor& want) {
-  if (!got.defined() || !want.defined()) {
-    return ::testing::AssertionFailure()
-           << "undefined tensor: got " << got.defined() << ", want " << want.defined();
-  }
-  if (got.shape() != want.shape() || got.dtype() != want.dtype()) {
-    return ::testing::AssertionFailure() << "got " << got << ", want " << want;
-  }
-  const Tensor g = on_cpu(got), w = on_cpu(want);
-  const auto* pg = static_cast<const uint8_t*>(g.data());
-  const auto* pw = static_cast<const uint8_t*>(w.data());
-  const size_t n = g.nbytes(), es = g.element_size();
-  size_t bad = 0, first = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (pg[i] != pw[i] && bad++ == 0) first = i;
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  uint64_t got_bits = 0, want_bits = 0;
-  const size_t at = first / es * es;
-  std::memcpy(&got_bits, pg + at, es);
-  std::memcpy(&want_bits, pw + at, es);
-  return ::testing::AssertionFailure()
-         << bad << " of " << n << " bytes differ in " << want << "; first in element " << first / es
-         << ": got 0x" << std::hex << got_bits << ", want 0x" << want_bits << std::dec << " ("
-         << load_as_f32(g.dtype(), g.data(), first / es) << " vs "
-         << load_as_f32(w.dtype(), w.data(), first / es) << ")";
 }
 
 // Every buffer of two quantized tensors (data of each usage, scale_inv or E8M0 exponents) bit for

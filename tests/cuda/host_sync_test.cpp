@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "autograd/engine.h"
+#include "autograd/ops/arithmetic.h"
 #include "kernels/ops.h"
 #include "kernels/optim.h"
 #include "modules/gpt.h"
@@ -19,6 +20,7 @@
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/modules/module_test_util.h"
 #include "tests/support/test_util.h"
+#include "train/trainer.h"
 
 namespace octet::modules {
 namespace {
@@ -47,8 +49,10 @@ std::string text(const cuda::HostSyncCounts& c) {
 
 TEST(CudaHostSync, TrainingStepMakesNoStreamWaitOrBlockingUpload) {
   OCTET_REQUIRE_CUDA();
-  const Recipe delayed = Recipe::delayed(), current = Recipe::current(), mx = Recipe::mxfp8();
-  for (const Recipe* recipe : {static_cast<const Recipe*>(nullptr), &delayed, &current, &mx}) {
+  const Recipe delayed = Recipe::delayed(), current = Recipe::current(), mx = Recipe::mxfp8(),
+               block = Recipe::blockwise(), fp4 = Recipe::nvfp4();
+  for (const Recipe* recipe :
+       {static_cast<const Recipe*>(nullptr), &delayed, &current, &mx, &block, &fp4}) {
     SCOPED_TRACE(recipe != nullptr ? describe(*recipe) : std::string("f32"));
     GPTConfig c;
     c.vocab_size = 32;
@@ -152,6 +156,81 @@ TEST(CudaHostSync, UploadsAroundTheStagingRingKeepTheirBytes) {
   }
   EXPECT_EQ(minus(cuda::host_sync_counts(), before).device_to_host,
             static_cast<int64_t>(want.size()));
+}
+
+// The training loop as `octet train` runs it (train::Trainer, deferred reads: the GPU's default):
+// steps with gradient accumulation make no copy back and no wait; reading their results is one
+// copy of the losses and one of the norms; the numbers are those of reading every step, and a
+// NaN step is skipped on the device.
+TEST(CudaHostSync, TrainerStepsWaitOnlyWhenTheirResultsAreRead) {
+  OCTET_REQUIRE_CUDA();
+  const Recipe delayed = Recipe::delayed(), fp4 = Recipe::nvfp4();
+  for (const Recipe* recipe : {static_cast<const Recipe*>(nullptr), &delayed, &fp4}) {
+    SCOPED_TRACE(recipe != nullptr ? describe(*recipe) : std::string("f32"));
+    GPTConfig c;
+    c.vocab_size = 32;
+    c.max_seq_len = kSeq;
+    c.n_layer = 2;
+    c.d_model = 64;
+    c.n_head = 4;
+    c.seed = 5;
+    train::TrainerOptions o;
+    if (recipe != nullptr) o.recipe = *recipe;
+    o.grad_accum = 2;
+    o.grad_clip = 0.5;
+    o.schedule = {1e-3f, 2, 20, 0.1f};
+    GPT deferred_gpt(c), every_gpt(c);
+    deferred_gpt.to(test::gpu());
+    every_gpt.to(test::gpu());
+    train::Trainer deferred(deferred_gpt, o);
+    o.reads = train::StepReads::kEveryStep;
+    train::Trainer every(every_gpt, o);
+    ASSERT_TRUE(deferred.deferred_reads());  // the default for a model on a GPU
+    auto loss_of = [&](GPT& gpt, int64_t s, bool poison) {
+      return [&gpt, s, poison, &c](int64_t micro, FirstMicrobatch first) {
+        const Tensor ids = random_ids(100 + 2 * s + micro, c.vocab_size);
+        const Tensor targets = random_ids(200 + 2 * s + micro, c.vocab_size);
+        const Tensor loss = gpt.loss(ids, targets, first);
+        return poison ? autograd::scale(loss, NAN) : loss;
+      };
+    };
+    std::vector<train::StepResult> want;
+    for (int64_t s = 0; s < 5; ++s) want.push_back(every.step(loss_of(every_gpt, s, s == 3)));
+    deferred.run_step(loss_of(deferred_gpt, 0, false));  // plans GEMMs, fills caches
+    std::vector<train::StepResult> got = deferred.results();
+    const cuda::HostSyncCounts before = cuda::host_sync_counts();
+    for (int64_t s = 1; s < 5; ++s) deferred.run_step(loss_of(deferred_gpt, s, s == 3));
+    const cuda::HostSyncCounts steps = minus(cuda::host_sync_counts(), before);
+    EXPECT_EQ(steps.total(), 0) << "over 4 steps: " << text(steps);
+    const cuda::HostSyncCounts at_read = cuda::host_sync_counts();
+    for (const train::StepResult& r : deferred.results()) got.push_back(r);
+    const cuda::HostSyncCounts read = minus(cuda::host_sync_counts(), at_read);
+    // The losses and the norms, and the id-check record the first copy back reads.
+    EXPECT_EQ(read.device_to_host, 3) << text(read);
+    EXPECT_EQ(read.stream_waits + read.blocking_uploads, 0) << text(read);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      SCOPED_TRACE("step " + std::to_string(i + 1));
+      EXPECT_EQ(got[i].skipped, i == 3);
+      EXPECT_EQ(got[i].skipped, want[i].skipped);
+      // After the skip only f32 agrees bit for bit: the NaN step's backward ran under deferred
+      // reads, its amaxes reached delayed scaling's history and its stochastic rounding drew
+      // NVFP4's random numbers (the README's "Host synchronisation").
+      if (!want[i].skipped && (i < 3 || recipe == nullptr)) {
+        EXPECT_EQ(got[i].loss, want[i].loss);
+        EXPECT_EQ(got[i].grad_norm, want[i].grad_norm);
+      }
+    }
+    EXPECT_EQ(deferred.optimizer().steps(), 4);
+    EXPECT_EQ(deferred.skipped_steps(), 1);
+    if (recipe == nullptr) {
+      // f32: a skipped step leaves no trace either way, so the weights agree bit for bit.
+      const auto a = every_gpt.state_dict(), b = deferred_gpt.state_dict();
+      for (size_t i = 0; i < a.size(); ++i) {
+        EXPECT_TRUE(test::same_bits(b[i].second, a[i].second)) << a[i].first;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 
+#include "kernels/math/optim.h"
 #include "kernels/ops.h"
 #include "tests/support/test_util.h"
 
@@ -69,6 +72,107 @@ TEST(OptimKernels, SumOfSquaresAndErrors) {
   Tensor w = Tensor::zeros({3}, DType::kF32), m = Tensor::zeros({3}, DType::kF32);
   Tensor v = Tensor::zeros({4}, DType::kF32);
   EXPECT_THROW(ops::adamw_step(w, w, m, v, {}), Error);
+}
+
+TEST(OptimKernels, BiasCorrectionByRepeatedSquaringIsLibmsPowInF32) {
+  // The kernels' 1 - beta^t (math::bias_correction, the same bits on a GPU) against the f64 pow
+  // of the C library, rounded to f32 as before: equal at every step checked.
+  for (float beta : {0.9f, 0.95f, 0.999f, 0.8f, 0.9999f}) {
+    for (int64_t t = 1; t <= 20000; t += (t < 2000 ? 1 : 37)) {
+      const auto want = static_cast<float>(1.0 - std::pow(static_cast<double>(beta), t));
+      ASSERT_EQ(math::bias_correction(beta, t), want) << "beta " << beta << " step " << t;
+    }
+  }
+  // Powers of two are exact: repeated squaring must give them exactly.
+  EXPECT_EQ(math::pow_by_squaring(0.5, 37), std::ldexp(1.0, -37));
+  EXPECT_EQ(math::pow_by_squaring(0.9, 0), 1.0);
+}
+
+// w, m, v and a gradient of one shape, for the device-step tests.
+struct AdamWCase {
+  Tensor w = test::random_tensor({333}, DType::kF32, 31);
+  Tensor m = test::random_tensor({333}, DType::kF32, 32, 0.1f);
+  Tensor v = ops::scale(test::random_tensor({333}, DType::kF32, 33, 0.1f), 0.f);
+  Tensor g = test::random_tensor({333}, DType::kF32, 34);
+};
+
+TEST(OptimKernels, DeviceStepShutLeavesEverythingOpenIsTheHostsStep) {
+  ops::AdamWHyper h;
+  h.lr = 0.01f;
+  h.weight_decay = 0.1f;
+  for (float open : {0.f, 1.f}) {
+    SCOPED_TRACE(open != 0.f ? "gate open" : "gate shut");
+    AdamWCase device, host;
+    const Tensor w0 = device.w.clone(), m0 = device.m.clone(), v0 = device.v.clone();
+    const Tensor gate = Tensor::full({1}, open, DType::kF32);
+    Tensor steps = Tensor::zeros({1}, DType::kI64);
+    steps.data_as<int64_t>()[0] = 4;
+    ops::advance_steps(gate, steps);
+    EXPECT_EQ(steps.data_as<int64_t>()[0], open != 0.f ? 5 : 4);
+    ops::AdamWHyper dh = h;
+    dh.step = 1;  // unused: the count comes from `steps`
+    dh.device_step = {&gate, &steps};
+    ops::adamw_step(device.w, device.g, device.m, device.v, dh);
+    if (open == 0.f) {
+      EXPECT_TRUE(test::same_bits(device.w, w0));
+      EXPECT_TRUE(test::same_bits(device.m, m0));
+      EXPECT_TRUE(test::same_bits(device.v, v0));
+      continue;
+    }
+    h.step = 5;
+    ops::adamw_step(host.w, host.g, host.m, host.v, h);
+    EXPECT_TRUE(test::same_bits(device.w, host.w));
+    EXPECT_TRUE(test::same_bits(device.m, host.m));
+    EXPECT_TRUE(test::same_bits(device.v, host.v));
+    EXPECT_FALSE(test::same_bits(device.w, w0));
+  }
+  // SGD: the count decides the first step (buffer = gradient) too.
+  for (int64_t before : {0, 1}) {
+    SCOPED_TRACE("SGD after " + std::to_string(before) + " steps");
+    AdamWCase device, host;
+    const Tensor gate = Tensor::full({1}, 1.f, DType::kF32);
+    Tensor steps = Tensor::zeros({1}, DType::kI64);
+    steps.data_as<int64_t>()[0] = before;
+    ops::advance_steps(gate, steps);
+    ops::sgd_step(device.w, device.g, device.m, 0.1f, 0.9f, 0.01f, 1, {&gate, &steps});
+    ops::sgd_step(host.w, host.g, host.m, 0.1f, 0.9f, 0.01f, before + 1);
+    EXPECT_TRUE(test::same_bits(device.w, host.w));
+    EXPECT_TRUE(test::same_bits(device.m, host.m));
+    const Tensor shut = Tensor::full({1}, 0.f, DType::kF32), w1 = device.w.clone();
+    ops::sgd_step(device.w, device.g, device.m, 0.1f, 0.9f, 0.01f, 1, {&shut, &steps});
+    EXPECT_TRUE(test::same_bits(device.w, w1));
+  }
+  // Half a device step is a caller's mix-up.
+  AdamWCase c;
+  const Tensor gate = Tensor::full({1}, 1.f, DType::kF32);
+  ops::AdamWHyper half = h;
+  half.device_step = {&gate, nullptr};
+  const std::string message = test::error_of([&] { ops::adamw_step(c.w, c.g, c.m, c.v, half); });
+  EXPECT_NE(message.find("device step's count"), std::string::npos) << message;
+}
+
+TEST(OptimKernels, FiniteGateIsOneOnlyWhenEveryValueAndTheNormAre) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  auto bits_of = [](double d) {
+    Tensor t = Tensor::empty({1}, DType::kI64);
+    std::memcpy(t.data(), &d, sizeof(d));
+    return t;
+  };
+  const Tensor finite_norm = bits_of(2.5), nan_norm = bits_of(std::nan("")),
+               inf_norm = bits_of(std::numeric_limits<double>::infinity());
+  const std::vector<float> good = {1.f, -2.f, 3.0e38f, 0.f};
+  EXPECT_EQ(ops::finite_gate(Tensor::from_floats(good, {4}), &finite_norm).item(), 1.f);
+  EXPECT_EQ(ops::finite_gate(Tensor::from_floats(good, {4}), nullptr).item(), 1.f);
+  EXPECT_EQ(ops::finite_gate(Tensor::from_floats(good, {4}), &nan_norm).item(), 0.f);
+  EXPECT_EQ(ops::finite_gate(Tensor::from_floats(good, {4}), &inf_norm).item(), 0.f);
+  for (float bad : {nan, inf, -inf}) {
+    std::vector<float> v = good;
+    v[2] = bad;
+    EXPECT_EQ(ops::finite_gate(Tensor::from_floats(v, {4}), &finite_norm).item(), 0.f) << bad;
+  }
+  const std::string message =
+      test::error_of([&] { ops::finite_gate(Tensor::zeros({2}, DType::kBF16), &finite_norm); });
+  EXPECT_NE(message.find("values must be an f32 tensor"), std::string::npos) << message;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -80,6 +81,38 @@ inline Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, floa
   Generator gen(seed);
   gen.fill_normal(t, 0.f, std);
   return t;
+}
+
+// The same values on the host (a new storage; undefined stays undefined).
+inline Tensor on_cpu(const Tensor& t) { return t.defined() ? t.to(Device::cpu()) : t; }
+
+// The same shape, dtype and bytes (FP8 data, exponents, masks, conversions).
+inline ::testing::AssertionResult same_bits(const Tensor& got, const Tensor& want) {
+  if (!got.defined() || !want.defined()) {
+    return ::testing::AssertionFailure()
+           << "undefined tensor: got " << got.defined() << ", want " << want.defined();
+  }
+  if (got.shape() != want.shape() || got.dtype() != want.dtype()) {
+    return ::testing::AssertionFailure() << "got " << got << ", want " << want;
+  }
+  const Tensor g = on_cpu(got), w = on_cpu(want);
+  const auto* pg = static_cast<const uint8_t*>(g.data());
+  const auto* pw = static_cast<const uint8_t*>(w.data());
+  const size_t n = g.nbytes(), es = g.element_size();
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (pg[i] != pw[i] && bad++ == 0) first = i;
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  uint64_t got_bits = 0, want_bits = 0;
+  const size_t at = first / es * es;
+  std::memcpy(&got_bits, pg + at, es);
+  std::memcpy(&want_bits, pw + at, es);
+  return ::testing::AssertionFailure()
+         << bad << " of " << n << " bytes differ in " << want << "; first in element " << first / es
+         << ": got 0x" << std::hex << got_bits << ", want 0x" << want_bits << std::dec << " ("
+         << load_as_f32(g.dtype(), g.data(), first / es) << " vs "
+         << load_as_f32(w.dtype(), w.data(), first / es) << ")";
 }
 
 // The message of the octet::Error that `f` throws ("" and a test failure if it throws none).

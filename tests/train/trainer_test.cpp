@@ -181,5 +181,162 @@ TEST(Trainer, EvaluationMovesNoScaleAndRestoresTheMode) {
   }
 }
 
+// Deferred reads (the GPU's default), forced on the CPU: the same numbers as reading every
+// step, bit for bit, and a NaN step skipped on the device.
+TrainerOptions with_reads(TrainerOptions o, StepReads reads) {
+  o.reads = reads;
+  return o;
+}
+
+TEST(TrainerDeferred, GivesTheLossesNormsAndWeightsOfReadingEveryStep) {
+  for (const auto& recipe : {std::optional<Recipe>(), std::optional<Recipe>(Recipe::delayed()),
+                             std::optional<Recipe>(Recipe::nvfp4())}) {
+    for (modules::OptimizerKind kind :
+         {modules::OptimizerKind::kAdamW, modules::OptimizerKind::kSGD}) {
+      SCOPED_TRACE((recipe ? describe(*recipe) : std::string("f32")) +
+                   (kind == modules::OptimizerKind::kSGD ? ", SGD" : ", AdamW"));
+      TrainerOptions o = options_for(recipe, 2);
+      o.optimizer.kind = kind;
+      o.optimizer.weight_decay = 0.01f;
+      modules::GPT now_model(small_gpt(recipe)), later_model(small_gpt(recipe));
+      Trainer now(now_model, with_reads(o, StepReads::kEveryStep));
+      Trainer later(later_model, with_reads(o, StepReads::kDeferred));
+      EXPECT_FALSE(now.deferred_reads());
+      EXPECT_TRUE(later.deferred_reads());
+      std::vector<StepResult> want, got;
+      for (int64_t s = 0; s < 6; ++s) {
+        auto loss_of = [s](modules::GPT& model) {
+          return [s, &model](int64_t micro, modules::FirstMicrobatch first) {
+            const Batch b = batch_of(s, micro);
+            return model.loss(b.ids, b.targets, first);
+          };
+        };
+        want.push_back(now.step(loss_of(now_model)));
+        EXPECT_EQ(later.run_step(loss_of(later_model)), s + 1);
+        if (s == 2) {  // read part-way: the steps so far, in order
+          const std::vector<StepResult> part = later.results();
+          ASSERT_EQ(part.size(), 3u);
+          got.insert(got.end(), part.begin(), part.end());
+        }
+      }
+      const std::vector<StepResult> rest = later.results();
+      got.insert(got.end(), rest.begin(), rest.end());
+      EXPECT_TRUE(later.results().empty());
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].step, want[i].step);
+        EXPECT_EQ(got[i].loss, want[i].loss) << "step " << i + 1;
+        EXPECT_EQ(got[i].grad_norm, want[i].grad_norm) << "step " << i + 1;
+        EXPECT_EQ(got[i].lr, want[i].lr);
+        EXPECT_FALSE(got[i].skipped);
+      }
+      EXPECT_EQ(later.optimizer().steps(), 6);
+      const auto a = now_model.state_dict(), b = later_model.state_dict();
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_TRUE(test::same_bits(b[i].second, a[i].second)) << a[i].first;
+      const auto oa = now.optimizer().state_dict(), ob = later.optimizer().state_dict();
+      ASSERT_EQ(oa.size(), ob.size());
+      for (size_t i = 0; i < oa.size(); ++i)
+        EXPECT_TRUE(test::same_bits(ob[i].second, oa[i].second)) << oa[i].first;
+    }
+  }
+}
+
+TEST(TrainerDeferred, ANonFiniteStepIsSkippedOnTheDeviceAndCountedWhenRead) {
+  // f32: the backward a NaN step still runs under deferred reads leaves no state behind, so the
+  // two ways agree on every later step too.
+  TrainerOptions o = options_for(std::nullopt, 2);
+  o.max_nonfinite_steps = 3;
+  modules::GPT now_model(small_gpt(std::nullopt)), later_model(small_gpt(std::nullopt));
+  Trainer now(now_model, with_reads(o, StepReads::kEveryStep));
+  Trainer later(later_model, with_reads(o, StepReads::kDeferred));
+  auto loss_of = [](modules::GPT& model, int64_t s, bool poison) {
+    return [&model, s, poison](int64_t micro, modules::FirstMicrobatch first) {
+      const Batch b = batch_of(s, micro);
+      const Tensor loss = model.loss(b.ids, b.targets, first);
+      // The second micro-batch: the first one's backward has run already.
+      return poison && micro == 1 ? autograd::scale(loss, NAN) : loss;
+    };
+  };
+  std::vector<StepResult> want;
+  std::vector<std::vector<std::pair<std::string, Tensor>>> weights_before(6);
+  for (int64_t s = 0; s < 6; ++s) {
+    const bool poison = s == 2 || s == 3;
+    want.push_back(now.step(loss_of(now_model, s, poison)));
+    for (const auto& [name, t] : later_model.state_dict())
+      weights_before[s].emplace_back(name, t.clone());
+    later.run_step(loss_of(later_model, s, poison));
+    if (s == 2) {
+      // Nothing read yet: the skip is the device's alone, and the weights did not move.
+      EXPECT_EQ(later.skipped_steps(), 0);
+      const auto after = later_model.state_dict();
+      for (size_t i = 0; i < after.size(); ++i) {
+        EXPECT_TRUE(test::same_bits(after[i].second, weights_before[s][i].second))
+            << after[i].first;
+      }
+    }
+  }
+  const std::vector<StepResult> got = later.results();
+  ASSERT_EQ(got.size(), 6u);
+  for (size_t i = 0; i < got.size(); ++i) {
+    SCOPED_TRACE("step " + std::to_string(i + 1));
+    EXPECT_EQ(got[i].skipped, want[i].skipped);
+    EXPECT_EQ(got[i].nonfinite_run, want[i].nonfinite_run);
+    EXPECT_EQ(std::isnan(got[i].loss), std::isnan(want[i].loss));
+    if (!want[i].skipped) {
+      EXPECT_EQ(got[i].loss, want[i].loss);
+      EXPECT_EQ(got[i].grad_norm, want[i].grad_norm);
+    }
+  }
+  EXPECT_TRUE(got[2].skipped && got[3].skipped && !got[4].skipped);
+  EXPECT_EQ(later.skipped_steps(), 2);
+  EXPECT_EQ(now.optimizer().steps(), 4);
+  EXPECT_EQ(later.optimizer().steps(), 4);  // skipped steps do not count (AdamW's bias correction)
+  const auto a = now_model.state_dict(), b = later_model.state_dict();
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(test::same_bits(b[i].second, a[i].second)) << a[i].first;
+  // Three in a row stop the run when they are read, at the step that reached the limit.
+  for (int64_t s = 6; s < 9; ++s) later.run_step(loss_of(later_model, s, true));
+  const std::string message = test::error_of([&] { later.results(); });
+  EXPECT_NE(message.find("training stopped at step 9"), std::string::npos) << message;
+}
+
+TEST(TrainerDeferred, ACheckpointReadsTheWaitingStepsAndResumesBitExactly) {
+  test::ScratchDir dir;
+  const TrainerOptions o = with_reads(options_for(Recipe::delayed()), StepReads::kDeferred);
+  auto run = [](Trainer& t, modules::GPT& model, int64_t from, int64_t to) {
+    for (int64_t s = from; s < to; ++s) {
+      t.run_step([&, s](int64_t micro, modules::FirstMicrobatch first) {
+        const Batch b = batch_of(s, micro);
+        return model.loss(b.ids, b.targets, first);
+      });
+    }
+    std::vector<double> losses;
+    for (const StepResult& r : t.results()) losses.push_back(r.loss);
+    return losses;
+  };
+  modules::GPT straight_model(small_gpt(Recipe::delayed()));
+  Trainer straight(straight_model, o);
+  const std::vector<double> want = run(straight, straight_model, 0, 8);
+  modules::GPT first_model(small_gpt(Recipe::delayed()));
+  Trainer first(first_model, o);
+  for (int64_t s = 0; s < 4; ++s) {
+    first.run_step([&, s](int64_t micro, modules::FirstMicrobatch f) {
+      const Batch b = batch_of(s, micro);
+      return first_model.loss(b.ids, b.targets, f);
+    });
+  }
+  first.save(dir.file("ckpt.safetensors"));  // reads the 4 waiting steps first
+  EXPECT_EQ(first.results().size(), 4u);     // and keeps them for the caller
+  modules::GPT resumed_model(small_gpt(Recipe::delayed()));
+  Trainer resumed(resumed_model, o);
+  resumed.load(dir.file("ckpt.safetensors"));
+  EXPECT_EQ(resumed.optimizer().steps(), 4);
+  const std::vector<double> got = run(resumed, resumed_model, 4, 8);
+  ASSERT_EQ(got.size(), 4u);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i + 4]) << "step " << i + 5;
+}
+
 }  // namespace
 }  // namespace octet::train
