@@ -79,7 +79,10 @@ struct SumFn {
     return factor == 1.f ? s : ops::scale(s, factor);
   }
   Tensors backward(Context&, const Tensors& dy) {
-    return {Tensor::full(shape, dy[0].item() * factor, dtype, dy[0].device())};
+    // dy (times the factor) broadcast where it lives: a GPU's gradient is not copied back.
+    const Tensor g = factor == 1.f ? dy[0] : ops::scale(dy[0], factor);
+    const Tensor ones = Tensor::full({shape_numel(shape), 1}, 1.f, dtype, dy[0].device());
+    return {ops::mul(ones, g.reshape({1})).reshape(shape)};
   }
 };
 

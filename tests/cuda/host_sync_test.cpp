@@ -10,6 +10,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/ops/arithmetic.h"
+#include "autograd/variable.h"
 #include "kernels/ops.h"
 #include "kernels/optim.h"
 #include "modules/gpt.h"
@@ -229,6 +230,28 @@ TEST(CudaHostSync, TrainerStepsWaitOnlyWhenTheirResultsAreRead) {
       for (size_t i = 0; i < a.size(); ++i) {
         EXPECT_TRUE(test::same_bits(b[i].second, a[i].second)) << a[i].first;
       }
+    }
+  }
+}
+
+TEST(CudaHostSync, SumAndMeanBackwardStayOnTheDeviceAndMatchTheCpu) {
+  OCTET_REQUIRE_CUDA();
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (bool mean : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (mean ? " mean" : " sum"));
+      const Tensor host = ops::cast(test::random_tensor({37, 5}, DType::kF32, 71), dtype);
+      Tensor cpu = host.clone(), gpu = host.to(test::gpu());
+      autograd::set_requires_grad(cpu);
+      autograd::set_requires_grad(gpu);
+      auto reduce = [mean](const Tensor& x) {
+        return autograd::scale(mean ? autograd::mean(x) : autograd::sum(x), 3.f);
+      };
+      autograd::backward(reduce(cpu));
+      const cuda::HostSyncCounts before = cuda::host_sync_counts();
+      autograd::backward(reduce(gpu));
+      const cuda::HostSyncCounts made = minus(cuda::host_sync_counts(), before);
+      EXPECT_EQ(made.total(), 0) << text(made);
+      EXPECT_TRUE(test::same_bits(autograd::grad(gpu), autograd::grad(cpu)));
     }
   }
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cpu/fp8_simd.h"
+#include "runtime/float16.h"
 #include "runtime/fp8.h"
 
 #if OCTET_HAVE_CUDA_HEADERS
@@ -25,11 +26,7 @@ namespace {
 
 #if OCTET_HAVE_CUDA_HEADERS
 
-float bits_to_float(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof(x));
-  return x;
-}
+using detail::bits_to_float;  // runtime/float16.h
 
 struct Mismatches {
   uint64_t count = 0;

@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "runtime/float16.h"
 #include "runtime/fp8.h"
 #include "tests/support/test_util.h"
 
@@ -22,17 +23,8 @@ namespace {
 
 using cpu::SimdPath;
 
-float bits_to_float(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof(x));
-  return x;
-}
-
-uint32_t float_to_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof(u));
-  return u;
-}
+using detail::bits_to_float;  // runtime/float16.h
+using detail::float_to_bits;
 
 std::vector<SimdPath> available_paths() {
   std::vector<SimdPath> paths;

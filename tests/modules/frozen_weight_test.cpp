@@ -83,10 +83,7 @@ Outcome run(const std::optional<Recipe>& recipe, const Tensor& weight, bool free
   return o;
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.defined() && b.defined() && a.shape() == b.shape() && a.dtype() == b.dtype() &&
-         std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
+using test::same_bits;  // tests/support/test_util.h
 
 void expect_frozen_saves_less(const Case& c, const std::function<std::unique_ptr<Module>()>& make,
                               const std::function<const Tensor&(Module&)>& weight_of,

@@ -21,10 +21,7 @@
 namespace octet::modules {
 namespace {
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.defined() && b.defined() && a.shape() == b.shape() && a.dtype() == b.dtype() &&
-         std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
+using test::same_bits;  // tests/support/test_util.h
 
 LinearOptions seeded(std::optional<Recipe> recipe = std::nullopt,
                      FP8PrimaryWeights primary = FP8PrimaryWeights::kNo) {

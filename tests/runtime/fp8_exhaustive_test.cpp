@@ -30,17 +30,8 @@ namespace {
 
 #if OCTET_HAVE_CUDA_HEADERS
 
-float bits_to_float(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof(x));
-  return x;
-}
-
-uint32_t float_to_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof(u));
-  return u;
-}
+using detail::bits_to_float;  // runtime/float16.h
+using detail::float_to_bits;
 
 struct Sweep {
   uint64_t mismatches = 0;
