@@ -141,6 +141,21 @@ void Trainer::count(StepResult& r) {
               "); try a lower learning rate or grad clipping");
 }
 
+Tensor Trainer::forward(const MicroBatchLoss& loss_of, int64_t micro) {
+  const modules::FirstMicrobatch first =
+      !cache_weights_
+          ? modules::FirstMicrobatch::kUnset
+          : (micro == 0 ? modules::FirstMicrobatch::kYes : modules::FirstMicrobatch::kNo);
+  std::optional<modules::FP8Autocast> fp8;
+  if (options_.recipe) {
+    fp8.emplace(*options_.recipe, modules::FP8Enabled::kYes,
+                dp_ != nullptr ? options_.comm : nullptr);
+  }
+  Tensor loss = loss_of(micro, first);
+  if (fp8) fp8->close();  // the forward scales update here; a failure throws here
+  return loss;
+}
+
 void Trainer::run_deferred(const MicroBatchLoss& loss_of) {
   StepResult r;
   r.step = step_ + 1;
@@ -154,17 +169,7 @@ void Trainer::run_deferred(const MicroBatchLoss& loss_of) {
   }
   Tensor losses = waiting_losses_.slice(slot * accum, (slot + 1) * accum);
   for (int64_t micro = 0; micro < accum; ++micro) {
-    const modules::FirstMicrobatch first =
-        !cache_weights_
-            ? modules::FirstMicrobatch::kUnset
-            : (micro == 0 ? modules::FirstMicrobatch::kYes : modules::FirstMicrobatch::kNo);
-    Tensor loss;
-    {
-      std::optional<modules::FP8Autocast> fp8;
-      if (options_.recipe) fp8.emplace(*options_.recipe, modules::FP8Enabled::kYes);
-      loss = loss_of(micro, first);
-      if (fp8) fp8->close();
-    }
+    const Tensor loss = forward(loss_of, micro);
     OCTET_CHECK(loss.numel() == 1 && loss.dtype() == DType::kF32, "Trainer: the micro-batch loss ",
                 "must be a one-element f32 tensor, got ", loss);
     Tensor value = losses.slice(micro, micro + 1);
@@ -221,20 +226,7 @@ StepResult Trainer::step_now(const MicroBatchLoss& loss_of) {
   double loss_sum = 0.0;
   bool finite = true;
   for (int64_t micro = 0; micro < accum && finite; ++micro) {
-    const modules::FirstMicrobatch first =
-        !cache_weights_
-            ? modules::FirstMicrobatch::kUnset
-            : (micro == 0 ? modules::FirstMicrobatch::kYes : modules::FirstMicrobatch::kNo);
-    Tensor loss;
-    {
-      std::optional<modules::FP8Autocast> fp8;
-      if (options_.recipe) {
-        fp8.emplace(*options_.recipe, modules::FP8Enabled::kYes,
-                    dp_ != nullptr ? options_.comm : nullptr);
-      }
-      loss = loss_of(micro, first);
-      if (fp8) fp8->close();  // the forward scales update here; a failure throws here
-    }
+    const Tensor loss = forward(loss_of, micro);
     // Every rank decides on the mean, so all of them skip a step that is not finite anywhere.
     const double value = dp_ != nullptr ? dp_->mean(loss.item()) : loss.item();
     if (!std::isfinite(value)) {

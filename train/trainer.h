@@ -141,6 +141,8 @@ class Trainer {
 
  private:
   void check_same_on_all_ranks();
+  // Micro-batch `micro`'s loss, its forward in the recipe's FP8 scope.
+  Tensor forward(const MicroBatchLoss& loss, int64_t micro);
   StepResult step_now(const MicroBatchLoss& loss);  // reads every step
   void run_deferred(const MicroBatchLoss& loss);
   // The waiting steps' results into ready_ (deferred reads).
