@@ -6,13 +6,19 @@
 # run; the last 10% of the file is held out. Each run evaluates once, at the end, on 16 batches of
 # 16 x 128 held-out bytes (half of the held-out part, the same bytes for every run); the table
 # gives the bits per byte and the ratio to f32's. Prints the processor first.
-#   bench/text_bench.sh [OCTET] [STEPS] [TEXT]     (defaults: build/octet 1000 version7.txt)
+#   bench/text_bench.sh [OCTET] [STEPS] [TEXT] [--set KEY=VALUE ...]
+#     (defaults: build/octet 1000 version7.txt); the --set arguments after the text go to every
+#     run after the ones above, e.g. a wider model: --set model.d_model=256
+#   TEXT_BENCH_RECIPES="delayed blockwise nvfp4" (the default) picks the recipes beside f32.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 octet="${1:-$root/build/octet}"
 steps="${2:-1000}"
 text="${3:-/usr/share/vim/vim90/doc/version7.txt}"
+shift $(($# < 3 ? $# : 3))
+extra=("$@")
+recipes="${TEXT_BENCH_RECIPES:-delayed blockwise nvfp4}"
 if [ ! -r "$text" ]; then
   echo "text_bench: $text is missing (Debian's vim-runtime ships it; tools/setup.sh installs it)" >&2
   exit 1
@@ -32,7 +38,7 @@ run() {
   shift
   local start end
   start="$(date +%s.%N)"
-  "$octet" train --out "$out" "${common[@]}" "$@" >"$work/$name.log" 2>&1 || {
+  "$octet" train --out "$out" "${common[@]}" ${extra[@]+"${extra[@]}"} "$@" >"$work/$name.log" 2>&1 || {
     cat "$work/$name.log" >&2
     return 1
   }
@@ -43,12 +49,12 @@ run() {
 }
 
 echo "processor: $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) cores"
-echo "octet train on $text ($(stat -c %s "$text") bytes), $steps steps, batch 16 x 128 bytes"
+echo "octet train on $text ($(stat -c %s "$text") bytes), $steps steps, batch 16 x 128 bytes${extra[*]+, ${extra[*]}}"
 read -r f32 f32_s < <(run f32 --set fp8.enabled=false)
 printf '| %-10s | %14s | %8s | %6s |\n' "recipe" "bits per byte" "vs f32" "time"
 printf '|%s|%s|%s|%s|\n' "------------" "----------------" "----------" "--------"
 printf '| %-10s | %14.4f | %8s | %5ss |\n' "f32" "$f32" "1" "$f32_s"
-for recipe in delayed blockwise nvfp4; do
+for recipe in $recipes; do
   read -r bpb secs < <(run "$recipe" --set "fp8.recipe={\"recipe\":\"$recipe\"}")
   printf '| %-10s | %14.4f | %7.4fx | %5ss |\n' "$recipe" "$bpb" \
     "$(awk -v a="$bpb" -v b="$f32" 'BEGIN {print a / b}')" "$secs"
