@@ -26,7 +26,7 @@ skip=",${SANITIZE_SKIP:-},"
 # The tests that run on several threads: std::thread in the allocator tests, parallel_for and the
 # reductions on 1, 2 and more threads, an exception inside a parallel region, and kernels,
 # modules and the trainer at sizes where parallel_for splits the work.
-tsan_tests="${TSAN_TESTS:-^(ThreadPool\..*|Memory\.(ConcurrentAllocationIsExact|ScopeIsPerThread)|Reductions\..*|GraphContract\..*Parallel.*|Rng\.FillMatchesTheDocumentedDrawsForAnyThreadCount|Gemm\..*|CausalAttention\..*|LayerNormMLP\..*|Trainer\..*)$}"
+tsan_tests="${TSAN_TESTS:-^(ThreadPool\..*|Memory\.(ConcurrentAllocationIsExact|ScopeIsPerThread)|Reductions\..*|GraphContract\..*Parallel.*|Rng\.FillMatchesTheDocumentedDrawsForAnyThreadCount|Gemm\..*|CausalAttention\..*|LayerNormMLP\..*|Trainer\..*|TrainerDeferred\..*)$}"
 # The binary those tests are in: their files only (tests/CMakeLists.txt, octet_threaded_tests);
 # the TSan build compiles nothing else.
 tsan_targets=(octet_threaded_tests)
