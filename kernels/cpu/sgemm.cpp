@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -135,7 +136,8 @@ std::atomic<SimdPath>& gemm_path_slot() {
 }
 
 // Each micro-kernel: acc (kMr, kNr) = sum over p < kc of a[p * kMr + r] * b[p * kNr + j], then
-// for r < rows, j < cols: c[r * ldc + j] = alpha * acc (kOverwrite) or fma(alpha, acc, c) (kAdd).
+// for r < rows, j < cols: c[r * ldc + j] = alpha * acc (kOverwrite) or, adding, fma(alpha, acc, c)
+// on the SIMD paths and alpha * acc + c on the portable one.
 // `a` and `b` are packed and padded with zeros to whole tiles; `c` only has rows x cols.
 
 // The register tiles: AVX2 6 x 16 (12 ymm accumulators), AVX-512 8 x 48 (24 zmm accumulators,
