@@ -40,8 +40,9 @@ SimdPath set_gemm_simd_path(SimdPath path);
 
 // What ops::gemm runs on the CPU: oneDNN's sgemm in shape-fixed tiles on operands converted to
 // f32 first (the default), or octet's own sgemm above (OCTET_CPU_GEMM=octet, or the setter, which
-// returns the choice before). The own one is a prototype: it measured 0.85-0.93x oneDNN on one
-// Zen 4 core (issue 14 asks 0.95x), so it is not the default yet.
+// returns the choice before). The own one is a prototype: over the layer GEMMs it measured
+// 0.88-0.93x the best of oneDNN and OpenBLAS on a 2-core Zen 4 (1 and 2 threads, AVX-512 and
+// AVX2; README), short of issue 14's 0.95x, so it is not the default yet.
 enum class CpuGemmLibrary { kOctet, kOnednn };
 CpuGemmLibrary cpu_gemm_library();
 CpuGemmLibrary set_cpu_gemm_library(CpuGemmLibrary library);
