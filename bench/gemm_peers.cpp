@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/sgemm.h"
 #include "kernels/ops.h"
 #include "runtime/parallel.h"
 #include "runtime/rng.h"
@@ -81,12 +82,26 @@ double flops(const Gemm& g) { return 2.0 * g.m * g.n * g.k; }
 
 // ---- worker: the libraries in one process ----
 
-enum class Lib { kOctetF32, kOctetBf16, kOctetE4m3, kOnednn, kOpenblas };
+// kOctetOwnF32 and kOctetOwnE4m3: ops::gemm on octet's own sgemm (kernels/cpu/sgemm.h,
+// OCTET_CPU_GEMM=octet) rather than the default oneDNN tiles.
+enum class Lib {
+  kOctetF32,
+  kOctetOwnF32,
+  kOctetBf16,
+  kOctetE4m3,
+  kOctetOwnE4m3,
+  kOnednn,
+  kOpenblas
+};
 
 const char* lib_key(Lib l) {
   switch (l) {
     case Lib::kOctetF32:
       return "octet-f32";
+    case Lib::kOctetOwnF32:
+      return "octet-own-f32";
+    case Lib::kOctetOwnE4m3:
+      return "octet-own-e4m3";
     case Lib::kOctetBf16:
       return "octet-bf16";
     case Lib::kOctetE4m3:
@@ -100,7 +115,8 @@ const char* lib_key(Lib l) {
 }
 
 bool parse_lib(const std::string& s, Lib* out) {
-  for (Lib l : {Lib::kOctetF32, Lib::kOctetBf16, Lib::kOctetE4m3, Lib::kOnednn, Lib::kOpenblas}) {
+  for (Lib l : {Lib::kOctetF32, Lib::kOctetOwnF32, Lib::kOctetBf16, Lib::kOctetE4m3,
+                Lib::kOctetOwnE4m3, Lib::kOnednn, Lib::kOpenblas}) {
     if (s == lib_key(l)) {
       *out = l;
       return true;
@@ -168,6 +184,13 @@ Operands make_operands(const Gemm& g, uint64_t seed) {
   return o;
 }
 
+// While alive, ops::gemm runs on octet's own sgemm.
+struct OwnGemm {
+  OwnGemm() : before(octet::cpu::set_cpu_gemm_library(octet::cpu::CpuGemmLibrary::kOctet)) {}
+  ~OwnGemm() { octet::cpu::set_cpu_gemm_library(before); }
+  octet::cpu::CpuGemmLibrary before;
+};
+
 class Worker {
  public:
   explicit Worker(std::string config) : config_(std::move(config)) {}
@@ -206,6 +229,21 @@ class Worker {
       case Lib::kOctetF32:
         call = [&] { octet::ops::gemm(o.a, ta, o.b, tb, o.c); };
         break;
+      case Lib::kOctetOwnF32:
+        call = [&] {
+          const OwnGemm own;
+          octet::ops::gemm(o.a, ta, o.b, tb, o.c);
+        };
+        break;
+      case Lib::kOctetOwnE4m3:
+        call = [&] {
+          const OwnGemm own;
+          octet::ops::GemmOptions options;
+          options.a_scale_inv = &inv;
+          options.b_scale_inv = &inv;
+          octet::ops::gemm(o.a8, Transpose::kNo, o.b8, Transpose::kYes, o.c, options);
+        };
+        break;
       case Lib::kOctetBf16:
         call = [&] { octet::ops::gemm(o.a16, ta, o.b16, tb, o.c); };
         break;
@@ -241,7 +279,7 @@ class Worker {
 #endif
     }
     call();
-    if (lib == Lib::kOnednn || lib == Lib::kOpenblas) {
+    if (lib == Lib::kOnednn || lib == Lib::kOpenblas || lib == Lib::kOctetOwnF32) {
       // Same operands, same layout: only the summation order may differ from octet's f32.
       const float* got = o.c.data_as<float>();
       const float* want = o.reference.data_as<float>();
@@ -271,9 +309,10 @@ class Worker {
     // type (octet and oneDNN would measure the same as in "native"); "avx2": every library held
     // to AVX2.
     if (config_.rfind("openblas:", 0) == 0) return {Lib::kOpenblas};
-    std::vector<Lib> l = {Lib::kOctetF32};
+    std::vector<Lib> l = {Lib::kOctetF32, Lib::kOctetOwnF32};
     if (config_ == "native") l.push_back(Lib::kOctetBf16);
     l.push_back(Lib::kOctetE4m3);
+    l.push_back(Lib::kOctetOwnE4m3);
     l.push_back(Lib::kOnednn);
 #if OCTET_HAVE_OPENBLAS
     l.push_back(Lib::kOpenblas);
@@ -438,6 +477,12 @@ std::string column_title(const Config& c, Lib lib, const std::string& openblas_c
     case Lib::kOctetF32:
       t = "octet f32";
       break;
+    case Lib::kOctetOwnF32:
+      t = "octet own";
+      break;
+    case Lib::kOctetOwnE4m3:
+      t = "own e4m3";
+      break;
     case Lib::kOctetBf16:
       t = "octet bf16";
       break;
@@ -534,7 +579,7 @@ int coordinator_main(int rounds, int reps, const std::vector<int>& thread_counts
     // The table: GFLOP/s of each column's median; octet f32 against the best f32 peer.
     std::printf("\nthreads %d\n%-12s %-16s", threads, "gemm", "M x N x K (f32)");
     for (const Column& c : columns) std::printf(" %13.13s", c.title.c_str());
-    std::printf(" %9s %10s\n", "ratio", "avx2 ratio");
+    std::printf(" %10s %10s %10s %10s\n", "ratio", "own ratio", "A2 ratio", "A2 own");
     std::vector<double> layer_ms(columns.size(), 0.0);
     double layer_flops = 0;
     for (size_t g = 0; g < all.size(); ++g) {
@@ -559,22 +604,25 @@ int coordinator_main(int rounds, int reps, const std::vector<int>& thread_counts
         if (in_layer) layer_ms[c] += ms;
         std::printf(" %13.1f", rate[c]);
       }
-      // Ratios within one setting: octet f32 / the best f32 peer (oneDNN, OpenBLAS).
+      // Ratios within one setting: octet f32 (tiled, then own) / the best f32 peer (oneDNN,
+      // OpenBLAS).
       for (const char* setting : {"native", "avx2"}) {
-        double octet = 0, best = 0;
-        for (size_t c = 0; c < columns.size(); ++c) {
-          const bool same =
-              (columns[c].child->config().name == "avx2") == (std::strcmp(setting, "avx2") == 0);
-          if (!same) continue;
-          if (columns[c].lib == Lib::kOctetF32) octet = rate[c];
-          if (columns[c].lib == Lib::kOnednn || columns[c].lib == Lib::kOpenblas) {
-            best = std::max(best, rate[c]);
+        for (Lib mine : {Lib::kOctetF32, Lib::kOctetOwnF32}) {
+          double octet = 0, best = 0;
+          for (size_t c = 0; c < columns.size(); ++c) {
+            const bool same =
+                (columns[c].child->config().name == "avx2") == (std::strcmp(setting, "avx2") == 0);
+            if (!same) continue;
+            if (columns[c].lib == mine) octet = rate[c];
+            if (columns[c].lib == Lib::kOnednn || columns[c].lib == Lib::kOpenblas) {
+              best = std::max(best, rate[c]);
+            }
           }
-        }
-        if (octet > 0 && best > 0) {
-          std::printf(" %*.2fx", std::strcmp(setting, "avx2") == 0 ? 9 : 8, octet / best);
-        } else {
-          std::printf(" %*s", std::strcmp(setting, "avx2") == 0 ? 10 : 9, "-");
+          if (octet > 0 && best > 0) {
+            std::printf(" %9.2fx", octet / best);
+          } else {
+            std::printf(" %10s", "-");
+          }
         }
       }
       std::printf("\n");

@@ -8,14 +8,11 @@
 // multiply; a GELU epilogue and an FP8 output then run on the f32 result.
 #include <dnnl.h>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/fp8_simd.h"
+#include "kernels/cpu/sgemm.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/math/activation.h"
 #include "runtime/parallel.h"
@@ -46,78 +43,6 @@ struct Workspace {
 };
 
 thread_local Workspace t_workspace;
-
-// dst[j * dst_stride + i] = src[i * src_stride + j] for i < n_src_rows, j < n_src_cols.
-void transpose_tile_scalar(const float* src, int64_t src_stride, int64_t n_src_rows,
-                           int64_t n_src_cols, float* dst, int64_t dst_stride) {
-  for (int64_t j = 0; j < n_src_cols; ++j) {
-    for (int64_t i = 0; i < n_src_rows; ++i) dst[j * dst_stride + i] = src[i * src_stride + j];
-  }
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-// GCC 12's unpack intrinsics start from _mm512_undefined_ps, which -Wuninitialized flags.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-// One 16x16 block through registers: pairs of rows interleave (unpack), then 4-row groups
-// (shuffle_ps), then 128-bit lanes twice (shuffle_f32x4): the classic transpose network.
-__attribute__((target("avx512f"))) void transpose16_avx512(const float* src, int64_t src_stride,
-                                                           float* dst, int64_t dst_stride) {
-  __m512 r[16], t[16], u[16], v[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * src_stride);
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int g = 0; g < 4; ++g) {  // rows 4g..4g+3
-    const __m512 lo = t[4 * g], hi = t[4 * g + 1], lo2 = t[4 * g + 2], hi2 = t[4 * g + 3];
-    u[4 * g + 0] = _mm512_shuffle_ps(lo, lo2, 0x44);  // columns 0, 4, 8, 12 of the 4 rows
-    u[4 * g + 1] = _mm512_shuffle_ps(lo, lo2, 0xEE);  // columns 1, 5, 9, 13
-    u[4 * g + 2] = _mm512_shuffle_ps(hi, hi2, 0x44);  // columns 2, 6, 10, 14
-    u[4 * g + 3] = _mm512_shuffle_ps(hi, hi2, 0xEE);  // columns 3, 7, 11, 15
-  }
-  for (int c = 0; c < 4; ++c) {                                 // column c of each 4-column group
-    v[4 * c + 0] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);  // cols c, c+8; rows 0-7
-    v[4 * c + 1] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);  // cols c+4, c+12; rows 0-7
-    v[4 * c + 2] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);  // cols c, c+8; rows 8-15
-    v[4 * c + 3] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);  // cols c+4, c+12; rows 8-15
-  }
-  for (int c = 0; c < 4; ++c) {
-    _mm512_storeu_ps(dst + (c + 0) * dst_stride,
-                     _mm512_shuffle_f32x4(v[4 * c], v[4 * c + 2], 0x88));
-    _mm512_storeu_ps(dst + (c + 8) * dst_stride,
-                     _mm512_shuffle_f32x4(v[4 * c], v[4 * c + 2], 0xDD));
-    _mm512_storeu_ps(dst + (c + 4) * dst_stride,
-                     _mm512_shuffle_f32x4(v[4 * c + 1], v[4 * c + 3], 0x88));
-    _mm512_storeu_ps(dst + (c + 12) * dst_stride,
-                     _mm512_shuffle_f32x4(v[4 * c + 1], v[4 * c + 3], 0xDD));
-  }
-}
-#pragma GCC diagnostic pop
-#endif
-
-void transpose_tile(const float* src, int64_t src_stride, int64_t n_src_rows, int64_t n_src_cols,
-                    float* dst, int64_t dst_stride) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512) {
-    const int64_t full_rows = n_src_rows / 16 * 16, full_cols = n_src_cols / 16 * 16;
-    for (int64_t i = 0; i < full_rows; i += 16) {
-      for (int64_t j = 0; j < full_cols; j += 16) {
-        transpose16_avx512(src + i * src_stride + j, src_stride, dst + j * dst_stride + i,
-                           dst_stride);
-      }
-    }
-    // The ragged right and bottom edges.
-    transpose_tile_scalar(src + full_cols, src_stride, n_src_rows, n_src_cols - full_cols,
-                          dst + full_cols * dst_stride, dst_stride);
-    transpose_tile_scalar(src + full_rows * src_stride, src_stride, n_src_rows - full_rows,
-                          full_cols, dst + full_rows, dst_stride);
-    return;
-  }
-#endif
-  transpose_tile_scalar(src, src_stride, n_src_rows, n_src_cols, dst, dst_stride);
-}
 
 // Writes logical (rows, cols) of `src` as row-major f32 into dst. `src` holds it as (rows, cols)
 // or, transposed, as (cols, rows).
@@ -159,7 +84,7 @@ void to_f32_matrix(const Tensor& src, ops::Transpose trans, int64_t rows, int64_
           to_f32(src.dtype(), p + (c * rows + r0) * es, buf.data() + (c - c0) * kTile, r1 - r0);
         }
         // buf holds (c - c0, r - r0); dst wants (r, c).
-        transpose_tile(buf.data(), kTile, c1 - c0, r1 - r0, dst + r0 * cols + c0, cols);
+        transpose_f32(buf.data(), kTile, c1 - c0, r1 - r0, dst + r0 * cols + c0, cols);
       }
     }
   });
@@ -292,12 +217,6 @@ void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb
   const int64_t k = a_trans ? a.rows() : a.cols();
   const int64_t n = b_trans ? b.rows() : b.cols();
 
-  const Operand pa = prepare(a, a_trans, m, k, k >= kUntransposeAFromK, 0);
-  const Operand pb = prepare(b, b_trans, k, n, true, 1);
-  const char transa = pa.transposed ? 'T' : 'N', transb = pb.transposed ? 'T' : 'N';
-  const int64_t lda = transa == 'T' ? m : k;
-  const int64_t ldb = transb == 'T' ? k : n;
-
   // The result lands in f32 (out itself, or a workspace for a bf16 or FP8 out), pre-loaded with
   // out's old contents and/or the bias so that sgemm's beta = 1 adds the product.
   const bool f32_out = out.dtype() == DType::kF32;
@@ -325,7 +244,19 @@ void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb
   if (k == 0) {
     if (beta == 0.f) std::fill(c, c + m * n, 0.f);
   } else if (m > 0 && n > 0) {
-    tiled_sgemm(transa, transb, m, n, k, alpha, pa.data, lda, pb.data, ldb, beta, c);
+    if (cpu_gemm_library() == CpuGemmLibrary::kOctet) {
+      // Stored rows: A (M, K) or (K, M); B (K, N) or (N, K).
+      const GemmOperand oa{a.data(), a.dtype(), a_trans, a_trans ? m : k};
+      const GemmOperand ob{b.data(), b.dtype(), b_trans, b_trans ? k : n};
+      sgemm(m, n, k, alpha, oa, ob, beta == 0.f ? GemmUpdate::kOverwrite : GemmUpdate::kAdd, c, n);
+    } else {
+      const Operand pa = prepare(a, a_trans, m, k, k >= kUntransposeAFromK, 0);
+      const Operand pb = prepare(b, b_trans, k, n, true, 1);
+      const char transa = pa.transposed ? 'T' : 'N', transb = pb.transposed ? 'T' : 'N';
+      const int64_t lda = transa == 'T' ? m : k;
+      const int64_t ldb = transb == 'T' ? k : n;
+      tiled_sgemm(transa, transb, m, n, k, alpha, pa.data, lda, pb.data, ldb, beta, c);
+    }
   }
   if (epilogue == ops::Epilogue::kGelu) {
     constexpr int64_t kGeluGrain = 4096;  // an exp per element: compute-bound

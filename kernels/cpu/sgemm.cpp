@@ -1,0 +1,581 @@
+// octet's own f32 GEMM (kernels/cpu/sgemm.h). The loops, outermost first:
+//   jc: N in panels of up to kPanelFloats / K columns; B's panel is packed once, all of K, into
+//       slivers of kNr columns (K, kNr), by the pool's threads together;
+//   tasks: the panel's (mc-row block, range of slivers) pairs, claimed by any thread;
+//   pc: K in blocks of kc: the task packs its A block (mc, kc) into micro-panels (kc, kMr);
+//   jr, ir: slivers, then micro-panels: one micro-kernel call adds a (kMr, kNr) tile's kc products.
+// An output element is summed by one task, over the K blocks in order, so its bits depend on the
+// shape alone. Conversion to f32 happens in the packing: FP8 through the vector decoders of
+// kernels/cpu/fp8_simd.h, bf16 and f16 by the dtype's rule, transposing where the layout needs it.
+#include "kernels/cpu/sgemm.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define OCTET_GEMM_X86 1
+#else
+#define OCTET_GEMM_X86 0
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "runtime/error.h"
+#include "runtime/memory.h"
+#include "runtime/parallel.h"
+#include "runtime/tensor.h"
+
+namespace octet::cpu {
+namespace {
+
+// ---- f32 transpose ----
+
+void transpose_scalar(const float* src, int64_t src_stride, int64_t n_src_rows, int64_t n_src_cols,
+                      float* dst, int64_t dst_stride) {
+  for (int64_t j = 0; j < n_src_cols; ++j) {
+    for (int64_t i = 0; i < n_src_rows; ++i) dst[j * dst_stride + i] = src[i * src_stride + j];
+  }
+}
+
+#if OCTET_GEMM_X86
+// GCC 12's unpack intrinsics start from _mm512_undefined_ps, which -Wuninitialized flags.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// A 16x16 block in registers, transposed in place: pairs of rows interleave (unpack), then 4-row
+// groups (shuffle_ps), then 128-bit lanes twice (shuffle_f32x4): the classic transpose network.
+__attribute__((target("avx512f"))) inline void transpose16_regs(__m512 r[16]) {
+  __m512 t[16], u[16], v[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int g = 0; g < 4; ++g) {  // rows 4g..4g+3
+    const __m512 lo = t[4 * g], hi = t[4 * g + 1], lo2 = t[4 * g + 2], hi2 = t[4 * g + 3];
+    u[4 * g + 0] = _mm512_shuffle_ps(lo, lo2, 0x44);  // columns 0, 4, 8, 12 of the 4 rows
+    u[4 * g + 1] = _mm512_shuffle_ps(lo, lo2, 0xEE);  // columns 1, 5, 9, 13
+    u[4 * g + 2] = _mm512_shuffle_ps(hi, hi2, 0x44);  // columns 2, 6, 10, 14
+    u[4 * g + 3] = _mm512_shuffle_ps(hi, hi2, 0xEE);  // columns 3, 7, 11, 15
+  }
+  for (int c = 0; c < 4; ++c) {                                 // column c of each 4-column group
+    v[4 * c + 0] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);  // cols c, c+8; rows 0-7
+    v[4 * c + 1] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);  // cols c+4, c+12; rows 0-7
+    v[4 * c + 2] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);  // cols c, c+8; rows 8-15
+    v[4 * c + 3] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);  // cols c+4, c+12; rows 8-15
+  }
+  for (int c = 0; c < 4; ++c) {
+    r[c + 0] = _mm512_shuffle_f32x4(v[4 * c], v[4 * c + 2], 0x88);
+    r[c + 8] = _mm512_shuffle_f32x4(v[4 * c], v[4 * c + 2], 0xDD);
+    r[c + 4] = _mm512_shuffle_f32x4(v[4 * c + 1], v[4 * c + 3], 0x88);
+    r[c + 12] = _mm512_shuffle_f32x4(v[4 * c + 1], v[4 * c + 3], 0xDD);
+  }
+}
+
+__attribute__((target("avx512f"))) void transpose16_avx512(const float* src, int64_t src_stride,
+                                                           float* dst, int64_t dst_stride) {
+  __m512 r[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * src_stride);
+  transpose16_regs(r);
+  for (int j = 0; j < 16; ++j) _mm512_storeu_ps(dst + j * dst_stride, r[j]);
+}
+
+// A packed panel from up to 16 stored rows: dst[j * dst_stride + i] = src[i * src_stride + j]
+// for j < cols, i < width (16 at most), zero for i >= rows.
+__attribute__((target("avx512f"))) void transpose_panel_avx512(const float* src, int64_t src_stride,
+                                                               int rows, int64_t cols, float* dst,
+                                                               int64_t dst_stride, int width) {
+  const __mmask16 out_mask = static_cast<__mmask16>((1u << width) - 1);
+  __m512 r[16];
+  for (int64_t j0 = 0; j0 < cols; j0 += 16) {
+    const int64_t n = std::min<int64_t>(16, cols - j0);
+    const __mmask16 in_mask = static_cast<__mmask16>((1u << n) - 1);
+    for (int i = 0; i < 16; ++i) {
+      r[i] = i < rows ? _mm512_maskz_loadu_ps(in_mask, src + i * src_stride + j0)
+                      : _mm512_setzero_ps();
+    }
+    transpose16_regs(r);
+    for (int64_t j = 0; j < n; ++j)
+      _mm512_mask_storeu_ps(dst + (j0 + j) * dst_stride, out_mask, r[j]);
+  }
+}
+#pragma GCC diagnostic pop
+#endif
+
+// ---- the micro-kernel paths ----
+
+SimdPath widest_gemm_path() {
+#if OCTET_GEMM_X86
+  if (__builtin_cpu_supports("avx512f")) return SimdPath::kAvx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SimdPath::kAvx2;
+#endif
+  return SimdPath::kScalar;
+}
+
+// ONEDNN_MAX_CPU_ISA caps oneDNN's JIT; octet's kernels follow it so that one setting emulates an
+// AVX2 machine for both (its values: SSE41, AVX, AVX2, AVX2_VNNI, AVX512_CORE..., ALL).
+SimdPath default_gemm_path() {
+  SimdPath path = widest_gemm_path();
+  const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+  if (cap == nullptr) return path;
+  std::string isa(cap);
+  for (char& ch : isa) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (isa.rfind("AVX2", 0) == 0) return std::min(path, SimdPath::kAvx2);
+  if (isa == "SSE41" || isa == "AVX") return SimdPath::kScalar;
+  return path;
+}
+
+std::atomic<SimdPath>& gemm_path_slot() {
+  static std::atomic<SimdPath> slot{default_gemm_path()};
+  return slot;
+}
+
+// Each micro-kernel: acc (kMr, kNr) = sum over p < kc of a[p * kMr + r] * b[p * kNr + j], then
+// for r < rows, j < cols: c[r * ldc + j] = alpha * acc (kOverwrite) or, adding, fma(alpha, acc, c)
+// on the SIMD paths and alpha * acc + c on the portable one.
+// `a` and `b` are packed and padded with zeros to whole tiles; `c` only has rows x cols.
+
+// The register tiles: AVX2 6 x 16 (12 ymm accumulators), AVX-512 8 x 48 (24 zmm accumulators,
+// 3 vectors wide: every layer GEMM's N, and M, are whole tiles).
+constexpr int kAvx2Mr = 6, kAvx2Nr = 16;
+constexpr int kAvx512Mr = 8, kAvx512Nv = 3, kAvx512Nr = 16 * kAvx512Nv;
+
+// Portable: plain loops that the compiler vectorises for the baseline instruction set.
+constexpr int kScalarMr = 4, kScalarNr = 16;
+void kernel_scalar(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+                   bool add, int rows, int cols) {
+  float acc[kScalarMr][kScalarNr] = {};
+  for (int64_t p = 0; p < kc; ++p) {
+    for (int r = 0; r < kScalarMr; ++r) {
+      for (int j = 0; j < kScalarNr; ++j) acc[r][j] += a[r] * b[j];
+    }
+    a += kScalarMr;
+    b += kScalarNr;
+  }
+  for (int r = 0; r < rows; ++r) {
+    float* cr = c + r * ldc;
+    for (int j = 0; j < cols; ++j) cr[j] = add ? alpha * acc[r][j] + cr[j] : alpha * acc[r][j];
+  }
+}
+
+#if OCTET_GEMM_X86
+// AVX2 + FMA: 6 rows x 16 columns, 12 ymm accumulators.
+__attribute__((target("avx2,fma"))) void kernel_avx2(int64_t kc, const float* a, const float* b,
+                                                     float* c, int64_t ldc, float alpha, bool add,
+                                                     int rows, int cols) {
+  __m256 acc0[kAvx2Mr], acc1[kAvx2Mr];
+#pragma GCC unroll 8
+  for (int r = 0; r < kAvx2Mr; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+#pragma GCC unroll 8
+    for (int r = 0; r < kAvx2Mr; ++r) {
+      const __m256 ar = _mm256_broadcast_ss(a + r);
+      acc0[r] = _mm256_fmadd_ps(ar, b0, acc0[r]);
+      acc1[r] = _mm256_fmadd_ps(ar, b1, acc1[r]);
+    }
+    a += kAvx2Mr;
+    b += kAvx2Nr;
+  }
+  const __m256 va = _mm256_set1_ps(alpha);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), lane);
+  const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols - 8), lane);
+  // Masked moves only at the ragged right edge: AMD processors run vmaskmovps stores slowly.
+  const bool full = cols == kAvx2Nr;
+#pragma GCC unroll 8
+  for (int r = 0; r < kAvx2Mr; ++r) {
+    if (r >= rows) break;
+    float* cr = c + r * ldc;
+    if (full) {
+      __m256 v0 = _mm256_mul_ps(va, acc0[r]), v1 = _mm256_mul_ps(va, acc1[r]);
+      if (add) {
+        v0 = _mm256_fmadd_ps(va, acc0[r], _mm256_loadu_ps(cr));
+        v1 = _mm256_fmadd_ps(va, acc1[r], _mm256_loadu_ps(cr + 8));
+      }
+      _mm256_storeu_ps(cr, v0);
+      _mm256_storeu_ps(cr + 8, v1);
+      continue;
+    }
+    __m256 v0 = _mm256_mul_ps(va, acc0[r]), v1 = _mm256_mul_ps(va, acc1[r]);
+    if (add) {
+      v0 = _mm256_fmadd_ps(va, acc0[r], _mm256_maskload_ps(cr, m0));
+      v1 = _mm256_fmadd_ps(va, acc1[r], _mm256_maskload_ps(cr + 8, m1));
+    }
+    _mm256_maskstore_ps(cr, m0, v0);
+    _mm256_maskstore_ps(cr + 8, m1, v1);
+  }
+}
+
+// AVX-512: kMr rows x kNv vectors of 16 columns, kMr * kNv zmm accumulators (Zen 4 runs a zmm
+// FMA as two 256-bit halves: the same FMA rate as AVX2, with half the instructions).
+template <int kMr, int kNv>
+__attribute__((target("avx512f"))) void kernel_avx512(int64_t kc, const float* a, const float* b,
+                                                      float* c, int64_t ldc, float alpha, bool add,
+                                                      int rows, int cols) {
+  constexpr int kNr = 16 * kNv;
+  __m512 acc[kMr][kNv];
+#pragma GCC unroll 16
+  for (int r = 0; r < kMr; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kNv; ++v) acc[r][v] = _mm512_setzero_ps();
+  }
+#pragma GCC unroll 2
+  for (int64_t p = 0; p < kc; ++p) {
+    __m512 bv[kNv];
+#pragma GCC unroll 4
+    for (int v = 0; v < kNv; ++v) bv[v] = _mm512_loadu_ps(b + 16 * v);
+#pragma GCC unroll 16
+    for (int r = 0; r < kMr; ++r) {
+      const __m512 ar = _mm512_set1_ps(a[r]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kNv; ++v) acc[r][v] = _mm512_fmadd_ps(ar, bv[v], acc[r][v]);
+    }
+    a += kMr;
+    b += kNr;
+  }
+  const __m512 va = _mm512_set1_ps(alpha);
+  __mmask16 mask[kNv];
+#pragma GCC unroll 4
+  for (int v = 0; v < kNv; ++v) {
+    const int left = cols - 16 * v;
+    mask[v] = left >= 16 ? 0xFFFF : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < kMr; ++r) {
+    if (r >= rows) break;
+    float* cr = c + r * ldc;
+    if (cols == kNr) {
+#pragma GCC unroll 4
+      for (int v = 0; v < kNv; ++v) {
+        const __m512 out = add ? _mm512_fmadd_ps(va, acc[r][v], _mm512_loadu_ps(cr + 16 * v))
+                               : _mm512_mul_ps(va, acc[r][v]);
+        _mm512_storeu_ps(cr + 16 * v, out);
+      }
+      continue;
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < kNv; ++v) {
+      const __m512 out =
+          add ? _mm512_fmadd_ps(va, acc[r][v], _mm512_maskz_loadu_ps(mask[v], cr + 16 * v))
+              : _mm512_mul_ps(va, acc[r][v]);
+      _mm512_mask_storeu_ps(cr + 16 * v, mask[v], out);
+    }
+  }
+}
+#endif
+
+using KernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, float, bool, int,
+                          int);
+
+// A path's micro-kernel and block sizes: kc, the K block (a B micro-panel kc x nr, read from L2
+// or L1 by every micro-kernel call of a sliver); mc, the rows of an A block (kc x mc of it in
+// L2); group, the slivers whose part of C (mc x group x nr) stays in L2 over all of K. Chosen on
+// one Zen 4 core from sweeps of mc 96-576, kc 256-768 and groups 1-32 over the layer GEMMs,
+// interleaved with oneDNN (the machine's noise, +-5% a run, hides smaller differences): AVX-512
+// 384 / 384 / 1 measured 0.95x oneDNN against 0.92-0.94x for 192 / 256 / 2.
+struct Path {
+  KernelFn kernel;
+  int mr, nr;
+  int64_t mc, kc, group;
+};
+
+Path path_for(SimdPath simd) {
+  switch (simd) {
+#if OCTET_GEMM_X86
+    case SimdPath::kAvx512:
+      return {kernel_avx512<kAvx512Mr, kAvx512Nv>, kAvx512Mr, kAvx512Nr, 384, 384, 1};
+    case SimdPath::kAvx2:
+      return {kernel_avx2, kAvx2Mr, kAvx2Nr, 288, 384, 8};
+#endif
+    default:
+      return {kernel_scalar, kScalarMr, kScalarNr, 64, 256, 4};
+  }
+}
+
+// ---- packing, with the conversion to f32 ----
+
+// dst[j * dst_stride + i] = value(src[i * src_stride + j]) for i < rows, j < cols: a stored
+// block, converted and transposed.
+void convert_transposed(DType dtype, const void* src, int64_t src_stride, int64_t rows,
+                        int64_t cols, float* dst, int64_t dst_stride) {
+  if (dtype == DType::kF32) {
+    transpose_f32(static_cast<const float*>(src), src_stride, rows, cols, dst, dst_stride);
+  } else if (is_fp8(dtype)) {
+    fp8_to_f32_transposed(dtype, static_cast<const uint8_t*>(src), src_stride, rows, cols, dst,
+                          dst_stride);
+  } else {
+    const size_t es = dtype_size(dtype);
+    const auto* p = static_cast<const uint8_t*>(src);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) {
+        dst[j * dst_stride + i] =
+            load_as_f32(dtype, p + i * src_stride * es, static_cast<size_t>(j));
+      }
+    }
+  }
+}
+
+// dst[i] = value(src[i]) for i < n.
+inline void convert_row(DType dtype, const void* src, int64_t n, float* dst) {
+  if (dtype == DType::kF32) {
+    const auto* f = static_cast<const float*>(src);
+    for (int64_t i = 0; i < n; ++i) dst[i] = f[i];  // short rows: no call
+  } else {
+    to_f32(dtype, src, dst, n);
+  }
+}
+
+// A packed panel from `rows` <= width stored rows of `cols` elements:
+// dst[j * dst_stride + i] = value(src[i * src_stride + j]) for j < cols, i < width, zero for
+// i >= rows.
+void pack_transposed(DType dtype, const void* src, int64_t src_stride, int64_t rows, int64_t cols,
+                     float* dst, int64_t dst_stride, int width) {
+#if OCTET_GEMM_X86
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512 && dtype == DType::kF32 && width <= 16) {
+    transpose_panel_avx512(static_cast<const float*>(src), src_stride, static_cast<int>(rows), cols,
+                           dst, dst_stride, width);
+    return;
+  }
+#endif
+  convert_transposed(dtype, src, src_stride, rows, cols, dst, dst_stride);
+  if (rows < width) {
+    for (int64_t p = 0; p < cols; ++p) {
+      std::fill(dst + p * dst_stride + rows, dst + p * dst_stride + width, 0.f);
+    }
+  }
+}
+
+inline const void* element(const GemmOperand& x, int64_t row, int64_t col) {
+  return static_cast<const uint8_t*>(x.data) +
+         static_cast<size_t>(row * x.ld + col) * dtype_size(x.dtype);
+}
+
+// Transposed B, stored (N, K): the sliver of logical columns [j0, j0 + width) (width <= nr), all
+// K rows, into dst (K, nr), the columns from width on zero.
+void pack_b_sliver(const GemmOperand& b, int64_t k, int64_t j0, int64_t width, int nr, float* dst) {
+  for (int64_t j = 0; j < width; j += 16) {
+    const int64_t h = std::min<int64_t>(16, width - j);
+    pack_transposed(b.dtype, element(b, j0 + j, 0), b.ld, h, k, dst + j, nr, std::min(16, nr));
+  }
+  if (width < nr) {
+    for (int64_t p = 0; p < k; ++p) std::fill(dst + p * nr + width, dst + (p + 1) * nr, 0.f);
+  }
+}
+
+// Untransposed B, stored (K, N): logical rows [p0, p1) of the panel's columns [j0, j0 + width)
+// into every sliver (slivers, K, nr), read row by row.
+void pack_b_rows(const GemmOperand& b, int64_t k, int64_t p0, int64_t p1, int64_t j0, int64_t width,
+                 int nr, float* dst) {
+  for (int64_t p = p0; p < p1; ++p) {
+    for (int64_t j = 0; j < width; j += nr) {
+      const int64_t w = std::min<int64_t>(nr, width - j);
+      float* d = dst + (j / nr) * k * nr + p * nr;
+      convert_row(b.dtype, element(b, p, j0 + j), w, d);
+      std::fill(d + w, d + nr, 0.f);
+    }
+  }
+}
+
+constexpr int64_t kPrefetchRows = 4;
+
+// pack_a for f32 A stored (K, M), with kMr a constant: whole panels copy as a few vector moves.
+template <int kMr>
+void pack_a_transposed_f32(const float* src, int64_t ld, int64_t rows, int64_t kb, float* dst) {
+  const int64_t full = rows / kMr * kMr;
+  for (int64_t p = 0; p < kb; ++p) {
+    const float* s = src + p * ld;
+    float* d = dst + p * kMr;
+    // The stored rows are far apart (a page or more at the layer shapes), so the hardware
+    // prefetcher does not follow: fetch the row kPrefetchRows ahead while this one is copied.
+    if (p + kPrefetchRows < kb) {
+      const float* ahead = s + kPrefetchRows * ld;
+      for (int64_t r = 0; r < rows; r += 16) __builtin_prefetch(ahead + r);
+    }
+    for (int64_t r0 = 0; r0 < full; r0 += kMr, d += kb * kMr) {
+      std::memcpy(d, s + r0, kMr * sizeof(float));
+    }
+    if (full < rows) {
+      for (int r = 0; r < kMr; ++r) d[r] = full + r < rows ? s[full + r] : 0.f;
+    }
+  }
+}
+
+// The A block of logical rows [i0, i0 + rows), K columns [k0, k0 + kb): micro-panels (kb, mr), one
+// per mr rows, the rows past the block's end zero.
+void pack_a(const GemmOperand& a, int64_t i0, int64_t rows, int64_t k0, int64_t kb, int mr,
+            float* dst) {
+  if (a.transposed && a.dtype == DType::kF32) {
+    const auto* src = static_cast<const float*>(element(a, k0, i0));
+    switch (mr) {
+      case kAvx2Mr:
+        return pack_a_transposed_f32<kAvx2Mr>(src, a.ld, rows, kb, dst);
+      case kAvx512Mr:
+        return pack_a_transposed_f32<kAvx512Mr>(src, a.ld, rows, kb, dst);
+      case kScalarMr:
+        return pack_a_transposed_f32<kScalarMr>(src, a.ld, rows, kb, dst);
+      default:
+        break;
+    }
+  }
+  if (a.transposed) {
+    // Stored (K, M): a stored row holds, for one k, every panel's rows. Read each once, in order.
+    for (int64_t p = 0; p < kb; ++p) {
+      float* d = dst + p * mr;
+      for (int64_t r0 = 0; r0 < rows; r0 += mr, d += kb * mr) {
+        const int64_t h = std::min<int64_t>(mr, rows - r0);
+        convert_row(a.dtype, element(a, k0 + p, i0 + r0), h, d);
+        std::fill(d + h, d + mr, 0.f);
+      }
+    }
+    return;
+  }
+  for (int64_t r0 = 0; r0 < rows; r0 += mr, dst += kb * mr) {
+    const int64_t h = std::min<int64_t>(mr, rows - r0);
+    pack_transposed(a.dtype, element(a, i0 + r0, k0), a.ld, h, kb, dst, mr, mr);
+  }
+}
+
+// ---- workspaces ----
+
+// Packed operands, kept between calls (a training step would otherwise fault fresh pages in every
+// GEMM). Counted under MemTag::kWorkspace while held.
+struct PackBuffer {
+  Tensor t;
+  float* get(int64_t elements) {
+    if (!t.defined() || t.numel() < elements) {
+      t = Tensor();  // free before allocating the larger one
+      MemTagScope tag(MemTag::kWorkspace);
+      t = Tensor::empty({elements}, DType::kF32);
+    }
+    return t.data_as<float>();
+  }
+};
+thread_local PackBuffer t_packed_b;  // the calling thread's panel of B
+thread_local PackBuffer t_packed_a;  // each thread's A block
+
+// A panel of packed B holds at most this many floats (K x panel width), 16 MiB: within L3 with
+// room, and all of N at every layer shape.
+constexpr int64_t kPanelFloats = int64_t{4} << 20;
+
+}  // namespace
+
+void transpose_f32(const float* src, int64_t src_stride, int64_t n_src_rows, int64_t n_src_cols,
+                   float* dst, int64_t dst_stride) {
+#if OCTET_GEMM_X86
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512) {
+    const int64_t full_rows = n_src_rows / 16 * 16, full_cols = n_src_cols / 16 * 16;
+    for (int64_t i = 0; i < full_rows; i += 16) {
+      for (int64_t j = 0; j < full_cols; j += 16) {
+        transpose16_avx512(src + i * src_stride + j, src_stride, dst + j * dst_stride + i,
+                           dst_stride);
+      }
+    }
+    // The ragged right and bottom edges.
+    transpose_scalar(src + full_cols, src_stride, n_src_rows, n_src_cols - full_cols,
+                     dst + full_cols * dst_stride, dst_stride);
+    transpose_scalar(src + full_rows * src_stride, src_stride, n_src_rows - full_rows, full_cols,
+                     dst + full_rows, dst_stride);
+    return;
+  }
+#endif
+  transpose_scalar(src, src_stride, n_src_rows, n_src_cols, dst, dst_stride);
+}
+
+namespace {
+std::atomic<CpuGemmLibrary>& library_slot() {
+  static std::atomic<CpuGemmLibrary> slot{[] {
+    const char* v = std::getenv("OCTET_CPU_GEMM");
+    return v != nullptr && std::string(v) == "octet" ? CpuGemmLibrary::kOctet
+                                                     : CpuGemmLibrary::kOnednn;
+  }()};
+  return slot;
+}
+}  // namespace
+
+CpuGemmLibrary cpu_gemm_library() { return library_slot().load(std::memory_order_relaxed); }
+CpuGemmLibrary set_cpu_gemm_library(CpuGemmLibrary library) {
+  return library_slot().exchange(library);
+}
+
+SimdPath gemm_simd_path() { return gemm_path_slot().load(std::memory_order_relaxed); }
+
+SimdPath set_gemm_simd_path(SimdPath path) {
+  OCTET_CHECK(static_cast<int>(path) <= static_cast<int>(widest_gemm_path()),
+              "set_gemm_simd_path: ", simd_path_name(path), " is not available on this processor");
+  return gemm_path_slot().exchange(path);
+}
+
+void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a, const GemmOperand& b,
+           GemmUpdate update, float* c, int64_t ldc) {
+  OCTET_ASSERT(m > 0 && n > 0 && k > 0);
+  const Path path = path_for(gemm_simd_path());
+  const int mr = path.mr, nr = path.nr;
+  const int64_t mc = std::max<int64_t>(mr, path.mc / mr * mr);
+  const int64_t kc = path.kc;
+  const int64_t panel = std::max<int64_t>(nr, kPanelFloats / k / nr * nr);
+  const int64_t m_blocks = (m + mc - 1) / mc;
+
+  for (int64_t jc = 0; jc < n; jc += panel) {
+    const int64_t width = std::min(panel, n - jc);
+    const int64_t slivers = (width + nr - 1) / nr;
+    float* packed_b = t_packed_b.get(slivers * k * nr);  // (slivers, K, nr)
+    if (b.transposed) {
+      parallel_tasks(slivers, [&](int64_t s) {
+        pack_b_sliver(b, k, jc + s * nr, std::min<int64_t>(nr, width - s * nr), nr,
+                      packed_b + s * k * nr);
+      });
+    } else {
+      // About 64 KiB of B a task.
+      const int64_t rows_per_task = std::max<int64_t>(1, (int64_t{16} << 10) / width);
+      parallel_tasks((k + rows_per_task - 1) / rows_per_task, [&](int64_t t) {
+        pack_b_rows(b, k, t * rows_per_task, std::min(k, (t + 1) * rows_per_task), jc, width, nr,
+                    packed_b);
+      });
+    }
+
+    // Enough tasks for every thread to have a few (the split changes no bits: each tile is
+    // summed by one task whatever the split).
+    const int64_t n_parts =
+        std::clamp<int64_t>((4 * num_threads() + m_blocks - 1) / m_blocks, 1, slivers);
+    parallel_tasks(m_blocks * n_parts, [&](int64_t t) {
+      const int64_t i0 = t / n_parts * mc, rows = std::min(mc, m - i0);
+      const int64_t part = t % n_parts;
+      const int64_t s0 = slivers * part / n_parts, s1 = slivers * (part + 1) / n_parts;
+      // All of the block's K, packed once: (K blocks, panels, kb, mr).
+      const int64_t rows_padded = (rows + mr - 1) / mr * mr;
+      float* packed_a = t_packed_a.get(rows_padded * k);
+      for (int64_t k0 = 0; k0 < k; k0 += kc) {
+        pack_a(a, i0, rows, k0, std::min(kc, k - k0), mr, packed_a + k0 * rows_padded);
+      }
+      // A group of slivers at a time, over all of K, so that its part of C (rows x group width)
+      // stays in L2 between the K blocks.
+      for (int64_t g0 = s0; g0 < s1; g0 += path.group) {
+        const int64_t g1 = std::min(s1, g0 + path.group);
+        for (int64_t k0 = 0; k0 < k; k0 += kc) {
+          const int64_t kb = std::min(kc, k - k0);
+          const float* ak = packed_a + k0 * rows_padded;
+          const bool add = update == GemmUpdate::kAdd || k0 > 0;
+          for (int64_t s = g0; s < g1; ++s) {
+            const float* bs = packed_b + s * k * nr + k0 * nr;
+            const int cols = static_cast<int>(std::min<int64_t>(nr, width - s * nr));
+            float* cs = c + i0 * ldc + jc + s * nr;
+            for (int64_t r0 = 0; r0 < rows; r0 += mr) {
+              path.kernel(kb, ak + r0 * kb, bs, cs + r0 * ldc, ldc, alpha, add,
+                          static_cast<int>(std::min<int64_t>(mr, rows - r0)), cols);
+            }
+          }
+        }
+      }
+    });
+  }
+}
+
+}  // namespace octet::cpu
