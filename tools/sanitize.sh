@@ -39,8 +39,11 @@ tsan_targets=(octet_threaded_tests)
 # phase; the same conversion code runs under the sanitizers in every other cast test), and the
 # 300-step training of each recipe (GPTTraining: 100-115 s under ASan, one test that ends the
 # phase alone; the same modules, recipes and optimizer steps run under the sanitizers in the
-# module, recipe-resume and trainer tests). Both run in the plain build's suite.
-not_sanitized='^((style|layers|install|tools\.gpu_check)\.|Fp8Exhaustive\.|GPTTraining\.)'
+# module, recipe-resume and trainer tests), and the whole GEMM suite run again on the opt-in own
+# sgemm (kernels.gemm_own*: with its f64 references about 60 s of the phase under ASan; the own
+# sgemm's packing and kernels run under the sanitizers in OwnGemm.*, on every path). All of them
+# run in the plain build's suite.
+not_sanitized='^((style|layers|install|tools\.gpu_check)\.|Fp8Exhaustive\.|GPTTraining\.|kernels\.gemm_own)'
 
 clangxx="$(command -v clang++ || command -v clang++-14 || true)"
 if [ -z "$clangxx" ]; then
