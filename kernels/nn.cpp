@@ -1,5 +1,7 @@
-// Argument checks and dispatch for kernels/nn.h. bf16/f16 inputs convert to f32 workspace copies
-// here, so the CPU kernels see f32 only (the embedding table excepted: converted per row).
+// Argument checks and dispatch for kernels/nn.h. Activations keep their dtype through each op;
+// a backend that reads and writes bf16 activations itself (CUDA) gets them as they are, the
+// others (the CPU kernels; f16 everywhere) get f32 workspace copies and write f32 workspace
+// results that are rounded into the output here (the embedding table is passed as it is).
 #include "kernels/nn.h"
 
 #include <cmath>
@@ -12,6 +14,7 @@
 namespace octet::ops {
 namespace {
 
+using detail::backend_for;
 using detail::on_device;
 using detail::op_device;
 
@@ -46,6 +49,38 @@ Tensor as_f32(const Tensor& t) {
 Tensor f32_like(const Tensor& like, const Shape& shape) {
   return Tensor::empty(shape, DType::kF32, like.device());
 }
+
+// Whether `device`'s backend reads and writes activations of dtype d itself (f32 everywhere, bf16
+// where the backend takes it); any other goes through f32.
+bool native(Device device, DType d) {
+  return d == DType::kF32 || (d == DType::kBF16 && backend_for(device).takes_bf16_activations());
+}
+
+// An activation input as the backend reads it: itself, or an f32 copy for the call.
+Tensor act_input(const Tensor& t) { return native(t.device(), t.dtype()) ? t : as_f32(t); }
+
+// An activation output of `dtype`: the backend writes kernel(), finish() returns the result,
+// rounded from an f32 workspace where the backend does not write `dtype` itself.
+class ActOutput {
+ public:
+  ActOutput(const Shape& shape, DType dtype, Device device)
+      : result_(Tensor::empty(shape, dtype, device)) {
+    if (native(device, dtype)) {
+      kernel_ = result_;
+    } else {
+      MemTagScope tag(MemTag::kWorkspace);
+      kernel_ = Tensor::empty(shape, DType::kF32, device);
+    }
+  }
+  Tensor& kernel() { return kernel_; }
+  Tensor finish() {
+    if (kernel_.data() != result_.data()) on_device(result_.device())->convert(kernel_, result_);
+    return result_;
+  }
+
+ private:
+  Tensor result_, kernel_;
+};
 
 // A per-channel parameter: (C,) floating.
 Tensor channel_param(const char* op, const Tensor& t, const char* name, int64_t channels) {
@@ -110,10 +145,9 @@ const char* activation_name(Activation act) {
 
 Tensor activation(Activation act, const Tensor& x) {
   check_float("activation", x, "x");
-  Tensor y = f32_like(x, x.shape());
-  const Tensor xf = as_f32(x);
-  on_device(x.device())->activation(act, xf, y);
-  return y;
+  ActOutput y(x.shape(), x.dtype(), x.device());
+  on_device(x.device())->activation(act, act_input(x), y.kernel());
+  return y.finish();
 }
 
 Tensor activation_backward(Activation act, const Tensor& dy, const Tensor& x) {
@@ -122,10 +156,9 @@ Tensor activation_backward(Activation act, const Tensor& dy, const Tensor& x) {
   check_float(op, x, "x");
   const Device device = op_device(op, {{dy, "dy"}, {x, "x"}});
   check_same_shape(op, dy, "dy", x, "x");
-  Tensor dx = f32_like(x, x.shape());
-  const Tensor dyf = as_f32(dy), xf = as_f32(x);
-  on_device(device)->activation_backward(act, dyf, xf, dx);
-  return dx;
+  ActOutput dx(x.shape(), x.dtype(), device);
+  on_device(device)->activation_backward(act, act_input(dy), act_input(x), dx.kernel());
+  return dx.finish();
 }
 
 namespace {
@@ -138,10 +171,9 @@ void check_gated_input(const char* op, const Tensor& x) {
 
 Tensor gated_activation(Activation act, const Tensor& x) {
   check_gated_input("gated_activation", x);
-  Tensor y = f32_like(x, with_last(x.shape(), x.cols() / 2));
-  const Tensor xf = as_f32(x);
-  on_device(x.device())->gated_activation(act, xf, y);
-  return y;
+  ActOutput y(with_last(x.shape(), x.cols() / 2), x.dtype(), x.device());
+  on_device(x.device())->gated_activation(act, act_input(x), y.kernel());
+  return y.finish();
 }
 
 Tensor gated_activation_backward(Activation act, const Tensor& dy, const Tensor& x) {
@@ -152,10 +184,9 @@ Tensor gated_activation_backward(Activation act, const Tensor& dy, const Tensor&
   const Shape want = with_last(x.shape(), x.cols() / 2);
   OCTET_CHECK(dy.shape() == want, op, ": dy ", shape_str(dy.shape()), " must be ", shape_str(want),
               " (x ", shape_str(x.shape()), " with its last dimension halved)");
-  Tensor dx = f32_like(x, x.shape());
-  const Tensor dyf = as_f32(dy), xf = as_f32(x);
-  on_device(device)->gated_activation_backward(act, dyf, xf, dx);
-  return dx;
+  ActOutput dx(x.shape(), x.dtype(), device);
+  on_device(device)->gated_activation_backward(act, act_input(dy), act_input(x), dx.kernel());
+  return dx.finish();
 }
 
 // ---- softmax ----
@@ -163,10 +194,9 @@ Tensor gated_activation_backward(Activation act, const Tensor& dy, const Tensor&
 Tensor softmax(const Tensor& x) {
   check_float("softmax", x, "x");
   OCTET_CHECK(x.dim() >= 1, "softmax: x must have at least one dimension, got ", x);
-  Tensor y = f32_like(x, x.shape());
-  const Tensor xf = as_f32(x);
-  on_device(x.device())->softmax(xf, y);
-  return y;
+  ActOutput y(x.shape(), x.dtype(), x.device());
+  on_device(x.device())->softmax(act_input(x), y.kernel());
+  return y.finish();
 }
 
 Tensor softmax_backward(const Tensor& dy, const Tensor& y) {
@@ -176,10 +206,9 @@ Tensor softmax_backward(const Tensor& dy, const Tensor& y) {
   const Device device = op_device(op, {{dy, "dy"}, {y, "y"}});
   check_same_shape(op, dy, "dy", y, "y");
   OCTET_CHECK(y.dim() >= 1, op, ": y must have at least one dimension, got ", y);
-  Tensor dx = f32_like(y, y.shape());
-  const Tensor dyf = as_f32(dy), yf = as_f32(y);
-  on_device(device)->softmax_backward(dyf, yf, dx);
-  return dx;
+  ActOutput dx(y.shape(), y.dtype(), device);
+  on_device(device)->softmax_backward(act_input(dy), act_input(y), dx.kernel());
+  return dx.finish();
 }
 
 // ---- norms ----
@@ -201,11 +230,11 @@ NormForward norm_forward(NormKind kind, const Tensor& x, const Tensor& gamma, co
   const Tensor g = channel_param(op, gamma, "gamma", x.cols());
   Tensor b;
   if (beta != nullptr) b = channel_param(op, *beta, "beta", x.cols());
-  NormForward f{f32_like(x, x.shape()), layer ? f32_like(x, {x.rows()}) : Tensor(),
-                f32_like(x, {x.rows()})};
-  const Tensor xf = as_f32(x);
-  on_device(device)->norm_forward(kind, xf, g, beta ? &b : nullptr, eps, zc, f.y,
+  ActOutput y(x.shape(), x.dtype(), device);
+  NormForward f{Tensor(), layer ? f32_like(x, {x.rows()}) : Tensor(), f32_like(x, {x.rows()})};
+  on_device(device)->norm_forward(kind, act_input(x), g, beta ? &b : nullptr, eps, zc, y.kernel(),
                                   layer ? &f.mean : nullptr, f.rsigma);
+  f.y = y.finish();
   return f;
 }
 }  // namespace
@@ -256,10 +285,9 @@ NormForward norm_fp8(NormKind kind, const Tensor& x, const Tensor& gamma, const 
                 ": amax must be a one-element f32 tensor, got ", *amax);
   }
   NormForward f{Tensor(), layer ? f32_like(x, {x.rows()}) : Tensor(), f32_like(x, {x.rows()})};
-  const Tensor xf = as_f32(x);
-  on_device(device)->norm_quantize_fp8(kind, xf, g, beta ? &b : nullptr, eps, zc, scale, rowwise,
-                                       columnwise, amax, layer ? &f.mean : nullptr, f.rsigma,
-                                       counts);
+  on_device(device)->norm_quantize_fp8(kind, act_input(x), g, beta ? &b : nullptr, eps, zc, scale,
+                                       rowwise, columnwise, amax, layer ? &f.mean : nullptr,
+                                       f.rsigma, counts);
   for (Tensor* t : {rowwise, columnwise, amax}) {
     if (t != nullptr) t->bump_version();
   }
@@ -277,11 +305,12 @@ NormBackward norm_backward(const char* op, const Tensor& dy, const Tensor& x, co
   if (mean != nullptr) check_row_stat(op, *mean, "mean", x.rows());
   check_row_stat(op, rsigma, "rsigma", x.rows());
   const Tensor g = channel_param(op, gamma, "gamma", x.cols());
-  NormBackward r{f32_like(x, x.shape()), f32_like(x, {x.cols()}),
+  ActOutput dx(x.shape(), x.dtype(), device);
+  NormBackward r{Tensor(), f32_like(x, {x.cols()}),
                  mean != nullptr ? f32_like(x, {x.cols()}) : Tensor()};
-  const Tensor dyf = as_f32(dy), xf = as_f32(x);
-  on_device(device)->norm_backward(dyf, xf, mean, rsigma, g, zc, r.dx, r.dgamma,
-                                   mean != nullptr ? &r.dbeta : nullptr);
+  on_device(device)->norm_backward(act_input(dy), act_input(x), mean, rsigma, g, zc, dx.kernel(),
+                                   r.dgamma, mean != nullptr ? &r.dbeta : nullptr);
+  r.dx = dx.finish();
   return r;
 }
 }  // namespace
@@ -306,9 +335,9 @@ Tensor embedding(const Tensor& table, const Tensor& ids) {
   check_ids_in_range(op, host_indices(op, ids, "ids"), table.rows());
   Shape shape = ids.shape();
   shape.push_back(table.cols());
-  Tensor out = f32_like(table, shape);
-  on_device(device)->embedding(table, ids, out);
-  return out;
+  ActOutput out(shape, table.dtype(), device);
+  on_device(device)->embedding(table, ids, out.kernel());
+  return out.finish();
 }
 
 Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t num_embeddings) {
@@ -322,7 +351,7 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t num_embed
               " plus the embedding dimension");
   check_ids_in_range(op, idx, num_embeddings);
   Tensor dtable = f32_like(dy, {num_embeddings, dy.cols()});
-  const Tensor dy2 = as_f32(dy).reshape({dy.rows(), dy.cols()});
+  const Tensor dy2 = act_input(dy).reshape({dy.rows(), dy.cols()});
   on_device(device)->embedding_backward(dy2, ids, dtable);
   return dtable;
 }
@@ -333,10 +362,11 @@ DropoutForward dropout(const Tensor& x, float p, Generator& gen) {
   check_float("dropout", x, "x");
   OCTET_CHECK(p >= 0.f && p <= 1.f, "dropout: p must be in [0, 1], got ", p);
   const RngState s = gen.state();
-  DropoutForward f{f32_like(x, x.shape()), Tensor::empty(x.shape(), DType::kU8, x.device())};
-  const Tensor xf = as_f32(x);
-  on_device(x.device())->dropout(xf, p, s.seed, s.offset, f.y, f.mask);
+  ActOutput y(x.shape(), x.dtype(), x.device());
+  DropoutForward f{Tensor(), Tensor::empty(x.shape(), DType::kU8, x.device())};
+  on_device(x.device())->dropout(act_input(x), p, s.seed, s.offset, y.kernel(), f.mask);
   gen.set_state({s.seed, s.offset + static_cast<uint64_t>(x.numel())});
+  f.y = y.finish();
   return f;
 }
 
@@ -348,10 +378,9 @@ Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float p) {
   OCTET_CHECK(mask.dtype() == DType::kU8, op, ": mask must be u8, got ", mask);
   check_same_shape(op, dy, "dy", mask, "mask");
   OCTET_CHECK(p >= 0.f && p <= 1.f, op, ": p must be in [0, 1], got ", p);
-  Tensor dx = f32_like(dy, dy.shape());
-  const Tensor dyf = as_f32(dy);
-  on_device(device)->dropout_backward(dyf, mask, p, dx);
-  return dx;
+  ActOutput dx(dy.shape(), dy.dtype(), device);
+  on_device(device)->dropout_backward(act_input(dy), mask, p, dx.kernel());
+  return dx.finish();
 }
 
 // ---- causal attention ----
@@ -371,9 +400,10 @@ int64_t check_qkv(const char* op, const Tensor& qkv, int64_t heads, float scale)
 AttentionForward causal_attention(const Tensor& qkv, int64_t heads, float scale) {
   const int64_t C = check_qkv("causal_attention", qkv, heads, scale);
   const int64_t B = qkv.size(0), T = qkv.size(1);
-  AttentionForward f{f32_like(qkv, {B, T, C}), f32_like(qkv, {B, heads, T})};
-  const Tensor qkvf = as_f32(qkv);
-  on_device(qkv.device())->causal_attention(qkvf, heads, scale, f.out, f.lse);
+  ActOutput out({B, T, C}, qkv.dtype(), qkv.device());
+  AttentionForward f{Tensor(), f32_like(qkv, {B, heads, T})};
+  on_device(qkv.device())->causal_attention(act_input(qkv), heads, scale, out.kernel(), f.lse);
+  f.out = out.finish();
   return f;
 }
 
@@ -392,10 +422,10 @@ Tensor causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Te
               shape_str(qkv.shape()));
   OCTET_CHECK(lse.dtype() == DType::kF32 && lse.shape() == Shape({B, heads, T}), op,
               ": lse must be f32 (", B, ", ", heads, ", ", T, "), got ", lse);
-  Tensor dqkv = f32_like(qkv, qkv.shape());
-  const Tensor doutf = as_f32(dout), qkvf = as_f32(qkv), outf = as_f32(out);
-  on_device(device)->causal_attention_backward(doutf, qkvf, outf, lse, heads, scale, dqkv);
-  return dqkv;
+  ActOutput dqkv(qkv.shape(), qkv.dtype(), device);
+  on_device(device)->causal_attention_backward(act_input(dout), act_input(qkv), act_input(out), lse,
+                                               heads, scale, dqkv.kernel());
+  return dqkv.finish();
 }
 
 // ---- cross-entropy ----
@@ -425,10 +455,9 @@ CrossEntropyForward cross_entropy(const Tensor& logits, const Tensor& targets,
   check_targets(op, logits, targets, ignore_index);
   const Device device = op_device(op, {{logits, "logits"}, {targets, "targets"}});
   Tensor lse = f32_like(logits, targets.shape());
-  const Tensor logitsf = as_f32(logits);
   Tensor loss = f32_like(logits, {1});
   Tensor counted = Tensor::empty({1}, DType::kI64, device);
-  on_device(device)->cross_entropy(logitsf, targets, ignore_index, loss, lse, counted);
+  on_device(device)->cross_entropy(act_input(logits), targets, ignore_index, loss, lse, counted);
   return {loss, lse, counted};
 }
 
@@ -449,11 +478,10 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
   OCTET_CHECK(dloss.numel() == 1, op, ": dloss must have one element, got ", dloss);
   OCTET_CHECK(counted.numel() == 1 && counted.dtype() == DType::kI64, op,
               ": counted must be the forward's (1,) i64 count, got ", counted);
-  Tensor dlogits = f32_like(logits, logits.shape());
-  const Tensor logitsf = as_f32(logits), dlossf = as_f32(dloss);
-  on_device(device)->cross_entropy_backward(dlossf, counted, logitsf, targets, lse, ignore_index,
-                                            dlogits);
-  return dlogits;
+  ActOutput dlogits(logits.shape(), logits.dtype(), device);
+  on_device(device)->cross_entropy_backward(as_f32(dloss), counted, act_input(logits), targets, lse,
+                                            ignore_index, dlogits.kernel());
+  return dlogits.finish();
 }
 
 Tensor cross_entropy_backward(float dloss, const Tensor& logits, const Tensor& targets,

@@ -1,6 +1,11 @@
 // Forward and backward operations of the neural-network layers (activations, softmax, norms,
 // embedding, dropout, causal attention, cross-entropy) that the autograd functions call.
-// Included by kernels/ops.h. Inputs are f32 (bf16/f16 accepted and converted); outputs are f32.
+// Included by kernels/ops.h. Activations keep their dtype, as in PyTorch and TransformerEngine: an
+// op's activation outputs and input gradients (y, dx, out, dqkv, dlogits; the embedding's rows)
+// have the dtype of the input they come from (x, y, qkv, logits, the table: f32, bf16 or f16),
+// computed in f32 and rounded to it once. Statistics (mean, rsigma, lse), the loss and the
+// parameter gradients (dgamma, dbeta, dtable) are f32; the autograd engine rounds a parameter's
+// gradient to its dtype.
 #pragma once
 
 #include <cstdint>

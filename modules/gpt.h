@@ -98,7 +98,8 @@ class GPT : public Module {
   explicit GPT(const GPTConfig& config);
   const GPTConfig& config() const { return config_; }
 
-  // ids (B, T) i32 -> logits (B, T, vocab) f32. Under an FP8 scope the layers' GEMMs run in FP8
+  // ids (B, T) i32 -> logits (B, T, vocab) in the model's dtype (activations keep it from the
+  // embedding on: kernels/nn.h; the loss is f32). Under an FP8 scope the layers' GEMMs run in FP8
   // (the LM head stays in high precision). T <= max_seq_len.
   Tensor forward(const Tensor& ids, FirstMicrobatch first = FirstMicrobatch::kUnset);
   // Mean cross-entropy over positions whose target is not -100; targets (B, T) i32.

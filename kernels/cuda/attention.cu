@@ -65,8 +65,8 @@ __device__ __forceinline__ BlockRows block_rows(int T, bool reverse) {
 
 // Copies rows r0 .. r0 + kTile - 1 (row stride `stride` in src, `ld` in dst, D columns) into a
 // shared tile; rows at or past `limit` become zeros (so 0-probability rows never meet NaN).
-__device__ __forceinline__ void load_tile(const float* src, int64_t stride, int r0, int limit,
-                                          int D, float* dst, int ld) {
+__device__ __forceinline__ void load_tile(ActIn src, int64_t stride, int r0, int limit, int D,
+                                          float* dst, int ld) {
   for (int idx = threadIdx.x; idx < kTile * D; idx += blockDim.x) {
     const int r = idx / D, d = idx - r * D;
     dst[r * ld + d] = r0 + r < limit ? src[int64_t{r0 + r} * stride + d] : 0.f;
@@ -87,8 +87,7 @@ __device__ __forceinline__ float dot(const float* a, const float* b, int D) {
 // l + 32 m, m < kChunks (D <= 32 kChunks).
 template <int kChunks>
 __global__ void __launch_bounds__(kAttnThreads)
-    attention_forward_kernel(const float* qkv, float* out, float* lse, int T, int H, int D,
-                             float scale) {
+    attention_forward_kernel(ActIn qkv, ActOut out, float* lse, int T, int H, int D, float scale) {
   extern __shared__ float smem[];
   const int ks = D + 1;
   float* ktile = smem;
@@ -99,7 +98,7 @@ __global__ void __launch_bounds__(kAttnThreads)
 
   const BlockRows br = block_rows(T, /*reverse=*/true);
   const HeadPtrs hp = head_of(br.bh, T, H, D);
-  const float* q = qkv + hp.qkv;
+  const ActIn q = qkv + hp.qkv;
   const int i = br.r0 + warp;  // this warp's query row
   const bool active = i < T;
   const int keys = min(T, br.r0 + kRowsPerBlock);  // the block's rows see keys 0 .. keys - 1
@@ -142,19 +141,19 @@ __global__ void __launch_bounds__(kAttnThreads)
   }
   if (!active) return;
   const float inv = 1.f / run_sum;
-  float* orow = out + hp.o + int64_t{i} * hp.C;
+  const ActOut orow = out + (hp.o + int64_t{i} * hp.C);
 #pragma unroll
   for (int m = 0; m < kChunks; ++m) {
     const int d = lane + kWarp * m;
-    if (d < D) orow[d] = o[m] * inv;
+    if (d < D) orow.set(d, o[m] * inv);
   }
   if (lane == 0) lse[hp.bh * T + i] = run_max + logf(run_sum);
 }
 
 // delta (B, H, T) = sum over d of dout * out, one warp per row. Row w of out (B, T, H, D) is
 // (b, t, h) with w = (b T + t) H + h, at w * D.
-__global__ void attention_delta_kernel(const float* dout, const float* out, float* delta,
-                                       int64_t rows, int T, int H, int D) {
+__global__ void attention_delta_kernel(ActIn dout, ActIn out, float* delta, int64_t rows, int T,
+                                       int H, int D) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x / kWarp);
   for (int64_t w = blockIdx.x * int64_t{blockDim.x / kWarp} + threadIdx.x / kWarp; w < rows;
@@ -175,8 +174,8 @@ __global__ void attention_delta_kernel(const float* dout, const float* out, floa
 // (kRowsPerBlock, kTile).
 template <int kChunks>
 __global__ void __launch_bounds__(kAttnThreads)
-    attention_dq_kernel(const float* qkv, const float* dout, const float* lse, const float* delta,
-                        float* dqkv, int T, int H, int D, float scale) {
+    attention_dq_kernel(ActIn qkv, ActIn dout, const float* lse, const float* delta, ActOut dqkv,
+                        int T, int H, int D, float scale) {
   extern __shared__ float smem[];
   const int ks = D + 1;
   float* ktile = smem;
@@ -189,7 +188,7 @@ __global__ void __launch_bounds__(kAttnThreads)
 
   const BlockRows br = block_rows(T, /*reverse=*/true);
   const HeadPtrs hp = head_of(br.bh, T, H, D);
-  const float* q = qkv + hp.qkv;
+  const ActIn q = qkv + hp.qkv;
   const int i = br.r0 + warp;
   const bool active = i < T;
   const int keys = min(T, br.r0 + kRowsPerBlock);
@@ -232,11 +231,11 @@ __global__ void __launch_bounds__(kAttnThreads)
     __syncwarp();
   }
   if (!active) return;
-  float* dq = dqkv + hp.qkv + int64_t{i} * hp.stride;
+  const ActOut dq = dqkv + (hp.qkv + int64_t{i} * hp.stride);
 #pragma unroll
   for (int m = 0; m < kChunks; ++m) {
     const int d = lane + kWarp * m;
-    if (d < D) dq[d] = scale * acc[m];
+    if (d < D) dq.set(d, scale * acc[m]);
   }
 }
 
@@ -246,8 +245,8 @@ __global__ void __launch_bounds__(kAttnThreads)
 // p and ds (kRowsPerBlock, kTile) each.
 template <int kChunks>
 __global__ void __launch_bounds__(kAttnThreads)
-    attention_dkdv_kernel(const float* qkv, const float* dout, const float* lse, const float* delta,
-                          float* dqkv, int T, int H, int D, float scale) {
+    attention_dkdv_kernel(ActIn qkv, ActIn dout, const float* lse, const float* delta, ActOut dqkv,
+                          int T, int H, int D, float scale) {
   extern __shared__ float smem[];
   const int ks = D + 1;
   float* qtile = smem;
@@ -264,7 +263,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   // Early key rows see the most queries: natural order starts them first.
   const BlockRows br = block_rows(T, /*reverse=*/false);
   const HeadPtrs hp = head_of(br.bh, T, H, D);
-  const float* q = qkv + hp.qkv;
+  const ActIn q = qkv + hp.qkv;
   const int j = br.r0 + warp;
   const bool active = j < T;
   if (active) {
@@ -313,14 +312,14 @@ __global__ void __launch_bounds__(kAttnThreads)
     __syncwarp();
   }
   if (!active) return;
-  float* dkrow = dqkv + hp.qkv + hp.C + int64_t{j} * hp.stride;
-  float* dvrow = dkrow + hp.C;
+  const ActOut dkrow = dqkv + (hp.qkv + hp.C + int64_t{j} * hp.stride);
+  const ActOut dvrow = dkrow + hp.C;
 #pragma unroll
   for (int m = 0; m < kChunks; ++m) {
     const int d = lane + kWarp * m;
     if (d < D) {
-      dkrow[d] = scale * dk[m];
-      dvrow[d] = dv[m];
+      dkrow.set(d, scale * dk[m]);
+      dvrow.set(d, dv[m]);
     }
   }
 }
@@ -394,9 +393,9 @@ void causal_attention_fallback(const Tensor& qkv, int64_t heads, float scale, Te
                                Tensor& lse) {
   if (qkv.numel() == 0) return;
   const Dims dm = dims_of(qkv, heads);
-  const float* pqkv = qkv.data_as<float>();  // (B, T, 3, H, D)
-  float* pout = out.data_as<float>();        // (B, T, H, D)
-  float* plse = lse.data_as<float>();        // (B, H, T)
+  const ActIn pqkv = act_in(qkv);      // (B, T, 3, H, D)
+  const ActOut pout = act_out(out);    // (B, T, H, D)
+  float* plse = lse.data_as<float>();  // (B, H, T)
   cudaStream_t stream = stream_of(qkv);
   const size_t smem =
       sizeof(float) * (kTile * (dm.D + 1) + kTile * dm.D + kRowsPerBlock * (dm.D + kTile));
@@ -413,10 +412,10 @@ void causal_attention_backward_fallback(const Tensor& dout, const Tensor& qkv, c
                                         Tensor& dqkv) {
   if (qkv.numel() == 0) return;
   const Dims dm = dims_of(qkv, heads);
-  const float* pqkv = qkv.data_as<float>();    // (B, T, 3, H, D)
-  const float* pdout = dout.data_as<float>();  // (B, T, H, D)
-  const float* plse = lse.data_as<float>();    // (B, H, T)
-  float* pd = dqkv.data_as<float>();           // (B, T, 3, H, D)
+  const ActIn pqkv = act_in(qkv);            // (B, T, 3, H, D)
+  const ActIn pdout = act_in(dout);          // (B, T, H, D)
+  const float* plse = lse.data_as<float>();  // (B, H, T)
+  const ActOut pd = act_out(dqkv);           // (B, T, 3, H, D)
   cudaStream_t stream = stream_of(qkv);
   Tensor delta;  // (B, H, T)
   {
@@ -425,7 +424,7 @@ void causal_attention_backward_fallback(const Tensor& dout, const Tensor& qkv, c
   }
   const int64_t rows = int64_t{dm.B} * dm.T * dm.H;
   attention_delta_kernel<<<blocks_for(rows * kWarp), kThreads, 0, stream>>>(
-      pdout, out.data_as<float>(), delta.data_as<float>(), rows, dm.T, dm.H, dm.D);
+      pdout, act_in(out), delta.data_as<float>(), rows, dm.T, dm.H, dm.D);
   OCTET_CUDA_LAUNCH_CHECK("attention_delta");
   const float* pdelta = delta.data_as<float>();
   const size_t dq_smem =

@@ -235,8 +235,10 @@ Tensor workspace(const Shape& shape, DType dtype, Device device) {
   return Tensor::empty(shape, dtype, device);
 }
 
-// A bf16 copy of an f32 tensor, same shape.
-Tensor to_bf16_copy(const Tensor& x, cudaStream_t stream) {
+// x as bf16: itself when it is (a bf16 activation, kernels/nn.h), else a bf16 copy of the f32
+// tensor, same shape.
+Tensor as_bf16(const Tensor& x, cudaStream_t stream) {
+  if (x.dtype() == DType::kBF16) return x;
   Tensor y = workspace(x.shape(), DType::kBF16, x.device());
   f32_to_bf16_kernel<<<blocks_for(x.numel()), kThreads, 0, stream>>>(
       x.data_as<float>(), y.data_as<uint16_t>(), x.numel());
@@ -244,7 +246,14 @@ Tensor to_bf16_copy(const Tensor& x, cudaStream_t stream) {
   return y;
 }
 
+// Where cuDNN writes the bf16 result for `y`: y itself when it is bf16, else a workspace that
+// from_bf16_into widens into y.
+Tensor bf16_target(Tensor& y) {
+  return y.dtype() == DType::kBF16 ? y : workspace(y.shape(), DType::kBF16, y.device());
+}
+
 void from_bf16_into(const Tensor& x, Tensor& y, cudaStream_t stream) {
+  if (x.data() == y.data()) return;  // cuDNN wrote y itself
   bf16_to_f32_kernel<<<blocks_for(x.numel()), kThreads, 0, stream>>>(x.data_as<uint16_t>(),
                                                                      y.data_as<float>(), x.numel());
   OCTET_CUDA_LAUNCH_CHECK("bf16_to_f32_kernel");
@@ -421,8 +430,8 @@ bool attention_forward(const Tensor& qkv, int64_t heads, float scale, Tensor& ou
 
   const cudaStream_t stream = stream_of(qkv);
   OCTET_ASSERT(out.numel() == s.B * s.T * s.H * s.D && lse.numel() == s.B * s.H * s.T);
-  const Tensor qkv16 = to_bf16_copy(qkv, stream);             // (B, T, 3, H, D)
-  Tensor o16 = workspace(out.shape(), DType::kBF16, device);  // (B, T, H, D)
+  const Tensor qkv16 = as_bf16(qkv, stream);  // (B, T, 3, H, D)
+  Tensor o16 = bf16_target(out);              // (B, T, H, D)
   auto* base = const_cast<uint16_t*>(qkv16.data_as<uint16_t>());
   const int64_t hd = s.H * s.D;
   float scale_value = scale;
@@ -452,11 +461,12 @@ bool attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
   const cudaStream_t stream = stream_of(qkv);
   OCTET_ASSERT(dout.numel() == out.numel() && dqkv.numel() == qkv.numel() &&
                lse.numel() == s.B * s.H * s.T);
-  const Tensor qkv16 = to_bf16_copy(qkv, stream);  // (B, T, 3, H, D)
-  // out is the forward's bf16 O widened to f32 when cuDNN ran the forward: this is exact.
-  const Tensor o16 = to_bf16_copy(out, stream);                   // (B, T, H, D)
-  const Tensor do16 = to_bf16_copy(dout, stream);                 // (B, T, H, D)
-  Tensor dqkv16 = workspace(dqkv.shape(), DType::kBF16, device);  // (B, T, 3, H, D)
+  const Tensor qkv16 = as_bf16(qkv, stream);  // (B, T, 3, H, D)
+  // out is the forward's bf16 O (widened to f32 for an f32 out) when cuDNN ran the forward: the
+  // copy back to bf16 is exact.
+  const Tensor o16 = as_bf16(out, stream);    // (B, T, H, D)
+  const Tensor do16 = as_bf16(dout, stream);  // (B, T, H, D)
+  Tensor dqkv16 = bf16_target(dqkv);          // (B, T, 3, H, D)
   Tensor dq_accum, softmax_sum;
   if (plan->dq_accum) {
     dq_accum = workspace({s.B, s.H, s.T, s.D}, DType::kF32, device);

@@ -267,6 +267,77 @@ __device__ __forceinline__ void store_f32_vec(void* p, DType d, I i, const float
   }
 }
 
+// ---- activations: f32 or bf16 ----
+// An nn kernel's floating operand (kernels/nn.h: activations and their gradients are f32 or bf16
+// on CUDA, each operand its own, uniform over a launch): elements load as f32 and store rounded
+// to nearest even, so a kernel's arithmetic is f32 whatever the operand's width and a bf16 output
+// is the f32 result rounded once. `+ offset` moves by elements (a row's start).
+struct ActIn {
+  const void* p;
+  bool bf16;
+  template <typename I>
+  __device__ __forceinline__ float operator[](I i) const {
+    return bf16 ? from_bf16(static_cast<const uint16_t*>(p)[i]) : static_cast<const float*>(p)[i];
+  }
+  // Elements i .. i + kVec - 1 (i a multiple of kVec, the buffer aligned: act_vec_ok).
+  template <typename I>
+  __device__ __forceinline__ Vec<float> vec(I i) const {
+    Vec<float> out;
+    if (bf16) {
+      const Vec<uint16_t> v = load_vec(static_cast<const uint16_t*>(p), i);
+      for (int k = 0; k < kVec; ++k) out.v[k] = from_bf16(v.v[k]);
+    } else {
+      out = load_vec(static_cast<const float*>(p), i);
+    }
+    return out;
+  }
+  __device__ __forceinline__ ActIn operator+(int64_t offset) const {
+    return {static_cast<const char*>(p) + offset * (bf16 ? 2 : 4), bf16};
+  }
+};
+
+struct ActOut {
+  void* p;
+  bool bf16;
+  template <typename I>
+  __device__ __forceinline__ void set(I i, float v) const {
+    if (bf16) {
+      static_cast<uint16_t*>(p)[i] = to_bf16(v);
+    } else {
+      static_cast<float*>(p)[i] = v;
+    }
+  }
+  template <typename I>
+  __device__ __forceinline__ void set_vec(I i, const Vec<float>& v) const {
+    if (bf16) {
+      Vec<uint16_t> h;
+      for (int k = 0; k < kVec; ++k) h.v[k] = to_bf16(v.v[k]);
+      store_vec(static_cast<uint16_t*>(p), i, h);
+    } else {
+      store_vec(static_cast<float*>(p), i, v);
+    }
+  }
+  // The element as stored (a bf16 output reads back rounded).
+  template <typename I>
+  __device__ __forceinline__ float operator[](I i) const {
+    return ActIn{p, bf16}[i];
+  }
+  __device__ __forceinline__ ActOut operator+(int64_t offset) const {
+    return {static_cast<char*>(p) + offset * (bf16 ? 2 : 4), bf16};
+  }
+};
+
+// Host side: the tensor (f32 or bf16, which the ops layer guarantees) as a kernel operand.
+inline ActIn act_in(const Tensor& t) { return {t.data(), t.dtype() == DType::kBF16}; }
+inline ActOut act_out(Tensor& t) { return {t.data(), t.dtype() == DType::kBF16}; }
+// Whether the tensor's buffer can be accessed kVec elements at a time.
+inline bool act_vec_ok(const Tensor& t) { return vec_aligned(t.data(), t.element_size()); }
+// Rows of `cols` elements starting at every row: aligned when the buffer is and cols is a
+// multiple of kVec.
+inline bool act_rows_vec_ok(const Tensor& t, int64_t cols) {
+  return cols % kVec == 0 && act_vec_ok(t);
+}
+
 // Calls f(I{}) with I = uint32_t when every index of a grid-stride loop over n elements, plus
 // one stride (below 2^28), fits in 32 bits, else with I = uint64_t: the kernels' index math is
 // 32-bit for every tensor below 2^31 elements.

@@ -86,11 +86,11 @@ __device__ math::OnlineSoftmax block_merge(math::OnlineSoftmax s) {
 
 // lse[r] of every row, and row_loss[r] = lse - logit[target] (0 on ignored rows) in f64.
 template <typename Target>
-__global__ void cross_entropy_rows_kernel(const float* logits, const Target* targets,
-                                          int64_t ignore_index, int64_t rows, int64_t cols,
-                                          float* lse, double* row_loss, DeviceCheckRecord* check) {
+__global__ void cross_entropy_rows_kernel(ActIn logits, const Target* targets, int64_t ignore_index,
+                                          int64_t rows, int64_t cols, float* lse, double* row_loss,
+                                          DeviceCheckRecord* check) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* xr = logits + r * cols;
+    const ActIn xr = logits + r * cols;
     math::OnlineSoftmax s;
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) push(s, xr[c]);
     s = block_merge(s);
@@ -144,9 +144,9 @@ __global__ void mean_loss_kernel(const double* row_loss, const Target* targets,
 // 0.
 template <typename Target>
 __global__ void cross_entropy_backward_kernel(const float* dloss, const int64_t* counted,
-                                              const float* logits, const Target* targets,
-                                              const float* lse, int64_t ignore_index, int64_t rows,
-                                              int64_t cols, float* dlogits, bool vector,
+                                              ActIn logits, const Target* targets, const float* lse,
+                                              int64_t ignore_index, int64_t rows, int64_t cols,
+                                              ActOut dlogits, bool vector,
                                               DeviceCheckRecord* check) {
   const int64_t count = counted[0];
   const float g =
@@ -170,15 +170,15 @@ __global__ void cross_entropy_backward_kernel(const float* dloss, const int64_t*
         int64_t t;
         Vec<float> d{};
         if (row_counts(r, c, t)) {
-          const Vec<float> x = load_vec(logits, i);
+          const Vec<float> x = logits.vec(i);
           const float l = lse[r];
           for (int k = 0; k < kVec; ++k) d.v[k] = one(x.v[k], l, c + k, t);
         }
-        store_vec(dlogits, i, d);
+        dlogits.set_vec(i, d);
       },
       [&](int64_t i, int64_t r, int64_t c) {
         int64_t t;
-        dlogits[i] = row_counts(r, c, t) ? one(logits[i], lse[r], c, t) : 0.f;
+        dlogits.set(i, row_counts(r, c, t) ? one(logits[i], lse[r], c, t) : 0.f);
       });
 }
 
@@ -196,8 +196,7 @@ void launch_cross_entropy(const Tensor& logits, const Target* targets, int64_t i
     }
     prow = static_cast<double*>(row_loss.data());
     cross_entropy_rows_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(
-        logits.data_as<float>(), targets, ignore_index, rows, cols, lse.data_as<float>(), prow,
-        check);
+        act_in(logits), targets, ignore_index, rows, cols, lse.data_as<float>(), prow, check);
     OCTET_CUDA_LAUNCH_CHECK("cross_entropy");
     finish_check(check, targets, kForwardTargets, cols, ignore_index, stream);
   }
@@ -212,12 +211,11 @@ void launch_cross_entropy_backward(const Tensor& dloss, const Tensor& counted, c
                                    Tensor& dlogits, cudaStream_t stream) {
   const int64_t rows = logits.rows(), cols = logits.cols();
   DeviceCheckRecord* check = octet::cuda::device_check_record(logits.device());
-  const bool vector =
-      cols % kVec == 0 && vec_aligned(logits.data(), 4) && vec_aligned(dlogits.data(), 4);
+  const bool vector = act_rows_vec_ok(logits, cols) && act_vec_ok(dlogits);
   const unsigned blocks = vector ? vec_blocks_for(rows * cols) : blocks_for(rows * cols);
   cross_entropy_backward_kernel<<<blocks, kThreads, 0, stream>>>(
-      dloss.data_as<float>(), counted.data_as<int64_t>(), logits.data_as<float>(), targets,
-      lse.data_as<float>(), ignore_index, rows, cols, dlogits.data_as<float>(), vector, check);
+      dloss.data_as<float>(), counted.data_as<int64_t>(), act_in(logits), targets,
+      lse.data_as<float>(), ignore_index, rows, cols, act_out(dlogits), vector, check);
   OCTET_CUDA_LAUNCH_CHECK("cross_entropy_backward");
   finish_check(check, targets, kBackwardTargets, cols, ignore_index, stream);
 }

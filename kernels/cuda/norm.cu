@@ -55,11 +55,11 @@ __device__ __forceinline__ float normalize(float x, const RowStats& s, float sca
 // exact for values near a large mean) and the deviations' own sum corrects it; writes
 // shift_dmean, mean (nullable) and rsigma. RMSNorm: rsigma only.
 template <bool kLayer>
-__global__ void norm_stats_kernel(const float* x, int64_t rows, int64_t cols, float eps,
+__global__ void norm_stats_kernel(ActIn x, int64_t rows, int64_t cols, float eps,
                                   float* shift_dmean, float* mean, float* rsigma) {
   const float n = static_cast<float>(cols);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* xr = x + r * cols;
+    const ActIn xr = x + r * cols;
     if constexpr (!kLayer) {
       float sq = 0.f;
       for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sq += xr[c] * xr[c];
@@ -93,8 +93,8 @@ __global__ void norm_stats_kernel(const float* x, int64_t rows, int64_t cols, fl
 // `vector` (cols a multiple of kVec, x, gamma, beta and y aligned): the walk then has cols / kVec
 // groups a row.
 template <typename I>
-__global__ void norm_apply_kernel(const float* x, const float* shift_dmean, const float* rsigma,
-                                  const float* gamma, float offset, const float* beta, float* y,
+__global__ void norm_apply_kernel(ActIn x, const float* shift_dmean, const float* rsigma,
+                                  const float* gamma, float offset, const float* beta, ActOut y,
                                   I rows, I cols, bool vector) {
   const I w = vector ? kVec : 1, n = rows * cols / w;
   const I first = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -105,17 +105,17 @@ __global__ void norm_apply_kernel(const float* x, const float* shift_dmean, cons
     const RowStats st = row_stats(shift_dmean, rsigma, at.row);
     if (vector) {
       const I c = at.col * kVec;
-      const Vec<float> xv = load_vec(x, i * kVec), g = load_vec(gamma, c);
+      const Vec<float> xv = x.vec(i * kVec), g = load_vec(gamma, c);
       const Vec<float> b = beta != nullptr ? load_vec(beta, c) : Vec<float>{};
       Vec<float> out;
       for (int k = 0; k < kVec; ++k) {
         out.v[k] = normalize(xv.v[k], st, __fadd_rn(g.v[k], offset), b.v[k]);
       }
-      store_vec(y, i * kVec, out);
+      y.set_vec(i * kVec, out);
     } else {
       const I c = at.col;
       const float b = beta != nullptr ? beta[c] : 0.f;
-      y[i] = normalize(x[i], st, scale_of(gamma, offset, c), b);
+      y.set(i, normalize(x[i], st, scale_of(gamma, offset, c), b));
     }
   }
 }
@@ -125,7 +125,7 @@ __global__ void norm_apply_kernel(const float* x, const float* shift_dmean, cons
 // a shared tile so each column's run of rows is written contiguously. max |y| (NaN ignored) is
 // max-accumulated into amax[0].
 template <bool kE4M3>
-__global__ void norm_cast_kernel(const float* x, const float* shift_dmean, const float* rsigma,
+__global__ void norm_cast_kernel(ActIn x, const float* shift_dmean, const float* rsigma,
                                  const float* gamma, float offset, const float* beta,
                                  const float* scale, uint8_t* rowwise, uint8_t* columnwise,
                                  float* amax, int64_t rows, int64_t cols, bool vector,
@@ -150,7 +150,7 @@ __global__ void norm_cast_kernel(const float* x, const float* shift_dmean, const
       const RowStats st = row_stats(shift_dmean, rsigma, r);
       float xv[kVec], g[kVec], b[kVec];
       if (vector) {
-        const Vec<float> xs = load_vec(x, r * cols + c), gs = load_vec(gamma, c);
+        const Vec<float> xs = x.vec(r * cols + c), gs = load_vec(gamma, c);
         const Vec<float> bs = beta != nullptr ? load_vec(beta, c) : Vec<float>{};
         for (int j = 0; j < kVec; ++j) {
           xv[j] = xs.v[j];
@@ -200,10 +200,9 @@ __global__ void norm_cast_kernel(const float* x, const float* shift_dmean, const
 // dx for each row, and the block's rows' dy * xhat (and dy) summed into its partial rows
 // part_gamma / part_beta (gridDim.x, cols). Each thread owns the columns c = threadIdx.x mod
 // blockDim.x of its block's partial rows, so the partials need no atomics.
-__global__ void norm_backward_kernel(const float* dy, const float* x, const float* mean,
-                                     const float* rsigma, const float* gamma, float offset,
-                                     float* dx, float* part_gamma, float* part_beta, int64_t rows,
-                                     int64_t cols) {
+__global__ void norm_backward_kernel(ActIn dy, ActIn x, const float* mean, const float* rsigma,
+                                     const float* gamma, float offset, ActOut dx, float* part_gamma,
+                                     float* part_beta, int64_t rows, int64_t cols) {
   const float n = static_cast<float>(cols);
   float* pg = part_gamma + blockIdx.x * cols;
   float* pb = part_beta != nullptr ? part_beta + blockIdx.x * cols : nullptr;
@@ -229,7 +228,8 @@ __global__ void norm_backward_kernel(const float* dy, const float* x, const floa
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
       const float d = dy[o + c];
       const float xhat = (x[o + c] - mu) * rs;
-      dx[o + c] = math::norm_input_grad(d * scale_of(gamma, offset, c), xhat, mean_g, mean_gx, rs);
+      dx.set(o + c,
+             math::norm_input_grad(d * scale_of(gamma, offset, c), xhat, mean_g, mean_gx, rs));
       pg[c] += d * xhat;
       if (pb != nullptr) pb[c] += d;
     }
@@ -264,11 +264,11 @@ Tensor run_stats(NormKind kind, const Tensor& x, float eps, Tensor* mean, Tensor
   const int threads = row_threads(cols);
   if (layer) {
     norm_stats_kernel<true><<<blocks, threads, 0, stream>>>(
-        x.data_as<float>(), rows, cols, eps, shift_dmean.data_as<float>(),
+        act_in(x), rows, cols, eps, shift_dmean.data_as<float>(),
         mean != nullptr ? mean->data_as<float>() : nullptr, rsigma.data_as<float>());
   } else {
-    norm_stats_kernel<false><<<blocks, threads, 0, stream>>>(
-        x.data_as<float>(), rows, cols, eps, nullptr, nullptr, rsigma.data_as<float>());
+    norm_stats_kernel<false><<<blocks, threads, 0, stream>>>(act_in(x), rows, cols, eps, nullptr,
+                                                             nullptr, rsigma.data_as<float>());
   }
   OCTET_CUDA_LAUNCH_CHECK("norm_stats");
   return shift_dmean;
@@ -282,14 +282,13 @@ void norm_forward(NormKind kind, const Tensor& x, const Tensor& gamma, const Ten
   const Tensor shift_dmean = run_stats(kind, x, eps, mean, rsigma);
   if (rows * cols == 0) return;
   const float* pb = beta != nullptr ? beta->data_as<float>() : nullptr;
-  const bool vector = cols % kVec == 0 && vec_aligned(x.data(), 4) &&
-                      vec_aligned(gamma.data(), 4) && (pb == nullptr || vec_aligned(pb, 4)) &&
-                      vec_aligned(y.data(), 4);
+  const bool vector = act_rows_vec_ok(x, cols) && vec_aligned(gamma.data(), 4) &&
+                      (pb == nullptr || vec_aligned(pb, 4)) && act_vec_ok(y);
   const unsigned blocks = vector ? vec_blocks_for(rows * cols) : blocks_for(rows * cols);
   with_index_type(rows * cols, [&]<typename I>(I) {
     norm_apply_kernel<I><<<blocks, kThreads, 0, stream_of(x)>>>(
-        x.data_as<float>(), shift_dmean.defined() ? shift_dmean.data_as<float>() : nullptr,
-        rsigma.data_as<float>(), gamma.data_as<float>(), offset_of(zc), pb, y.data_as<float>(),
+        act_in(x), shift_dmean.defined() ? shift_dmean.data_as<float>() : nullptr,
+        rsigma.data_as<float>(), gamma.data_as<float>(), offset_of(zc), pb, act_out(y),
         static_cast<I>(rows), static_cast<I>(cols), vector);
     OCTET_CUDA_LAUNCH_CHECK("norm_apply");
   });
@@ -312,16 +311,16 @@ void norm_quantize_fp8(NormKind kind, const Tensor& x, const Tensor& gamma, cons
   uint8_t* col = columnwise != nullptr ? columnwise->data_as<uint8_t>() : nullptr;
   float* pa = amax != nullptr ? amax->data_as<float>() : nullptr;
   cudaStream_t stream = stream_of(x);
-  const bool vector = cols % kVec == 0 && vec_aligned(x.data(), 4) &&
-                      vec_aligned(gamma.data(), 4) && (pb == nullptr || vec_aligned(pb, 4)) &&
+  const bool vector = act_rows_vec_ok(x, cols) && vec_aligned(gamma.data(), 4) &&
+                      (pb == nullptr || vec_aligned(pb, 4)) &&
                       (row == nullptr || vec_aligned(row, 1));
   if (fp8 == DType::kE4M3) {
     norm_cast_kernel<true><<<blocks, kThreads, 0, stream>>>(
-        x.data_as<float>(), psd, rsigma.data_as<float>(), gamma.data_as<float>(), offset_of(zc), pb,
+        act_in(x), psd, rsigma.data_as<float>(), gamma.data_as<float>(), offset_of(zc), pb,
         scale.data_as<float>(), row, col, pa, rows, cols, vector, stats);
   } else {
     norm_cast_kernel<false><<<blocks, kThreads, 0, stream>>>(
-        x.data_as<float>(), psd, rsigma.data_as<float>(), gamma.data_as<float>(), offset_of(zc), pb,
+        act_in(x), psd, rsigma.data_as<float>(), gamma.data_as<float>(), offset_of(zc), pb,
         scale.data_as<float>(), row, col, pa, rows, cols, vector, stats);
   }
   OCTET_CUDA_LAUNCH_CHECK("norm_cast_fp8");
@@ -349,8 +348,8 @@ void norm_backward(const Tensor& dy, const Tensor& x, const Tensor* mean, const 
     if (dbeta != nullptr) part_beta = Tensor::empty({blocks, cols}, DType::kF32, x.device());
   }
   norm_backward_kernel<<<static_cast<unsigned>(blocks), row_threads(cols), 0, stream>>>(
-      dy.data_as<float>(), x.data_as<float>(), mean != nullptr ? mean->data_as<float>() : nullptr,
-      rsigma.data_as<float>(), gamma.data_as<float>(), offset_of(zc), dx.data_as<float>(),
+      act_in(dy), act_in(x), mean != nullptr ? mean->data_as<float>() : nullptr,
+      rsigma.data_as<float>(), gamma.data_as<float>(), offset_of(zc), act_out(dx),
       part_gamma.data_as<float>(), dbeta != nullptr ? part_beta.data_as<float>() : nullptr, rows,
       cols);
   OCTET_CUDA_LAUNCH_CHECK("norm_backward");

@@ -1,6 +1,6 @@
 // Softmax over the last dimension and its backward on the GPU: one block per row, block
 // reductions for the row max, the sum of exponentials and the dy . y dot product. The exp is
-// kernels/math/exp.h, as on the CPU.
+// kernels/math/exp.h, as on the CPU. Operands are f32 or bf16 (ActIn / ActOut).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -26,17 +26,17 @@ __device__ __forceinline__ void row_loop(int cols, bool vector, Group&& group, O
   for (int c = done + threadIdx.x; c < cols; c += blockDim.x) one(c);
 }
 
-__global__ void softmax_kernel(const float* x, float* y, int64_t rows, int cols, bool vector) {
+__global__ void softmax_kernel(ActIn x, ActOut y, int64_t rows, int cols, bool vector) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* xr = x + r * cols;
-    float* yr = y + r * cols;
+    const ActIn xr = x + r * cols;
+    const ActOut yr = y + r * cols;
     float m = -INFINITY;
     // The max of a set, NaN skipped, whatever the order (a zero's sign in m cannot change any
     // x - m below).
     row_loop(
         cols, vector,
         [&](int c) {
-          const Vec<float> v = load_vec(xr, c);
+          const Vec<float> v = xr.vec(c);
           for (int k = 0; k < kVec; ++k) m = fmaxf(m, v.v[k]);
         },
         [&](int c) { m = fmaxf(m, xr[c]); });
@@ -49,38 +49,35 @@ __global__ void softmax_kernel(const float* x, float* y, int64_t rows, int cols,
     row_loop(
         cols, vector,
         [&](int c) {
-          Vec<float> v = load_vec(xr, c);
+          Vec<float> v = xr.vec(c);
           for (int k = 0; k < kVec; ++k) v.v[k] = math::exp_f32(v.v[k] - m) * inv;
-          store_vec(yr, c, v);
+          yr.set_vec(c, v);
         },
-        [&](int c) { yr[c] = math::exp_f32(xr[c] - m) * inv; });
+        [&](int c) { yr.set(c, math::exp_f32(xr[c] - m) * inv); });
   }
 }
 
 // dx = y * (dy - dot), dot = sum(dy * y): the Jacobian-vector product of softmax.
-__global__ void softmax_backward_kernel(const float* dy, const float* y, float* dx, int64_t rows,
-                                        int cols, bool vector) {
+__global__ void softmax_backward_kernel(ActIn dy, ActIn y, ActOut dx, int64_t rows, int cols,
+                                        bool vector) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* dyr = dy + r * cols;
-    const float* yr = y + r * cols;
-    float* dxr = dx + r * cols;
+    const ActIn dyr = dy + r * cols;
+    const ActIn yr = y + r * cols;
+    const ActOut dxr = dx + r * cols;
     float s = 0.f;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) s += dyr[c] * yr[c];
     const float dot = block_reduce(s, SumOp(), 0.f);
     row_loop(
         cols, vector,
         [&](int c) {
-          const Vec<float> d = load_vec(dyr, c), v = load_vec(yr, c);
+          const Vec<float> d = dyr.vec(c), v = yr.vec(c);
           Vec<float> out;
           for (int k = 0; k < kVec; ++k) out.v[k] = v.v[k] * (d.v[k] - dot);
-          store_vec(dxr, c, out);
+          dxr.set_vec(c, out);
         },
-        [&](int c) { dxr[c] = yr[c] * (dyr[c] - dot); });
+        [&](int c) { dxr.set(c, yr[c] * (dyr[c] - dot)); });
   }
 }
-
-// Rows of `cols` starting at every p: Vec-aligned when p is and cols is a multiple of kVec.
-bool rows_vec_ok(const void* p, int64_t cols) { return cols % kVec == 0 && vec_aligned(p, 4); }
 
 }  // namespace
 
@@ -88,9 +85,9 @@ void softmax(const Tensor& x, Tensor& y) {
   const int64_t rows = x.rows(), cols = x.cols();
   if (rows == 0 || cols == 0) return;
   OCTET_CHECK(cols <= int64_t{0x7FFFFFFF}, "softmax: rows of ", cols, " elements are too long");
-  const bool vector = rows_vec_ok(x.data(), cols) && rows_vec_ok(y.data(), cols);
+  const bool vector = act_rows_vec_ok(x, cols) && act_rows_vec_ok(y, cols);
   softmax_kernel<<<row_blocks(rows), row_threads(cols), 0, stream_of(x)>>>(
-      x.data_as<float>(), y.data_as<float>(), rows, static_cast<int>(cols), vector);
+      act_in(x), act_out(y), rows, static_cast<int>(cols), vector);
   OCTET_CUDA_LAUNCH_CHECK("softmax");
 }
 
@@ -100,10 +97,9 @@ void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
   OCTET_CHECK(cols <= int64_t{0x7FFFFFFF}, "softmax_backward: rows of ", cols,
               " elements are too long");
   const bool vector =
-      rows_vec_ok(dy.data(), cols) && rows_vec_ok(y.data(), cols) && rows_vec_ok(dx.data(), cols);
+      act_rows_vec_ok(dy, cols) && act_rows_vec_ok(y, cols) && act_rows_vec_ok(dx, cols);
   softmax_backward_kernel<<<row_blocks(rows), row_threads(cols), 0, stream_of(y)>>>(
-      dy.data_as<float>(), y.data_as<float>(), dx.data_as<float>(), rows, static_cast<int>(cols),
-      vector);
+      act_in(dy), act_in(y), act_out(dx), rows, static_cast<int>(cols), vector);
   OCTET_CUDA_LAUNCH_CHECK("softmax_backward");
 }
 
