@@ -256,8 +256,9 @@ Tensor GPT::generate(const Tensor& prompts, int64_t new_tokens, float temperatur
       const int64_t r = i * seq_pad + window - 1;
       last.slice(i, i + 1).copy_bytes_from(rows.slice(r, r + 1));
     }
-    Tensor logits = lm_head(last);  // (N, V) f32
+    Tensor logits = lm_head(last);  // (N, V) in the model's dtype
     if (!logits.device().is_cpu()) logits = logits.to(Device::cpu());
+    if (logits.dtype() != DType::kF32) logits = ops::cast(logits, DType::kF32);  // exact
     const auto* lp = logits.data_as<float>();
     for (int64_t i = 0; i < n; ++i) {
       const int32_t token = pick_token(lp + i * vocab, vocab, temperature, gen);

@@ -193,6 +193,18 @@ TEST(GPT, GreedyGenerationIsTheArgmaxOfForwardAndDeterministic) {
   EXPECT_GT(std::set<int32_t>(all.begin(), all.end()).size(), 1u) << "a constant continuation";
 }
 
+// A bf16 model's logits are bf16 (activations keep the model's dtype); generation reads them.
+TEST(GPT, Bf16GreedyGenerationIsTheArgmaxOfItsBf16Logits) {
+  GPTConfig c = tiny_config();
+  c.dtype = DType::kBF16;
+  GPT gpt(c);
+  const Tensor prompts = random_ids(3, 4, 16, 6);
+  EXPECT_EQ(gpt.forward(prompts).dtype(), DType::kBF16);
+  const Tensor out = gpt.generate(prompts, 5);
+  ASSERT_EQ(out.shape(), (Shape{3, 5}));
+  EXPECT_EQ(ints(out), greedy_by_hand(gpt, prompts, 5));
+}
+
 TEST(GPT, SamplingFollowsTheGeneratorAndGenerationKeepsNoAutogradState) {
   GPT gpt(tiny_config());
   const Tensor prompts = random_ids(2, 3, 16, 6);
