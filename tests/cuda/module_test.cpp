@@ -105,7 +105,8 @@ const std::vector<Recipe> kBlockRecipes = {Recipe::blockwise(),
 // second runs on delayed scaling's updated scales).
 template <typename M, typename Make>
 void compare_module(Make make, const Shape& in_shape, const Shape& out_shape,
-                    const std::vector<Recipe>& recipes = kRecipes, Match match = Match::kFp8Close) {
+                    const std::vector<Recipe>& recipes = kRecipes, Match match = Match::kFp8Close,
+                    DType dtype = DType::kF32) {
   for (const Recipe& recipe : recipes) {
     SCOPED_TRACE(describe(recipe));
     std::unique_ptr<M> cpu = make(), gpu = make();
@@ -115,11 +116,13 @@ void compare_module(Make make, const Shape& in_shape, const Shape& out_shape,
       EXPECT_TRUE(p.tensor->device().is_cuda()) << p.name;
     }
     for (int step = 0; step < 2; ++step) {
-      const Tensor x = test::random_tensor(in_shape, DType::kF32, 10 + static_cast<uint64_t>(step));
-      const Tensor g =
-          test::random_tensor(out_shape, DType::kF32, 20 + static_cast<uint64_t>(step));
+      const Tensor x = test::random_tensor(in_shape, dtype, 10 + static_cast<uint64_t>(step));
+      const Tensor g = test::random_tensor(out_shape, dtype, 20 + static_cast<uint64_t>(step));
       const Result want = run(*cpu, x, g, recipe);
       const Result got = run(*gpu, on_gpu(x), on_gpu(g), recipe);
+      // Activations keep the model's dtype on both devices (kernels/nn.h).
+      EXPECT_EQ(got.y.dtype(), dtype);
+      EXPECT_EQ(got.dx.dtype(), dtype);
       expect_match(got, want, "step " + std::to_string(step), match);
     }
   }
@@ -158,6 +161,22 @@ TEST(CudaModules, LayerNormMLPMatchesTheCpuUnderEveryRecipe) {
                                    {2, 32, 64}, {2, 32, 64});
     }
   }
+}
+
+// A bf16 block: its norm, activation and GEMM outputs are bf16 on the GPU (the kernels' own bf16
+// loads and stores) and on the CPU (f32 rounded once), and every recipe casts those bf16 values.
+// The backends' bf16 roundings may differ by an ulp where the f32 results differ in their last
+// bits, which fp8_close covers.
+TEST(CudaModules, Bf16LayerNormMLPMatchesTheCpuUnderEveryRecipe) {
+  OCTET_REQUIRE_CUDA();
+  std::vector<Recipe> recipes = kRecipes;
+  recipes.insert(recipes.end(), kBlockRecipes.begin(), kBlockRecipes.end());
+  LayerNormMLPOptions o;
+  o.norm.dtype = DType::kBF16;
+  o.linear.dtype = DType::kBF16;
+  o.linear.init_std = 0.1f;
+  compare_module<LayerNormMLP>([&] { return std::make_unique<LayerNormMLP>(64, 128, o); },
+                               {2, 32, 64}, {2, 32, 64}, recipes, Match::kFp8Close, DType::kBF16);
 }
 
 // Linear alone: the input and dY are the same on both devices, so every block cast gives the
