@@ -100,6 +100,7 @@ struct LayerNormMLPFn {
                   const Tensor& w1_leaf, const Tensor& bias1, const Tensor& w2_leaf,
                   const Tensor& bias2) {
     const bool rec = ctx.recording();
+    wgrad_dtype = wgrad_dtype_for(w1_leaf);  // both weights have the module's dtype
     need_norm_grad = rec && (needs_grad(xv) || needs_grad(g) || needs_grad(b));
     need_db1 = rec && needs_grad(bias1);
     need_db2 = rec && needs_grad(bias2);
@@ -186,6 +187,7 @@ struct LayerNormLinearFn {
   Tensors forward(Context& ctx, const Tensor& xv, const Tensor& g, const Tensor& b,
                   const Tensor& w_leaf, const Tensor& bias) {
     const bool rec = ctx.recording();
+    wgrad_dtype = wgrad_dtype_for(w_leaf);
     need_norm_grad = rec && (needs_grad(xv) || needs_grad(g) || needs_grad(b));
     need_db = rec && needs_grad(bias);
     gemm.set_needs(need_norm_grad, rec && needs_grad(w_leaf));

@@ -72,6 +72,7 @@ struct LinearFn {
   Tensor forward(Context& ctx, const Tensor& x, const Tensor& w_leaf, const Tensor& bias) {
     const bool rec = ctx.recording();
     gemm.set_needs(rec && autograd::requires_grad(x), rec && autograd::requires_grad(w_leaf));
+    weight_grad_dtype = wgrad_dtype_for(w_leaf);
     // The input is cast once, with column-wise data only when wgrad will need it.
     Tensor y = gemm.forward(gemm.cast_input(x), std::move(weight), bias.defined() ? &bias : nullptr,
                             x.dtype(), rec);

@@ -63,4 +63,12 @@ class LinearGemm {
   Operand x_, w_;
 };
 
+// The dtype a weight's gradient comes out of the wgrad GEMM in: bf16 for a bf16 weight (the
+// GEMM's store rounds the f32 sum once, as the engine's cast to the parameter's dtype would,
+// without an f32 copy); f32 for an f32 weight and for FP8 primary weights of any format, whose
+// f32 master takes it.
+inline DType wgrad_dtype_for(const Tensor& weight_leaf) {
+  return weight_leaf.dtype() == DType::kBF16 ? DType::kBF16 : DType::kF32;
+}
+
 }  // namespace octet::modules
