@@ -104,6 +104,71 @@ __attribute__((target("avx512f"))) void transpose_panel_avx512(const float* src,
       _mm512_mask_storeu_ps(dst + (j0 + j) * dst_stride, out_mask, r[j]);
   }
 }
+
+// AVX2: an 8x8 block in registers, transposed in place: pairs of rows interleave (unpack), then
+// 4-row groups (shuffle_ps), then the 128-bit halves swap across the two 4-row groups
+// (permute2f128).
+__attribute__((target("avx2"))) inline void transpose8_regs(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int g = 0; g < 2; ++g) {  // rows 4g..4g+3: columns (c, c + 4) of the 4 rows
+    u[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);      // columns 0, 4
+    u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);      // columns 1, 5
+    u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);  // columns 2, 6
+    u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);  // columns 3, 7
+  }
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+    r[c + 4] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+  }
+}
+
+__attribute__((target("avx2"))) void transpose8_avx2(const float* src, int64_t src_stride,
+                                                     float* dst, int64_t dst_stride) {
+  __m256 r[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_stride);
+  transpose8_regs(r);
+  for (int j = 0; j < 8; ++j) _mm256_storeu_ps(dst + j * dst_stride, r[j]);
+}
+
+// transpose_panel_avx512's contract on AVX2: 8 stored rows at a time, 8 columns at a time through
+// registers; a ragged block goes through a zeroed stack copy (no masked moves, which AMD
+// processors run slowly).
+__attribute__((target("avx2"))) void transpose_panel_avx2(const float* src, int64_t src_stride,
+                                                          int rows, int64_t cols, float* dst,
+                                                          int64_t dst_stride, int width) {
+  alignas(32) float block[8][8];
+  for (int i0 = 0; i0 < width; i0 += 8) {
+    const int h = std::min(8, rows - i0), w = std::min(8, width - i0);  // rows read, written
+    for (int64_t j0 = 0; j0 < cols; j0 += 8) {
+      const int64_t n = std::min<int64_t>(8, cols - j0);
+      __m256 r[8];
+      if (h == 8 && n == 8) {
+        for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + (i0 + i) * src_stride + j0);
+      } else {
+        for (int i = 0; i < 8; ++i) {
+          for (int j = 0; j < 8; ++j) {
+            block[i][j] = i < h && j < n ? src[(i0 + i) * src_stride + j0 + j] : 0.f;
+          }
+          r[i] = _mm256_load_ps(block[i]);
+        }
+      }
+      transpose8_regs(r);
+      for (int64_t j = 0; j < n; ++j) {
+        float* d = dst + (j0 + j) * dst_stride + i0;
+        if (w == 8) {
+          _mm256_storeu_ps(d, r[j]);
+        } else {
+          _mm256_store_ps(block[0], r[j]);
+          std::memcpy(d, block[0], static_cast<size_t>(w) * sizeof(float));
+        }
+      }
+    }
+  }
+}
 #pragma GCC diagnostic pop
 #endif
 
@@ -337,11 +402,18 @@ inline void convert_row(DType dtype, const void* src, int64_t n, float* dst) {
 void pack_transposed(DType dtype, const void* src, int64_t src_stride, int64_t rows, int64_t cols,
                      float* dst, int64_t dst_stride, int width) {
 #if OCTET_GEMM_X86
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512 && dtype == DType::kF32 && width <= 16) {
-    transpose_panel_avx512(static_cast<const float*>(src), src_stride, static_cast<int>(rows), cols,
+  if (dtype == DType::kF32 && width <= 16) {
+    const SimdPath path = gemm_simd_path();
+    if (path == SimdPath::kAvx512) {
+      transpose_panel_avx512(static_cast<const float*>(src), src_stride, static_cast<int>(rows),
+                             cols, dst, dst_stride, width);
+      return;
+    }
+    if (path == SimdPath::kAvx2) {
+      transpose_panel_avx2(static_cast<const float*>(src), src_stride, static_cast<int>(rows), cols,
                            dst, dst_stride, width);
-    return;
+      return;
+    }
   }
 #endif
   convert_transposed(dtype, src, src_stride, rows, cols, dst, dst_stride);
@@ -469,13 +541,19 @@ constexpr int64_t kPanelFloats = int64_t{4} << 20;
 void transpose_f32(const float* src, int64_t src_stride, int64_t n_src_rows, int64_t n_src_cols,
                    float* dst, int64_t dst_stride) {
 #if OCTET_GEMM_X86
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512) {
-    const int64_t full_rows = n_src_rows / 16 * 16, full_cols = n_src_cols / 16 * 16;
-    for (int64_t i = 0; i < full_rows; i += 16) {
-      for (int64_t j = 0; j < full_cols; j += 16) {
-        transpose16_avx512(src + i * src_stride + j, src_stride, dst + j * dst_stride + i,
-                           dst_stride);
+  const SimdPath path = gemm_simd_path();
+  if (path == SimdPath::kAvx512 || path == SimdPath::kAvx2) {
+    const int64_t b = path == SimdPath::kAvx512 ? 16 : 8;  // the register block
+    const int64_t full_rows = n_src_rows / b * b, full_cols = n_src_cols / b * b;
+    for (int64_t i = 0; i < full_rows; i += b) {
+      for (int64_t j = 0; j < full_cols; j += b) {
+        if (b == 16) {
+          transpose16_avx512(src + i * src_stride + j, src_stride, dst + j * dst_stride + i,
+                             dst_stride);
+        } else {
+          transpose8_avx2(src + i * src_stride + j, src_stride, dst + j * dst_stride + i,
+                          dst_stride);
+        }
       }
     }
     // The ragged right and bottom edges.

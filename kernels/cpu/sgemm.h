@@ -47,8 +47,10 @@ enum class CpuGemmLibrary { kOctet, kOnednn };
 CpuGemmLibrary cpu_gemm_library();
 CpuGemmLibrary set_cpu_gemm_library(CpuGemmLibrary library);
 
-// dst[j * dst_stride + i] = src[i * src_stride + j] for i < n_src_rows, j < n_src_cols; 16x16
-// blocks through AVX-512 registers where the processor has them.
+// dst[j * dst_stride + i] = src[i * src_stride + j] for i < n_src_rows, j < n_src_cols: 16x16
+// blocks through AVX-512 registers or 8x8 blocks through AVX2 ones, as gemm_simd_path() says
+// (so an AVX2 machine, or one held to AVX2, does not transpose element by element), the ragged
+// edges element by element.
 void transpose_f32(const float* src, int64_t src_stride, int64_t n_src_rows, int64_t n_src_cols,
                    float* dst, int64_t dst_stride);
 

@@ -126,6 +126,38 @@ TEST(OwnGemm, EveryPathAndTransposeMatchesF64AtThePackingEdges) {
   }
 }
 
+// transpose_f32 (the oneDNN path's copy of a transposed operand, and the own sgemm's f32 packing
+// through the same register blocks) on every path: full 16x16 and 8x8 blocks, ragged edges on
+// both sides, strides wider than the rows, a single row and column; each element moved exactly.
+TEST(OwnGemm, TransposeOnEveryPathMovesEveryElementOnce) {
+  for (SimdPath path : available_paths()) {
+    const SimdPath before = cpu::set_gemm_simd_path(path);
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{16, 16},
+                                     {8, 8},
+                                     {37, 53},
+                                     {64, 24},
+                                     {1, 100},
+                                     {100, 1},
+                                     {9, 17},
+                                     {7, 7}}) {
+      const int64_t src_stride = cols + 3, dst_stride = rows + 5;
+      std::vector<float> src(static_cast<size_t>(rows * src_stride));
+      for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) + 0.5f;
+      std::vector<float> dst(static_cast<size_t>(cols * dst_stride), -1.f);
+      cpu::transpose_f32(src.data(), src_stride, rows, cols, dst.data(), dst_stride);
+      size_t bad = 0;
+      for (int64_t j = 0; j < cols; ++j) {
+        for (int64_t i = 0; i < dst_stride; ++i) {
+          const float want = i < rows ? src[static_cast<size_t>(i * src_stride + j)] : -1.f;
+          bad += dst[static_cast<size_t>(j * dst_stride + i)] != want;
+        }
+      }
+      EXPECT_EQ(bad, 0u) << cpu::simd_path_name(path) << " " << rows << "x" << cols;
+    }
+    cpu::set_gemm_simd_path(before);
+  }
+}
+
 // alpha and accumulation (C += alpha A·B) on every path: the first K block adds to C's old
 // contents, the later ones to the partial sums.
 TEST(OwnGemm, AlphaAndAccumulateMatchF64OnEveryPath) {
