@@ -3,8 +3,12 @@
 // the scalar bits on every input, NaN, inf and subnormals included (tests/kernels check it).
 #include "kernels/cpu/fp8_simd.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -359,7 +363,7 @@ SimdPath widest_available() {
 
 // Read once per block by the conversions; written only by set_fp8_simd_path.
 std::atomic<SimdPath>& path_slot() {
-  static std::atomic<SimdPath> slot{widest_available()};
+  static std::atomic<SimdPath> slot{default_simd_path()};
   return slot;
 }
 
@@ -393,6 +397,17 @@ const char* simd_path_name(SimdPath path) {
 
 bool simd_path_available(SimdPath path) {
   return static_cast<int>(path) <= static_cast<int>(widest_available());
+}
+
+SimdPath default_simd_path() {
+  const SimdPath widest = widest_available();
+  const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+  if (cap == nullptr) return widest;
+  std::string isa(cap);
+  for (char& ch : isa) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (isa.rfind("AVX2", 0) == 0) return std::min(widest, SimdPath::kAvx2);
+  if (isa == "SSE41" || isa == "AVX") return SimdPath::kScalar;
+  return widest;
 }
 
 SimdPath fp8_simd_path() { return path_slot().load(std::memory_order_relaxed); }

@@ -14,7 +14,12 @@ enum class SimdPath { kScalar, kAvx2, kAvx512 };
 
 const char* simd_path_name(SimdPath path);
 bool simd_path_available(SimdPath path);
-// The path the conversions take: the widest this processor has, unless a test chose one.
+// The widest path this processor has, held to AVX2 (or to the scalar code) when
+// ONEDNN_MAX_CPU_ISA names an ISA below AVX-512 (AVX2, AVX2_VNNI...; SSE41, AVX), so that one
+// setting emulates an AVX2 machine for oneDNN and every octet CPU path alike. Read at each call.
+SimdPath default_simd_path();
+// The path the conversions take: default_simd_path() at the first conversion, unless a test chose
+// one.
 SimdPath fp8_simd_path();
 // A hook for tests, so that each path can be checked on a processor that has a wider one: every
 // later conversion takes `path` (it must be available). Returns the path taken before.

@@ -182,17 +182,9 @@ SimdPath widest_gemm_path() {
   return SimdPath::kScalar;
 }
 
-// ONEDNN_MAX_CPU_ISA caps oneDNN's JIT; octet's kernels follow it so that one setting emulates an
-// AVX2 machine for both (its values: SSE41, AVX, AVX2, AVX2_VNNI, AVX512_CORE..., ALL).
+// ONEDNN_MAX_CPU_ISA caps oneDNN's JIT; octet's kernels follow it (cpu::default_simd_path).
 SimdPath default_gemm_path() {
-  SimdPath path = widest_gemm_path();
-  const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
-  if (cap == nullptr) return path;
-  std::string isa(cap);
-  for (char& ch : isa) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  if (isa.rfind("AVX2", 0) == 0) return std::min(path, SimdPath::kAvx2);
-  if (isa == "SSE41" || isa == "AVX") return SimdPath::kScalar;
-  return path;
+  return std::min(default_simd_path(), widest_gemm_path());  // the AVX2 path needs FMA too
 }
 
 std::atomic<SimdPath>& gemm_path_slot() {

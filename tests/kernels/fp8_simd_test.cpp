@@ -7,11 +7,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/float16.h"
@@ -277,6 +281,30 @@ TEST(Fp8Simd, APathThisProcessorLacksIsRefused) {
     EXPECT_EQ(cpu::fp8_simd_path(), SimdPath::kScalar);
   }
   EXPECT_EQ(cpu::fp8_simd_path(), widest);
+}
+
+// ONEDNN_MAX_CPU_ISA holds every octet CPU path as it holds oneDNN: an AVX2 cap emulates an AVX2
+// machine, SSE41 / AVX leave the scalar code, AVX-512 names and nothing leave the widest.
+TEST(Fp8Simd, TheDefaultPathFollowsOnednnsIsaCap) {
+  const char* before = std::getenv("ONEDNN_MAX_CPU_ISA");
+  const std::string saved = before != nullptr ? before : "";
+  SimdPath widest = SimdPath::kScalar;
+  for (SimdPath p : {SimdPath::kAvx2, SimdPath::kAvx512}) {
+    if (cpu::simd_path_available(p)) widest = p;
+  }
+  const SimdPath avx2 = std::min(widest, SimdPath::kAvx2);
+  for (const auto& [cap, want] : {std::pair<const char*, SimdPath>{"AVX2", avx2},
+                                  {"avx2_vnni", avx2},
+                                  {"SSE41", SimdPath::kScalar},
+                                  {"AVX", SimdPath::kScalar},
+                                  {"AVX512_CORE", widest},
+                                  {"ALL", widest}}) {
+    setenv("ONEDNN_MAX_CPU_ISA", cap, 1);
+    EXPECT_EQ(cpu::default_simd_path(), want) << cap;
+  }
+  unsetenv("ONEDNN_MAX_CPU_ISA");
+  EXPECT_EQ(cpu::default_simd_path(), widest);
+  if (before != nullptr) setenv("ONEDNN_MAX_CPU_ISA", saved.c_str(), 1);
 }
 
 }  // namespace
