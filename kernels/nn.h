@@ -52,7 +52,10 @@ NormForward rmsnorm(const Tensor& x, const Tensor& gamma, float eps, ZeroCentere
 // The norm fused with the per-tensor FP8 cast of its output (delayed scaling), in one pass: rows
 // are normalized one at a time into a one-row buffer and cast from it, so no high-precision output
 // is made. q = fp8(y * scale) row-wise (x's shape) and/or column-wise ((C, rows)); max |y| is
-// max-accumulated into amax[0]. The FP8 values equal quantize_fp8 of layernorm's y bit for bit.
+// max-accumulated into amax[0], y being the f32 normalization: the FP8 values equal quantize_fp8
+// of the layernorm of x's values in f32 bit for bit. (For an f32 x that is layernorm's y; a bf16
+// or f16 layernorm rounds its y to x's dtype, which this fused cast does not, as TE's fused
+// norm + cast kernel does not.)
 // Returns mean (LayerNorm) and rsigma; y is undefined. `counts` (nullable) gets the cast's
 // saturated / flushed / total counts added, as quantize_fp8's does.
 enum class NormKind : uint8_t { kLayerNorm, kRMSNorm };

@@ -328,8 +328,14 @@ struct ActOut {
 };
 
 // Host side: the tensor (f32 or bf16, which the ops layer guarantees) as a kernel operand.
-inline ActIn act_in(const Tensor& t) { return {t.data(), t.dtype() == DType::kBF16}; }
-inline ActOut act_out(Tensor& t) { return {t.data(), t.dtype() == DType::kBF16}; }
+inline ActIn act_in(const Tensor& t) {
+  OCTET_ASSERT(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16);
+  return {t.data(), t.dtype() == DType::kBF16};
+}
+inline ActOut act_out(Tensor& t) {
+  OCTET_ASSERT(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16);
+  return {t.data(), t.dtype() == DType::kBF16};
+}
 // Whether the tensor's buffer can be accessed kVec elements at a time.
 inline bool act_vec_ok(const Tensor& t) { return vec_aligned(t.data(), t.element_size()); }
 // Rows of `cols` elements starting at every row: aligned when the buffer is and cols is a

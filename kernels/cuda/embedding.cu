@@ -27,7 +27,8 @@ int32_t register_id_check(const char* op) {
 const int32_t kForwardIds = register_id_check("embedding");
 const int32_t kBackwardIds = register_id_check("embedding_backward");
 
-// out (N, C) = table[ids] (V, C) as f32. Element i of out is position i / C, column i % C.
+// out (N, C) = table[ids] (V, C), in out's dtype (f32, or bf16 for a bf16 table). Element i of out
+// is position i / C, column i % C.
 template <typename Id>
 __global__ void embedding_kernel(const void* table, DType dtype, const Id* ids, ActOut out,
                                  int64_t positions, int64_t cols, int64_t rows,

@@ -59,7 +59,8 @@ TEST(CudaActivation, ForwardAndBackwardMatchTheCpu) {
                                ops::activation_backward(act, ones, x), kF32))
         << ops::activation_name(act);
   }
-  // A bf16 input is read as its f32 values.
+  // A bf16 input is read as its f32 values (its bf16 output:
+  // tests/devices/activation_dtype_test.cpp).
   const Tensor xb = test::random_tensor({5, 33}, DType::kBF16, 103);
   EXPECT_TRUE(test::close_to(ops::activation(Activation::kGelu, on_gpu(xb)),
                              ops::activation(Activation::kGelu, xb), kF32));

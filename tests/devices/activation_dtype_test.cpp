@@ -106,7 +106,9 @@ TEST_P(ActivationDtypes, NormsKeepTheirActivationDtypeAndF32Statistics) {
                   : ops::rmsnorm(x.f32, gamma, 1e-5f, ZeroCenteredGamma::kYes);
         EXPECT_TRUE(rounded_once(lo.y, hi.y, d));
         EXPECT_TRUE(test::same_bits(lo.rsigma, hi.rsigma));
-        if (layer) EXPECT_TRUE(test::same_bits(lo.mean, hi.mean));
+        if (layer) {
+          EXPECT_TRUE(test::same_bits(lo.mean, hi.mean));
+        }
         const ops::NormBackward blo =
             layer ? ops::layernorm_backward(dy.lo, x.lo, lo.mean, lo.rsigma, gamma,
                                             ZeroCenteredGamma::kNo)
@@ -117,7 +119,24 @@ TEST_P(ActivationDtypes, NormsKeepTheirActivationDtypeAndF32Statistics) {
                   : ops::rmsnorm_backward(dy.f32, x.f32, hi.rsigma, gamma, ZeroCenteredGamma::kYes);
         EXPECT_TRUE(rounded_once(blo.dx, bhi.dx, d));
         EXPECT_TRUE(test::same_bits(blo.dgamma, bhi.dgamma));
-        if (layer) EXPECT_TRUE(test::same_bits(blo.dbeta, bhi.dbeta));
+        if (layer) {
+          EXPECT_TRUE(test::same_bits(blo.dbeta, bhi.dbeta));
+        }
+        // The norm fused with its FP8 cast reads the low-precision x itself and casts the f32
+        // normalization: the bytes and amax of the f32 input's.
+        const ops::NormKind kind = layer ? ops::NormKind::kLayerNorm : ops::NormKind::kRMSNorm;
+        const ZeroCenteredGamma zc = layer ? ZeroCenteredGamma::kNo : ZeroCenteredGamma::kYes;
+        Tensor q[2], qt[2], amax[2];
+        for (int i = 0; i < 2; ++i) {
+          q[i] = here(Tensor::empty({6, cols}, DType::kE4M3));
+          qt[i] = here(Tensor::empty({cols, 6}, DType::kE4M3));
+          amax[i] = scalar(0.f);
+          ops::norm_fp8(kind, i == 0 ? x.lo : x.f32, gamma, layer ? &beta : nullptr, 1e-5f, zc,
+                        scalar(16.f), &q[i], &qt[i], &amax[i]);
+        }
+        EXPECT_TRUE(test::same_bits(q[0], q[1]));
+        EXPECT_TRUE(test::same_bits(qt[0], qt[1]));
+        EXPECT_TRUE(test::same_bits(amax[0], amax[1]));
       }
     }
   }

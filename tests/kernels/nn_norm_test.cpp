@@ -214,35 +214,40 @@ TEST(LayerNorm, RejectsMismatchedArguments) {
 namespace octet {
 namespace {
 
-// The norm fused with its FP8 cast gives exactly the cast of the unfused norm's output, and the
-// same statistics, without making the high-precision output.
+// The norm fused with its FP8 cast gives exactly the cast of the unfused norm's f32 output, and
+// the same statistics, without making the high-precision output. A bf16 x: the cast of the f32
+// norm of its values (the fused cast does not round y to bf16 first).
 TEST(NormFp8, EqualsTheCastOfTheNormOutputBitForBit) {
   for (ops::NormKind kind : {ops::NormKind::kLayerNorm, ops::NormKind::kRMSNorm}) {
     for (DType fp8 : {DType::kE4M3, DType::kE5M2}) {
-      const Tensor x = test::random_tensor({70, 48}, DType::kF32, 3, 2.f);  // 70: a ragged tile
-      const Tensor gamma = test::random_tensor({48}, DType::kF32, 4);
-      const Tensor beta = test::random_tensor({48}, DType::kF32, 5);
-      const bool layer = kind == ops::NormKind::kLayerNorm;
-      const ops::NormForward ref =
-          layer ? ops::layernorm(x, gamma, &beta, 1e-5f, ops::ZeroCenteredGamma::kYes)
-                : ops::rmsnorm(x, gamma, 1e-5f, ops::ZeroCenteredGamma::kYes);
-      const Tensor scale = Tensor::from_floats({3.f}, {1});
-      Tensor want_row = Tensor::empty({70, 48}, fp8), want_col = Tensor::empty({48, 70}, fp8);
-      Tensor want_amax = Tensor::from_floats({0.5f}, {1});
-      ops::quantize_fp8(ref.y, scale, &want_row, &want_col, &want_amax);
+      for (DType xd : {DType::kF32, DType::kBF16}) {
+        const Tensor xin =
+            ops::cast(test::random_tensor({70, 48}, DType::kF32, 3, 2.f), xd);  // 70: a ragged tile
+        const Tensor x = ops::cast(xin, DType::kF32);
+        const Tensor gamma = test::random_tensor({48}, DType::kF32, 4);
+        const Tensor beta = test::random_tensor({48}, DType::kF32, 5);
+        const bool layer = kind == ops::NormKind::kLayerNorm;
+        const ops::NormForward ref =
+            layer ? ops::layernorm(x, gamma, &beta, 1e-5f, ops::ZeroCenteredGamma::kYes)
+                  : ops::rmsnorm(x, gamma, 1e-5f, ops::ZeroCenteredGamma::kYes);
+        const Tensor scale = Tensor::from_floats({3.f}, {1});
+        Tensor want_row = Tensor::empty({70, 48}, fp8), want_col = Tensor::empty({48, 70}, fp8);
+        Tensor want_amax = Tensor::from_floats({0.5f}, {1});
+        ops::quantize_fp8(ref.y, scale, &want_row, &want_col, &want_amax);
 
-      Tensor row = Tensor::empty({70, 48}, fp8), col = Tensor::empty({48, 70}, fp8);
-      Tensor amax = Tensor::from_floats({0.5f}, {1});
-      const ops::NormForward got =
-          ops::norm_fp8(kind, x, gamma, layer ? &beta : nullptr, 1e-5f,
-                        ops::ZeroCenteredGamma::kYes, scale, &row, &col, &amax);
-      EXPECT_FALSE(got.y.defined());
-      EXPECT_EQ(std::memcmp(row.data(), want_row.data(), row.nbytes()), 0);
-      EXPECT_EQ(std::memcmp(col.data(), want_col.data(), col.nbytes()), 0);
-      EXPECT_EQ(amax.item(), want_amax.item());
-      EXPECT_EQ(got.rsigma.to_floats(), ref.rsigma.to_floats());
-      if (layer) {
-        EXPECT_EQ(got.mean.to_floats(), ref.mean.to_floats());
+        Tensor row = Tensor::empty({70, 48}, fp8), col = Tensor::empty({48, 70}, fp8);
+        Tensor amax = Tensor::from_floats({0.5f}, {1});
+        const ops::NormForward got =
+            ops::norm_fp8(kind, xin, gamma, layer ? &beta : nullptr, 1e-5f,
+                          ops::ZeroCenteredGamma::kYes, scale, &row, &col, &amax);
+        EXPECT_FALSE(got.y.defined());
+        EXPECT_EQ(std::memcmp(row.data(), want_row.data(), row.nbytes()), 0);
+        EXPECT_EQ(std::memcmp(col.data(), want_col.data(), col.nbytes()), 0);
+        EXPECT_EQ(amax.item(), want_amax.item());
+        EXPECT_EQ(got.rsigma.to_floats(), ref.rsigma.to_floats());
+        if (layer) {
+          EXPECT_EQ(got.mean.to_floats(), ref.mean.to_floats());
+        }
       }
     }
   }
