@@ -88,37 +88,37 @@ int main(int argc, char** argv) {
   int reps = 15;
   bool only_transposes = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--transposes") == 0) only_transposes = true;
-  }
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--transposes") == 0) {
-      --i;  // a flag: no value
+    const std::string arg = argv[i];
+    if (arg == "--transposes") {
+      only_transposes = true;
       continue;
     }
-    if (std::strcmp(argv[i], "--threads") == 0) {
-      octet::set_num_threads(std::atoi(argv[i + 1]));
-    } else if (std::strcmp(argv[i], "--reps") == 0) {
-      reps = std::max(3, std::atoi(argv[i + 1]));
-    } else if (std::strcmp(argv[i], "--simd") == 0) {
+    if ((arg != "--threads" && arg != "--reps" && arg != "--simd") || i + 1 == argc) {
+      std::fprintf(stderr,
+                   "bad argument %s (expected --threads N, --reps N, --simd PATH, --transposes)\n",
+                   arg.c_str());
+      return 2;
+    }
+    const std::string v = argv[++i];
+    if (arg == "--threads") {
+      octet::set_num_threads(std::atoi(v.c_str()));
+    } else if (arg == "--reps") {
+      reps = std::max(3, std::atoi(v.c_str()));
+    } else {
       using octet::cpu::SimdPath;
-      const std::string v = argv[i + 1];
-      const SimdPath path = v == "scalar" ? SimdPath::kScalar
-                            : v == "avx2" ? SimdPath::kAvx2
-                                          : SimdPath::kAvx512;
       if (v != "scalar" && v != "avx2" && v != "avx512") {
         std::fprintf(stderr, "--simd %s: expected scalar, avx2 or avx512\n", v.c_str());
         return 2;
       }
+      const SimdPath path = v == "scalar" ? SimdPath::kScalar
+                            : v == "avx2" ? SimdPath::kAvx2
+                                          : SimdPath::kAvx512;
       try {
         octet::cpu::set_gemm_simd_path(path);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "--simd %s: %s\n", v.c_str(), e.what());
         return 2;
       }
-    } else {
-      std::fprintf(stderr, "unknown argument %s (expected --threads N, --reps N, --simd PATH)\n",
-                   argv[i]);
-      return 2;
     }
   }
   if (only_transposes) return transposes(reps);
