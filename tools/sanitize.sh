@@ -56,6 +56,9 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$root/tools/sanitize/lsan.supp:print_suppressions=0}"
 
 summary=()
+# What a failed fuzzer printed, repeated after the phase times: the end of the output is what a
+# CI log keeps, and the fuzzers' own reports come minutes before it.
+failure_report="$(mktemp)"
 phase() {  # phase NAME COMMAND...: runs it, prints and records its wall time
   local name=$1 start end rc=0
   shift
@@ -70,6 +73,11 @@ phase() {  # phase NAME COMMAND...: runs it, prints and records its wall time
 print_summary() {
   echo "== sanitize: phase times ($(nproc) cores: $(lscpu | sed -n 's/^Model name: *//p'))"
   printf '   %s\n' "${summary[@]}"
+  if [ -s "$failure_report" ]; then
+    echo "== sanitize: what failed"
+    cat "$failure_report"
+  fi
+  rm -f "$failure_report"
 }
 trap print_summary EXIT
 
@@ -106,9 +114,24 @@ fuzz_one() {  # fuzz_one NAME: FUZZ_SECONDS of libFuzzer on a corpus kept in the
     echo "fuzz $name: $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$dir/$name.log" |
                          grep -o '[0-9]*$') inputs in ${fuzz_seconds} s, no crash"
   else
-    echo "fuzz $name: FAILED; the input is in $dir/crashes/ (log: $dir/$name.log):" >&2
-    grep -A30 -E '^(octet fuzz:|==[0-9]+==ERROR|SUMMARY|.*runtime error)' "$dir/$name.log" |
-      head -60 >&2
+    # libFuzzer's own verdicts too (a timeout, out-of-memory or a leak ends the run without
+    # a sanitizer report), and the log's end when none of them matched.
+    {
+      echo "fuzz $name: FAILED (a ${fuzz_seconds} s run); the input is in $dir/crashes/ (log: $dir/$name.log):"
+      if grep -q -E '^(octet fuzz:|==[0-9]+==|SUMMARY|.*runtime error)' "$dir/$name.log"; then
+        grep -A30 -E '^(octet fuzz:|==[0-9]+==|SUMMARY|.*runtime error)' "$dir/$name.log" | head -60
+      else
+        tail -30 "$dir/$name.log"
+      fi
+      # The input itself, so that a failure on a machine whose build folder is gone (CI's clean
+      # clone) can be replayed: `base64 -d > input; <build-dir>/fuzz/octet_fuzz_NAME input`.
+      local input
+      for input in "$dir/crashes/$name-"*; do
+        [ -f "$input" ] || continue
+        echo "$(basename "$input") ($(stat -c %s "$input") bytes), base64 (first 16 KiB):"
+        head -c 16384 "$input" | base64 -w 100
+      done
+    } | tee -a "$failure_report" >&2
     return 1
   fi
 }
