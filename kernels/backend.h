@@ -106,11 +106,11 @@ class Backend {
   virtual void release_workspace() const;  // the GEMM's cached workspace
 
   // ---- nn: activations (x, y, dy, dx, qkv, out, dout, dqkv, logits, dlogits) f32, or also
-  // bf16 where takes_bf16_activations(), each operand its own dtype, math in f32 and RNE stores;
-  // parameters (gamma, beta), statistics (mean, rsigma, lse), the loss and dgamma / dbeta / dtable
-  // f32; the embedding table f32/bf16/f16; u8 for the dropout mask. The ops layer (nn.cpp) gives
-  // a backend without bf16 activations f32 copies and converts its f32 results.
-  virtual bool takes_bf16_activations() const { return false; }
+  // bf16 and f16 where takes_16bit_activations(), each operand its own dtype, math in f32 and RNE
+  // stores; parameters (gamma, beta), statistics (mean, rsigma, lse), the loss and dgamma / dbeta
+  // / dtable f32; the embedding table f32/bf16/f16; u8 for the dropout mask. The ops layer
+  // (nn.cpp) gives a backend without 16-bit activations f32 copies and converts its f32 results.
+  virtual bool takes_16bit_activations() const { return false; }
   virtual void activation(Activation act, const Tensor& x, Tensor& y) const;
   virtual void activation_backward(Activation act, const Tensor& dy, const Tensor& x,
                                    Tensor& dx) const;

@@ -51,9 +51,10 @@ Tensor f32_like(const Tensor& like, const Shape& shape) {
 }
 
 // Whether `device`'s backend reads and writes activations of dtype d itself (f32 everywhere, bf16
-// where the backend takes it); any other goes through f32.
+// and f16 where the backend takes them); any other goes through f32.
 bool native(Device device, DType d) {
-  return d == DType::kF32 || (d == DType::kBF16 && backend_for(device).takes_bf16_activations());
+  return d == DType::kF32 ||
+         ((d == DType::kBF16 || d == DType::kF16) && backend_for(device).takes_16bit_activations());
 }
 
 // An activation input as the backend reads it: itself, or an f32 copy for the call.

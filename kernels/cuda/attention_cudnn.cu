@@ -20,6 +20,7 @@
 
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cudnn_graph_builder.h"
 #include "runtime/log_plain.h"
 #include "runtime/memory.h"
@@ -235,11 +236,15 @@ Tensor workspace(const Shape& shape, DType dtype, Device device) {
   return Tensor::empty(shape, dtype, device);
 }
 
-// x as bf16: itself when it is (a bf16 activation, kernels/nn.h), else a bf16 copy of the f32
-// tensor, same shape.
+// x as bf16: itself when it is (a bf16 activation, kernels/nn.h), else a bf16 copy of the f32 or
+// f16 tensor, same shape (f16 rounded once, as through an exact f32 copy).
 Tensor as_bf16(const Tensor& x, cudaStream_t stream) {
   if (x.dtype() == DType::kBF16) return x;
   Tensor y = workspace(x.shape(), DType::kBF16, x.device());
+  if (x.dtype() != DType::kF32) {
+    octet::cuda::convert(x, y);
+    return y;
+  }
   f32_to_bf16_kernel<<<blocks_for(x.numel()), kThreads, 0, stream>>>(
       x.data_as<float>(), y.data_as<uint16_t>(), x.numel());
   OCTET_CUDA_LAUNCH_CHECK("f32_to_bf16_kernel");
@@ -247,13 +252,17 @@ Tensor as_bf16(const Tensor& x, cudaStream_t stream) {
 }
 
 // Where cuDNN writes the bf16 result for `y`: y itself when it is bf16, else a workspace that
-// from_bf16_into widens into y.
+// from_bf16_into converts into y (f32 or f16).
 Tensor bf16_target(Tensor& y) {
   return y.dtype() == DType::kBF16 ? y : workspace(y.shape(), DType::kBF16, y.device());
 }
 
 void from_bf16_into(const Tensor& x, Tensor& y, cudaStream_t stream) {
   if (x.data() == y.data()) return;  // cuDNN wrote y itself
+  if (y.dtype() != DType::kF32) {    // an f16 activation: rounded once
+    octet::cuda::convert(x, y);
+    return;
+  }
   bf16_to_f32_kernel<<<blocks_for(x.numel()), kThreads, 0, stream>>>(x.data_as<uint16_t>(),
                                                                      y.data_as<float>(), x.numel());
   OCTET_CUDA_LAUNCH_CHECK("bf16_to_f32_kernel");

@@ -19,7 +19,7 @@ void flat_spread(const Tensor& scales, cuda::SpreadScales kind, FP8CastCounts* c
 class CudaBackend final : public Backend {
  public:
   const char* name() const override { return "cuda"; }
-  bool takes_bf16_activations() const override { return true; }  // the kernels' ActIn / ActOut
+  bool takes_16bit_activations() const override { return true; }  // the kernels' ActIn / ActOut
 
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) const override {
     cuda::binary(op, a, b, out);

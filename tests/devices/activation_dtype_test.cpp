@@ -186,26 +186,30 @@ TEST_P(ActivationDtypes, EmbeddingAttentionAndCrossEntropy) {
   }
 }
 
-// The workspace a bf16 op takes: none on a device whose kernels read and write bf16 themselves
-// (CUDA), and on the CPU exactly one f32 copy of each activation operand plus the f32 result that
-// is rounded into the output. Counted by the allocator (its peak under MemTag::kWorkspace).
-TEST_P(ActivationDtypes, Bf16OpsTakeNoF32CopiesWhereTheKernelsReadBf16) {
+// The workspace a bf16 or f16 op takes: none on a device whose kernels read and write 16-bit
+// activations themselves (CUDA), and on the CPU exactly one f32 copy of each activation operand
+// plus the f32 result that is rounded into the output. Counted by the allocator (its peak under
+// MemTag::kWorkspace).
+TEST_P(ActivationDtypes, SixteenBitOpsTakeNoF32CopiesWhereTheKernelsReadThem) {
   const int64_t n = 64 * 96;
-  const Pair x = values({64, 96}, DType::kBF16, 13), dy = values({64, 96}, DType::kBF16, 14);
-  auto workspace_of = [&](const std::function<void()>& op) {
-    const int64_t base = bytes(MemTag::kWorkspace);
-    reset_peak_memory(device());
-    op();
-    return memory_stats(device()).peak_of(MemTag::kWorkspace) - base;
-  };
-  // f32 copies of `operands` activations and the f32 result on the CPU; nothing on CUDA.
-  auto expected = [&](int operands) { return device().is_cuda() ? 0 : (operands + 1) * n * 4; };
-  EXPECT_EQ(workspace_of([&] { ops::activation(Activation::kGelu, x.lo); }), expected(1));
-  EXPECT_EQ(workspace_of([&] { ops::activation_backward(Activation::kGelu, dy.lo, x.lo); }),
-            expected(2));
-  EXPECT_EQ(workspace_of([&] { ops::softmax(x.lo); }), expected(1));
-  Generator gen(3);
-  EXPECT_EQ(workspace_of([&] { ops::dropout(x.lo, 0.2f, gen); }), expected(1));
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Pair x = values({64, 96}, dtype, 13), dy = values({64, 96}, dtype, 14);
+    auto workspace_of = [&](const std::function<void()>& op) {
+      const int64_t base = bytes(MemTag::kWorkspace);
+      reset_peak_memory(device());
+      op();
+      return memory_stats(device()).peak_of(MemTag::kWorkspace) - base;
+    };
+    // f32 copies of `operands` activations and the f32 result on the CPU; nothing on CUDA.
+    auto expected = [&](int operands) { return device().is_cuda() ? 0 : (operands + 1) * n * 4; };
+    EXPECT_EQ(workspace_of([&] { ops::activation(Activation::kGelu, x.lo); }), expected(1));
+    EXPECT_EQ(workspace_of([&] { ops::activation_backward(Activation::kGelu, dy.lo, x.lo); }),
+              expected(2));
+    EXPECT_EQ(workspace_of([&] { ops::softmax(x.lo); }), expected(1));
+    Generator gen(3);
+    EXPECT_EQ(workspace_of([&] { ops::dropout(x.lo, 0.2f, gen); }), expected(1));
+  }
 }
 
 // The bytes a TransformerLayer's forward saves for its backward, of a model in `dtype` on the
