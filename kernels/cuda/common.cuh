@@ -270,82 +270,58 @@ __device__ __forceinline__ void store_f32_vec(void* p, DType d, I i, const float
 // ---- activations: f32, bf16 or f16 ----
 // An nn kernel's floating operand (kernels/nn.h: activations and their gradients are f32, bf16 or
 // f16, each operand its own, uniform over a launch): elements load as f32 and store rounded to
-// nearest even, so a kernel's arithmetic is f32 whatever the operand's width and a 16-bit output
-// is the f32 result rounded once. `+ offset` moves by elements (a row's start).
-enum class ActKind : uint8_t { kF32, kBF16, kF16 };
-
-__device__ __forceinline__ float act_widen(ActKind kind, uint16_t bits) {
-  return kind == ActKind::kBF16 ? from_bf16(bits) : from_f16(bits);
-}
-__device__ __forceinline__ uint16_t act_narrow(ActKind kind, float v) {
-  return kind == ActKind::kBF16 ? to_bf16(v) : to_f16(v);
-}
+// nearest even (load_f32 / store_f32 above), so a kernel's arithmetic is f32 whatever the
+// operand's width and a 16-bit output is the f32 result rounded once. `+ offset` moves by
+// elements (a row's start).
+__device__ __forceinline__ int64_t act_bytes(DType d) { return d == DType::kF32 ? 4 : 2; }
 
 struct ActIn {
   const void* p;
-  ActKind kind;
+  DType dtype;
   template <typename I>
   __device__ __forceinline__ float operator[](I i) const {
-    return kind == ActKind::kF32 ? static_cast<const float*>(p)[i]
-                                 : act_widen(kind, static_cast<const uint16_t*>(p)[i]);
+    return load_f32(p, dtype, static_cast<int64_t>(i));
   }
   // Elements i .. i + kVec - 1 (i a multiple of kVec, the buffer aligned: act_vec_ok).
   template <typename I>
   __device__ __forceinline__ Vec<float> vec(I i) const {
     Vec<float> out;
-    if (kind == ActKind::kF32) {
-      out = load_vec(static_cast<const float*>(p), i);
-    } else {
-      const Vec<uint16_t> v = load_vec(static_cast<const uint16_t*>(p), i);
-      for (int k = 0; k < kVec; ++k) out.v[k] = act_widen(kind, v.v[k]);
-    }
+    load_f32_vec(p, dtype, i, out.v);
     return out;
   }
   __device__ __forceinline__ ActIn operator+(int64_t offset) const {
-    return {static_cast<const char*>(p) + offset * (kind == ActKind::kF32 ? 4 : 2), kind};
+    return {static_cast<const char*>(p) + offset * act_bytes(dtype), dtype};
   }
 };
 
 struct ActOut {
   void* p;
-  ActKind kind;
+  DType dtype;
   template <typename I>
   __device__ __forceinline__ void set(I i, float v) const {
-    if (kind == ActKind::kF32) {
-      static_cast<float*>(p)[i] = v;
-    } else {
-      static_cast<uint16_t*>(p)[i] = act_narrow(kind, v);
-    }
+    store_f32(p, dtype, static_cast<int64_t>(i), v);
   }
   template <typename I>
   __device__ __forceinline__ void set_vec(I i, const Vec<float>& v) const {
-    if (kind == ActKind::kF32) {
-      store_vec(static_cast<float*>(p), i, v);
-    } else {
-      Vec<uint16_t> h;
-      for (int k = 0; k < kVec; ++k) h.v[k] = act_narrow(kind, v.v[k]);
-      store_vec(static_cast<uint16_t*>(p), i, h);
-    }
+    store_f32_vec(p, dtype, i, v.v);
   }
   // The element as stored (a 16-bit output reads back rounded).
   template <typename I>
   __device__ __forceinline__ float operator[](I i) const {
-    return ActIn{p, kind}[i];
+    return ActIn{p, dtype}[i];
   }
   __device__ __forceinline__ ActOut operator+(int64_t offset) const {
-    return {static_cast<char*>(p) + offset * (kind == ActKind::kF32 ? 4 : 2), kind};
+    return {static_cast<char*>(p) + offset * act_bytes(dtype), dtype};
   }
 };
 
 // Host side: the tensor (f32, bf16 or f16, which the ops layer guarantees) as a kernel operand.
-inline ActKind act_kind(const Tensor& t) {
+inline DType act_dtype(const Tensor& t) {
   OCTET_ASSERT(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16);
-  return t.dtype() == DType::kF32    ? ActKind::kF32
-         : t.dtype() == DType::kBF16 ? ActKind::kBF16
-                                     : ActKind::kF16;
+  return t.dtype();
 }
-inline ActIn act_in(const Tensor& t) { return {t.data(), act_kind(t)}; }
-inline ActOut act_out(Tensor& t) { return {t.data(), act_kind(t)}; }
+inline ActIn act_in(const Tensor& t) { return {t.data(), act_dtype(t)}; }
+inline ActOut act_out(Tensor& t) { return {t.data(), act_dtype(t)}; }
 // Whether the tensor's buffer can be accessed kVec elements at a time.
 inline bool act_vec_ok(const Tensor& t) { return vec_aligned(t.data(), t.element_size()); }
 // Rows of `cols` elements starting at every row: aligned when the buffer is and cols is a

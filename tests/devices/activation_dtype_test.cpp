@@ -192,17 +192,17 @@ TEST_P(ActivationDtypes, EmbeddingAttentionAndCrossEntropy) {
 // MemTag::kWorkspace).
 TEST_P(ActivationDtypes, SixteenBitOpsTakeNoF32CopiesWhereTheKernelsReadThem) {
   const int64_t n = 64 * 96;
+  auto workspace_of = [&](const std::function<void()>& op) {
+    const int64_t base = bytes(MemTag::kWorkspace);
+    reset_peak_memory(device());
+    op();
+    return memory_stats(device()).peak_of(MemTag::kWorkspace) - base;
+  };
+  // f32 copies of `operands` activations and the f32 result on the CPU; nothing on CUDA.
+  auto expected = [&](int operands) { return device().is_cuda() ? 0 : (operands + 1) * n * 4; };
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     SCOPED_TRACE(dtype_name(dtype));
     const Pair x = values({64, 96}, dtype, 13), dy = values({64, 96}, dtype, 14);
-    auto workspace_of = [&](const std::function<void()>& op) {
-      const int64_t base = bytes(MemTag::kWorkspace);
-      reset_peak_memory(device());
-      op();
-      return memory_stats(device()).peak_of(MemTag::kWorkspace) - base;
-    };
-    // f32 copies of `operands` activations and the f32 result on the CPU; nothing on CUDA.
-    auto expected = [&](int operands) { return device().is_cuda() ? 0 : (operands + 1) * n * 4; };
     EXPECT_EQ(workspace_of([&] { ops::activation(Activation::kGelu, x.lo); }), expected(1));
     EXPECT_EQ(workspace_of([&] { ops::activation_backward(Activation::kGelu, dy.lo, x.lo); }),
               expected(2));
