@@ -138,8 +138,12 @@ void Backend::cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&
 void Backend::adamw_step(const std::vector<AdamWTensors>&, const AdamWHyper&) const {
   unsupported("adamw_step");
 }
-void Backend::clip_grad_norm(const std::vector<Tensor*>&, double, Tensor&) const {
-  unsupported("clip_grad_norm");
+void Backend::sum_of_squares_part(const std::vector<const Tensor*>&, Tensor&) const {
+  unsupported("sum_of_squares_part");
+}
+void Backend::clip_grad_norm_from_parts(const std::vector<Tensor*>&, const Tensor&, double,
+                                        Tensor&) const {
+  unsupported("clip_grad_norm_from_parts");
 }
 void Backend::sgd_step(Tensor&, const Tensor&, Tensor&, float, float, float, int64_t,
                        const DeviceStep&) const {

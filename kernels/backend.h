@@ -165,9 +165,11 @@ class Backend {
 
   // ---- optimizers (kernels/optim.h's rules) ----
   virtual void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h) const;
-  // ops::clip_grad_norm_'s rule; norm (1,) i64 receives the f64 norm's bits.
-  virtual void clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm,
-                              Tensor& norm) const;
+  // ops::sum_of_squares_part's and ops::clip_grad_norm_from_parts_'s rules; total and norm
+  // (1,) i64 receive the f64s' bits.
+  virtual void sum_of_squares_part(const std::vector<const Tensor*>& xs, Tensor& total) const;
+  virtual void clip_grad_norm_from_parts(const std::vector<Tensor*>& grads, const Tensor& parts,
+                                         double max_norm, Tensor& norm) const;
   // buf may be undefined when momentum is 0.
   virtual void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
                         float weight_decay, int64_t step, const DeviceStep& device_step) const;

@@ -123,20 +123,47 @@ double sum_of_squares(const Tensor& x) {
   return on_device(x.device())->sum_of_squares(x);
 }
 
-Tensor clip_grad_norm_(const std::vector<Tensor*>& grads, double max_norm) {
-  constexpr const char* op = "clip_grad_norm_";
-  const Device device = grads.empty() ? Device::cpu() : grads.front()->device();
-  for (const Tensor* g : grads) {
+namespace {
+
+void check_gradients(const char* op, const std::vector<const Tensor*>& xs, Device device) {
+  for (const Tensor* g : xs) {
     OCTET_CHECK(
         g != nullptr && g->defined() && (g->dtype() == DType::kF32 || g->dtype() == DType::kBF16),
         op, ": gradients must be defined f32 or bf16 tensors");
     OCTET_CHECK(g->device() == device, op, ": gradients on ", device, " and ", g->device(),
                 " in one call");
   }
-  Tensor norm = Tensor::empty({1}, DType::kI64, device);
-  on_device(device)->clip_grad_norm(grads, max_norm, norm);
+}
+
+std::vector<const Tensor*> as_const(const std::vector<Tensor*>& xs) {
+  return {xs.begin(), xs.end()};
+}
+
+}  // namespace
+
+Tensor sum_of_squares_part(const std::vector<const Tensor*>& xs, Device device) {
+  check_gradients("sum_of_squares_part", xs, device);
+  Tensor total = Tensor::empty({1}, DType::kI64, device);
+  on_device(device)->sum_of_squares_part(xs, total);
+  return total;
+}
+
+Tensor clip_grad_norm_from_parts_(const std::vector<Tensor*>& grads, const Tensor& parts,
+                                  double max_norm) {
+  constexpr const char* op = "clip_grad_norm_from_parts_";
+  OCTET_CHECK(
+      parts.defined() && parts.dtype() == DType::kI64 && parts.dim() == 1 && parts.numel() >= 1, op,
+      ": parts must be a (k,) i64 tensor of f64 bits, k >= 1, got ", parts);
+  check_gradients(op, as_const(grads), parts.device());
+  Tensor norm = Tensor::empty({1}, DType::kI64, parts.device());
+  on_device(parts.device())->clip_grad_norm_from_parts(grads, parts, max_norm, norm);
   for (Tensor* g : grads) g->bump_version();
   return norm;
+}
+
+Tensor clip_grad_norm_(const std::vector<Tensor*>& grads, double max_norm) {
+  const Device device = grads.empty() ? Device::cpu() : grads.front()->device();
+  return clip_grad_norm_from_parts_(grads, sum_of_squares_part(as_const(grads), device), max_norm);
 }
 
 double read_f64(const Tensor& bits) {

@@ -68,6 +68,17 @@ double sum_of_squares(const Tensor& x);
 // on the gradients' device (read_f64 reads it): on CUDA the norm, the factor and the scaling
 // stay on the device, so nothing waits until the norm is read.
 Tensor clip_grad_norm_(const std::vector<Tensor*>& grads, double max_norm);
+
+// The two halves of clip_grad_norm_, for a norm summed from parts that different processes
+// hold (train::DataParallel). sum_of_squares_part: the tensors' sum_of_squares (f32/bf16, on
+// `device`; none gives 0) added in order from 0, as a (1,) i64 tensor holding the f64's bits on
+// `device`, with no copy back.
+Tensor sum_of_squares_part(const std::vector<const Tensor*>& xs, Device device);
+// clip_grad_norm_ with its total given: total = the f64s that `parts` ((k,) i64, k >= 1, on the
+// gradients' device) holds, added in order from 0. clip_grad_norm_(grads, m) is
+// clip_grad_norm_from_parts_(grads, sum_of_squares_part(grads), m), bit for bit.
+Tensor clip_grad_norm_from_parts_(const std::vector<Tensor*>& grads, const Tensor& parts,
+                                  double max_norm);
 // The f64 a (1,) i64 tensor holds as bits (a copy back for a device tensor).
 double read_f64(const Tensor& bits);
 

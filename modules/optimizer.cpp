@@ -82,9 +82,6 @@ void Optimizer::step(float lr) {
 }
 
 void Optimizer::step(float lr, const Tensor& gate) {
-  OCTET_CHECK(!sharded(),
-              "Optimizer::step(lr, gate): a sharded (ZeRO-1) optimizer's step is "
-              "decided on the host (train::DataParallel)");
   if (!device_steps_.defined() || device_steps_.device() != gate.device()) {
     read_device_steps();
     device_steps_ = step_tensor_.to(gate.device());

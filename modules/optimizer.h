@@ -54,7 +54,8 @@ class Optimizer {
   // (train::Trainer): `gate` ((1,) f32 on the parameters' device, as ops::finite_gate makes it)
   // shut leaves every weight, moment and the step count as they were, and nothing waits for
   // it. The count then lives on the device: steps() and the state dict copy it back. FP8 primary
-  // weights are requantized from their masters, changed or not. Not for a sharded optimizer.
+  // weights are requantized from their masters, changed or not (sharded: by the caller, as
+  // for step(lr)).
   void step(float lr, const Tensor& gate);
   // Drops every parameter's gradient.
   void zero_grad();

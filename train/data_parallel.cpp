@@ -235,40 +235,61 @@ void DataParallel::finish_gradients() {
   }
 }
 
-double DataParallel::clip(double max_norm) {
+modules::GradNorm DataParallel::clip_on_device(double max_norm) {
   // Per rank's part of every bucket, summed over buckets in order; then over ranks in order.
-  // Both forms hold the parts alike: plain data parallelism has every part, ZeRO-1 sums its own
-  // with the others' zeros (exact), so the norm is the same bits either way.
+  // Both forms hold the parts alike: plain data parallelism measures every rank's part itself,
+  // ZeRO-1 measures its own and gathers the others', so the norm is the same bits either way.
   const int ranks = comm_->size();
   const bool zero1 = zero_ == ZeroStage::kOptimizerState;
-  std::vector<double> parts(static_cast<size_t>(ranks), 0.0);
-  for (const Bucket& b : buckets_) {
-    if (zero1) {
-      parts[static_cast<size_t>(comm_->rank())] += ops::sum_of_squares(b.reduced);
-      continue;
-    }
-    for (int r = 0; r < ranks; ++r) {
-      parts[static_cast<size_t>(r)] +=
-          ops::sum_of_squares(b.grads.slice(r * b.part, (r + 1) * b.part));
-    }
+  const Device device = buckets_.front().grads.device();
+  Tensor parts;
+  {
+    MemTagScope tag(MemTag::kWorkspace);
+    parts = Tensor::empty({ranks}, DType::kI64, device);
   }
-  if (zero1) comm_->all_reduce(std::span<double>(parts), ReduceOp::kSum);
-  double total = 0;
-  for (const double p : parts) total += p;
-  const double norm = std::sqrt(total);
-  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) {
-    const auto factor = static_cast<float>(max_norm / (norm + 1e-6));  // clip_grad_norm's rule
+  std::vector<Tensor> slices;
+  auto part_of = [&](int rank) {
+    slices.clear();
     for (const Bucket& b : buckets_) {
-      for (const Slot& s : b.slots) {
-        Tensor g = autograd::grad(*params_[s.param].tensor);
-        const Owned o = zero1 ? owned(b, s, comm_->rank()) : Owned{0, s.numel, 0};
-        if (o.end == o.begin) continue;
-        Tensor part = flat(g).slice(o.begin, o.end);
-        ops::scale_(part, factor);
-      }
+      slices.push_back(zero1 ? b.reduced : b.grads.slice(rank * b.part, (rank + 1) * b.part));
+    }
+    std::vector<const Tensor*> list;
+    for (const Tensor& t : slices) list.push_back(&t);
+    return ops::sum_of_squares_part(list, device);
+  };
+  if (zero1) {
+    comm_->all_gather(part_of(comm_->rank()), parts);
+  } else {
+    for (int r = 0; r < ranks; ++r) parts.slice(r, r + 1).copy_bytes_from(part_of(r));
+  }
+  // The gradients this rank clips: all of them, or (ZeRO-1) the parts its optimizer owns.
+  std::vector<Tensor> grads;
+  for (const Bucket& b : buckets_) {
+    for (const Slot& s : b.slots) {
+      const Owned o = zero1 ? owned(b, s, comm_->rank()) : Owned{0, s.numel, 0};
+      if (o.end == o.begin) continue;
+      grads.push_back(flat(autograd::grad(*params_[s.param].tensor)).slice(o.begin, o.end));
     }
   }
-  return norm;
+  std::vector<Tensor*> list;
+  for (Tensor& g : grads) list.push_back(&g);
+  return modules::GradNorm(ops::clip_grad_norm_from_parts_(list, parts, max_norm));
+}
+
+double DataParallel::clip(double max_norm) { return clip_on_device(max_norm).read(); }
+
+Tensor DataParallel::gather_values(const Tensor& values) {
+  OCTET_CHECK(values.defined() && values.dim() == 1,
+              "DataParallel::gather_values: a 1-D tensor "
+              "expected, got ",
+              values);
+  Tensor out;
+  {
+    MemTagScope tag(MemTag::kWorkspace);
+    out = Tensor::empty({comm_->size() * values.numel()}, values.dtype(), values.device());
+  }
+  comm_->all_gather(values, out);
+  return out;
 }
 
 Tensor DataParallel::gather(Bucket& b, DType dtype, const PartWriter& write) {

@@ -63,11 +63,8 @@ Trainer::Trainer(modules::Module& model, TrainerOptions options)
   cache_weights_ = options_.cache_fp8_weights && options_.recipe.has_value() &&
                    options_.grad_accum > 1 && !has_fp8_primary_weights(params_);
   const bool on_gpu = !params_.empty() && !params_.front().tensor->device().is_cpu();
-  deferred_ = options_.reads == StepReads::kDeferred ||
-              (options_.reads == StepReads::kAuto && on_gpu && dp_ == nullptr);
-  OCTET_CHECK(!deferred_ || dp_ == nullptr,
-              "Trainer: deferred step reads are for one process; data parallel training decides "
-              "every step on the host (the ranks agree on the mean loss)");
+  deferred_ =
+      options_.reads == StepReads::kDeferred || (options_.reads == StepReads::kAuto && on_gpu);
   if (dp_ != nullptr) {
     dp_->attach(optimizer_);
     check_same_on_all_ranks();
@@ -86,6 +83,8 @@ void Trainer::check_same_on_all_ranks() {
        {"zero_stage", std::to_string(static_cast<int>(o.zero_stage))},
        {"grad_bucket_bytes", std::to_string(o.grad_bucket_bytes)},
        {"cache_fp8_weights", o.cache_fp8_weights ? "true" : "false"},
+       // The two read modes run different collectives: ranks must not mix them.
+       {"reads", deferred_ ? "deferred" : "every step"},
        {"optimizer", fmt::format("kind {} betas {} {} eps {} weight_decay {} momentum {}",
                                  static_cast<int>(opt.kind), opt.beta1, opt.beta2, opt.eps,
                                  opt.weight_decay, opt.momentum)},
@@ -161,29 +160,46 @@ void Trainer::run_deferred(const MicroBatchLoss& loss_of) {
   r.step = step_ + 1;
   r.lr = options_.schedule.at(step_);
   const int64_t accum = options_.grad_accum;
+  const int64_t ranks = world_size();
   const auto slot = static_cast<int64_t>(waiting_.size());
+  const Device device = params_.front().tensor->device();
   if (!waiting_losses_.defined()) {
-    const Device device = params_.front().tensor->device();
-    waiting_losses_ = Tensor::empty({kMaxWaitingSteps * accum}, DType::kF32, device);
+    waiting_losses_ = Tensor::empty({kMaxWaitingSteps * ranks * accum}, DType::kF32, device);
     waiting_norms_ = Tensor::zeros({kMaxWaitingSteps}, DType::kI64, device);
   }
-  Tensor losses = waiting_losses_.slice(slot * accum, (slot + 1) * accum);
+  if (dp_ != nullptr) dp_->begin_step();
+  Tensor losses = waiting_losses_.slice(slot * ranks * accum, (slot + 1) * ranks * accum);
+  // This rank's losses: in place in one process, gathered from here with several.
+  Tensor mine = dp_ == nullptr ? losses : Tensor::empty({accum}, DType::kF32, device);
   for (int64_t micro = 0; micro < accum; ++micro) {
     const Tensor loss = forward(loss_of, micro);
     OCTET_CHECK(loss.numel() == 1 && loss.dtype() == DType::kF32, "Trainer: the micro-batch loss ",
                 "must be a one-element f32 tensor, got ", loss);
-    Tensor value = losses.slice(micro, micro + 1);
+    Tensor value = mine.slice(micro, micro + 1);
     ops::copy_(value, loss.reshape({1}));
-    autograd::backward(accum > 1 ? autograd::scale(loss, 1.f / static_cast<float>(accum)) : loss);
+    // Each rank's share of the global mean, as step_now() takes it.
+    const int64_t shares = accum * ranks;
+    if (dp_ != nullptr) dp_->begin_backward(micro + 1 == accum);
+    autograd::backward(shares > 1 ? autograd::scale(loss, 1.f / static_cast<float>(shares)) : loss);
   }
   Tensor norm = waiting_norms_.slice(slot, slot + 1);
-  const modules::GradNorm measured = modules::clip_grad_norm_deferred(params_, options_.grad_clip);
+  modules::GradNorm measured;
+  if (dp_ != nullptr) {
+    dp_->finish_gradients();
+    measured = dp_->clip_on_device(options_.grad_clip);
+    losses.copy_bytes_from(dp_->gather_values(mine));
+  } else {
+    measured = modules::clip_grad_norm_deferred(params_, options_.grad_clip);
+  }
   // No gradient: the norm is 0.0, whose bits are 0.
   norm.copy_bytes_from(measured.bits().defined() ? measured.bits()
                                                  : Tensor::zeros({1}, DType::kI64, norm.device()));
+  // Every rank's gate is made from the same bits: all ranks' losses and the global norm.
   optimizer_.step(r.lr, ops::finite_gate(losses, &norm));
+  if (dp_ != nullptr) dp_->gather_parameters(optimizer_);
   optimizer_.zero_grad();
   step_ = r.step;
+  if (dp_ != nullptr) r.comm = dp_->step_bytes();
   waiting_.push_back(r);
 }
 
@@ -191,19 +207,24 @@ void Trainer::read_waiting() {
   if (waiting_.empty()) return;
   const auto n = static_cast<int64_t>(waiting_.size());
   const int64_t accum = options_.grad_accum;
-  const Tensor losses = waiting_losses_.slice(0, n * accum).to(Device::cpu());
+  const int64_t ranks = world_size();
+  const Tensor losses = waiting_losses_.slice(0, n * ranks * accum).to(Device::cpu());
   const Tensor norms = waiting_norms_.slice(0, n).to(Device::cpu());
   std::vector<StepResult> read = std::exchange(waiting_, {});
   for (int64_t i = 0; i < n; ++i) {
     StepResult& r = read[static_cast<size_t>(i)];
-    // The host's reading of the same values (step_now): the first non-finite loss ends the
-    // sum and leaves the norm unreported.
-    const float* loss = losses.data_as<float>() + i * accum;
+    // The host's reading of the same values (step_now): each micro-batch's loss is the mean
+    // over the ranks, summed in rank order in f64 (DataParallel::mean's rule; one process: the
+    // loss itself); the first non-finite one ends the sum and leaves the norm unreported.
+    const float* loss = losses.data_as<float>() + i * ranks * accum;
     double loss_sum = 0.0;
     bool finite = true;
     for (int64_t micro = 0; micro < accum && finite; ++micro) {
-      finite = std::isfinite(loss[micro]);
-      if (finite) loss_sum += loss[micro];
+      double value = loss[micro];
+      for (int64_t rank = 1; rank < ranks; ++rank) value += loss[rank * accum + micro];
+      value /= static_cast<double>(ranks);
+      finite = std::isfinite(value);
+      if (finite) loss_sum += value;
     }
     r.grad_norm = NAN;
     if (finite) {

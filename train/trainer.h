@@ -37,14 +37,16 @@ namespace octet::train {
 
 // When a step's loss, gradient norm and skip decision reach the host.
 enum class StepReads : uint8_t {
-  kAuto,       // kDeferred for a model on a GPU in one process, else kEveryStep
+  kAuto,       // kDeferred for a model on a GPU, else kEveryStep
   kEveryStep,  // each micro-batch's loss is read as it comes: a NaN ends the step at once
   // Everything stays on the device until results() (or step(), save(), load()) reads every
   // step run since, in one copy back: the host never waits inside a step. Every micro-batch
   // runs, forward and backward, and the device skips the update (ops::finite_gate,
   // Optimizer::step(lr, gate)) when a loss or the norm is NaN/inf; FP8 amaxes of a non-finite
   // backward reach the scaling state as they do in TransformerEngine, whose delayed scaling
-  // (like octet's) keeps a scale whose amax is not finite. One process only.
+  // (like octet's) keeps a scale whose amax is not finite. Data parallel: the ranks' losses
+  // are gathered and the norm's parts reduced where they live (NCCL: on the GPUs), so every
+  // rank's gate is the same bits and nothing reaches the host before the read either.
   kDeferred,
 };
 
@@ -160,8 +162,9 @@ class Trainer {
   int64_t skipped_ = 0;
   int64_t nonfinite_run_ = 0;
   bool deferred_ = false;
-  // Deferred reads: the waiting steps (number, lr; the rest filled when read), and their values
-  // on the model's device: grad_accum f32 losses and one f64 norm (as i64 bits) per step.
+  // Deferred reads: the waiting steps (number, lr, bytes sent; the rest filled when read), and
+  // their values on the model's device: per step, every rank's grad_accum f32 losses (rank
+  // major) and one f64 norm (as i64 bits).
   std::vector<StepResult> waiting_;
   Tensor waiting_losses_, waiting_norms_;
   std::vector<StepResult> ready_;  // read, not yet returned by results()

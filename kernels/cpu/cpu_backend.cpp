@@ -222,10 +222,19 @@ class CpuBackend final : public Backend {
     AdamWHyper host = h;
     if (open_step(h.device_step, &host.step)) cpu::adamw_step(tensors, host);
   }
-  void clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm,
-                      Tensor& norm) const override {
+  void sum_of_squares_part(const std::vector<const Tensor*>& xs, Tensor& total) const override {
+    double sum = 0;
+    for (const Tensor* x : xs) sum += sum_of_squares(*x);
+    std::memcpy(total.data(), &sum, sizeof(sum));
+  }
+  void clip_grad_norm_from_parts(const std::vector<Tensor*>& grads, const Tensor& parts,
+                                 double max_norm, Tensor& norm) const override {
     double total = 0;
-    for (const Tensor* g : grads) total += sum_of_squares(*g);
+    for (int64_t i = 0; i < parts.numel(); ++i) {
+      double part = 0;
+      std::memcpy(&part, parts.data_as<int64_t>() + i, sizeof(part));
+      total += part;
+    }
     const double n = std::sqrt(total);
     if (max_norm > 0 && std::isfinite(n) && n > max_norm) {
       const auto factor = static_cast<float>(max_norm / (n + 1e-6));

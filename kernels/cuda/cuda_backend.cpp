@@ -191,9 +191,12 @@ class CudaBackend final : public Backend {
   void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h) const override {
     cuda::adamw_step(tensors, h);
   }
-  void clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm,
-                      Tensor& norm) const override {
-    cuda::clip_grad_norm(grads, max_norm, norm);
+  void sum_of_squares_part(const std::vector<const Tensor*>& xs, Tensor& total) const override {
+    cuda::sum_of_squares_part(xs, total);
+  }
+  void clip_grad_norm_from_parts(const std::vector<Tensor*>& grads, const Tensor& parts,
+                                 double max_norm, Tensor& norm) const override {
+    cuda::clip_grad_norm_from_parts(grads, parts, max_norm, norm);
   }
   void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
                 float weight_decay, int64_t step, const DeviceStep& device_step) const override {

@@ -35,9 +35,11 @@ void max(const Tensor& x, Tensor& out);       // out (1,) = max of x (numel > 0)
 void amax(const Tensor& x, Tensor& out);      // out (1,) = max |x|, NaN ignored, 0 when empty
 void sum_rows(const Tensor& x, Tensor& out);  // x (rows, cols) -> out (cols,), x's dtype
 double sum_of_squares(const Tensor& x);       // f64 accumulation; waits for the result
-// ops::clip_grad_norm_ on the device: the norm (f64 bits in norm (1,) i64), the factor and the
-// scaling, with no wait.
-void clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm, Tensor& norm);
+// ops::sum_of_squares_part and ops::clip_grad_norm_from_parts_ on the device (f64 bits in the
+// (1,) i64 total and norm): the sums, the norm, the factor and the scaling, with no wait.
+void sum_of_squares_part(const std::vector<const Tensor*>& xs, Tensor& total);
+void clip_grad_norm_from_parts(const std::vector<Tensor*>& grads, const Tensor& parts,
+                               double max_norm, Tensor& norm);
 
 // ---- FP8 per-tensor (cast.cu) ----
 // q = fp8(x * scale[0]) (runtime/fp8.h rule, bit-equal to the CPU), row-wise and/or column-wise

@@ -164,7 +164,14 @@ __global__ void sum_rows_final_kernel(const double* partial, int64_t splits, int
   }
 }
 
-// After every gradient's exact sum of squares is in totals[0..n): the norm (their sum in order,
+// out[0] = values[0..n) added in order from 0 (f64), one thread: the CPU's order.
+__global__ void add_in_order_kernel(const double* values, int n, double* out) {
+  double total = 0.0;
+  for (int i = 0; i < n; ++i) total += values[i];
+  *out = total;
+}
+
+// After every part of the total, exact, is in totals[0..n): the norm (their sum in order,
 // then sqrt, in f64 as the CPU computes it) and the clip factor, one thread.
 __global__ void clip_factor_kernel(const double* totals, int n, double max_norm, double* norm,
                                    float* factor) {
@@ -189,28 +196,40 @@ __global__ void scale_by_factor_kernel(void* g, DType d, int64_t n, const float*
 
 }  // namespace
 
-void clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm, Tensor& norm) {
-  const auto n = static_cast<int64_t>(grads.size());
-  const Device device = norm.device();
+void sum_of_squares_part(const std::vector<const Tensor*>& xs, Tensor& total) {
+  const auto n = static_cast<int64_t>(xs.size());
+  const Device device = total.device();
   const cudaStream_t stream = static_cast<cudaStream_t>(octet::cuda::stream(device));
-  // totals (n,) f64, then the factor's slot, then the shared partials of each reduction.
-  Tensor ws = scratch_8byte(n + 1 + kMaxPartials, device);
-  auto* totals = reinterpret_cast<double*>(ws.data_as<int64_t>());
-  auto* factor = reinterpret_cast<float*>(ws.data_as<int64_t>() + n);
-  auto* partials = reinterpret_cast<double*>(ws.data_as<int64_t>() + n + 1);
+  // Each tensor's exact sum (n,) f64, then the shared partials of each reduction.
+  Tensor ws = scratch_8byte(n + kMaxPartials, device);
+  auto* sums = reinterpret_cast<double*>(ws.data_as<int64_t>());
+  auto* partials = reinterpret_cast<double*>(ws.data_as<int64_t>() + n);
   for (int64_t i = 0; i < n; ++i) {
-    const Tensor& g = *grads[static_cast<size_t>(i)];
-    const unsigned blocks = std::min(blocks_for(g.numel()), kMaxPartials);
+    const Tensor& x = *xs[static_cast<size_t>(i)];
+    const unsigned blocks = std::min(blocks_for(x.numel()), kMaxPartials);
     reduce_partials_kernel<SumSquaresReducer>
-        <<<blocks, kThreads, 0, stream>>>(g.data(), g.dtype(), g.numel(), partials);
+        <<<blocks, kThreads, 0, stream>>>(x.data(), x.dtype(), x.numel(), partials);
     OCTET_CUDA_LAUNCH_CHECK("reduce_partials_kernel");
     reduce_final_kernel<SumSquaresReducer>
-        <<<1, kFinalThreads, 0, stream>>>(partials, static_cast<int>(blocks), nullptr, totals + i);
+        <<<1, kFinalThreads, 0, stream>>>(partials, static_cast<int>(blocks), nullptr, sums + i);
     OCTET_CUDA_LAUNCH_CHECK("reduce_final_kernel");
   }
-  clip_factor_kernel<<<1, 1, 0, stream>>>(totals, static_cast<int>(n), max_norm,
-                                          reinterpret_cast<double*>(norm.data_as<int64_t>()),
-                                          factor);
+  add_in_order_kernel<<<1, 1, 0, stream>>>(sums, static_cast<int>(n),
+                                           reinterpret_cast<double*>(total.data_as<int64_t>()));
+  OCTET_CUDA_LAUNCH_CHECK("add_in_order_kernel");
+}
+
+void clip_grad_norm_from_parts(const std::vector<Tensor*>& grads, const Tensor& parts,
+                               double max_norm, Tensor& norm) {
+  const Device device = norm.device();
+  const cudaStream_t stream = static_cast<cudaStream_t>(octet::cuda::stream(device));
+  Tensor ws = scratch_8byte(1, device);  // the factor's slot
+  auto* factor = reinterpret_cast<float*>(ws.data_as<int64_t>());
+  OCTET_CHECK(parts.numel() <= int64_t{0x7FFFFFFF}, "clip_grad_norm_from_parts: ", parts.numel(),
+              " parts is too many");
+  clip_factor_kernel<<<1, 1, 0, stream>>>(
+      reinterpret_cast<const double*>(parts.data_as<int64_t>()), static_cast<int>(parts.numel()),
+      max_norm, reinterpret_cast<double*>(norm.data_as<int64_t>()), factor);
   OCTET_CUDA_LAUNCH_CHECK("clip_factor_kernel");
   for (Tensor* g : grads) {
     if (g->numel() == 0) continue;

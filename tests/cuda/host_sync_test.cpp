@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/engine.h"
@@ -15,6 +19,7 @@
 #include "kernels/optim.h"
 #include "modules/gpt.h"
 #include "modules/optimizer.h"
+#include "runtime/comm.h"
 #include "runtime/cuda.h"
 #include "runtime/recipe.h"
 #include "runtime/rng.h"
@@ -123,6 +128,30 @@ TEST(CudaHostSync, DeviceClippingMatchesTheCpusNormAndScale) {
     // all but the rarest rounding cases, so the clipped gradients match bit for bit.
     EXPECT_TRUE(test::same_bits(ga, a)) << "f32 gradient";
     EXPECT_TRUE(test::same_bits(gb, b)) << "bf16 gradient";
+    // The two halves, a norm in two parts as data parallelism holds it: the same f64 parts and
+    // norm as the CPU's (each part an exact f64 sum, rounded once), and no copy back.
+    Tensor pa = a.clone(), pb = b.clone(), qa = pa.to(test::gpu()), qb = pb.to(test::gpu());
+    auto parts_of = [](const Tensor& x, const Tensor& y, Device device) {
+      Tensor parts = Tensor::empty({2}, DType::kI64, device);
+      parts.slice(0, 1).copy_bytes_from(ops::sum_of_squares_part({&x}, device));
+      parts.slice(1, 2).copy_bytes_from(ops::sum_of_squares_part({&y}, device));
+      return parts;
+    };
+    const Tensor cpu_parts = parts_of(pa, pb, Device::cpu());
+    const cuda::HostSyncCounts before = cuda::host_sync_counts();
+    const Tensor gpu_parts = parts_of(qa, qb, test::gpu());
+    const Tensor gpu_two = ops::clip_grad_norm_from_parts_({&qa, &qb}, gpu_parts, max_norm);
+    const cuda::HostSyncCounts made = minus(cuda::host_sync_counts(), before);
+    EXPECT_EQ(made.total(), 0) << text(made);
+    const Tensor cpu_two = ops::clip_grad_norm_from_parts_({&pa, &pb}, cpu_parts, max_norm);
+    for (int64_t i = 0; i < 2; ++i) {
+      const double want_part = ops::read_f64(cpu_parts.slice(i, i + 1));
+      EXPECT_NEAR(ops::read_f64(gpu_parts.slice(i, i + 1)), want_part, 1e-12 * want_part);
+    }
+    const double want_two = ops::read_f64(cpu_two);
+    EXPECT_NEAR(ops::read_f64(gpu_two), want_two, 1e-12 * want_two);
+    EXPECT_TRUE(test::same_bits(qa, pa)) << "f32 gradient, from parts";
+    EXPECT_TRUE(test::same_bits(qb, pb)) << "bf16 gradient, from parts";
   }
 }
 
@@ -225,6 +254,122 @@ TEST(CudaHostSync, TrainerStepsWaitOnlyWhenTheirResultsAreRead) {
     EXPECT_EQ(deferred.skipped_steps(), 1);
     if (recipe == nullptr) {
       // f32: a skipped step leaves no trace either way, so the weights agree bit for bit.
+      const auto a = every_gpt.state_dict(), b = deferred_gpt.state_dict();
+      for (size_t i = 0; i < a.size(); ++i) {
+        EXPECT_TRUE(test::same_bits(b[i].second, a[i].second)) << a[i].first;
+      }
+    }
+  }
+}
+
+// Two ranks in one process, for a data-parallel step on one (emulated) GPU: the other rank
+// holds exactly this rank's tensors, so a sum doubles (x + x = 2x, exact in f32), an average or
+// max keeps the value, and a gather repeats it. Collectives on device tensors run on the stream,
+// as NCCL's do; the host-number reductions (a loss mean, a norm's parts) are counted, since a
+// deferred step must make none.
+class MirrorCommunicator final : public Communicator {
+ public:
+  MirrorCommunicator() : host_reductions_(std::make_shared<int64_t>(0)) {}
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  std::string_view backend() const override { return "mirror"; }
+  std::shared_ptr<Communicator> duplicate() override {
+    auto d = std::make_shared<MirrorCommunicator>();
+    d->host_reductions_ = host_reductions_;
+    return d;
+  }
+  void all_reduce(Tensor& t, ReduceOp op) override { reduce(t, op); }
+  void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
+    out.copy_bytes_from(in.slice(0, out.numel()));
+    reduce(out, op);
+  }
+  void all_gather(const Tensor& in, Tensor& out) override {
+    out.slice(0, in.numel()).copy_bytes_from(in);
+    out.slice(in.numel(), 2 * in.numel()).copy_bytes_from(in);
+  }
+  void broadcast(Tensor&, int) override {}
+  void barrier() override {}
+  void all_reduce(std::span<double> values, ReduceOp op) override {
+    ++*host_reductions_;
+    if (op == ReduceOp::kSum) {
+      for (double& v : values) v += v;
+    }
+  }
+  [[noreturn]] void abort(int) override { std::abort(); }
+  int64_t host_reductions() const { return *host_reductions_; }
+
+ private:
+  static void reduce(Tensor& t, ReduceOp op) {
+    if (op != ReduceOp::kSum) return;
+    OCTET_CHECK(t.dtype() == DType::kF32, "MirrorCommunicator: f32 sums only, got ", t);
+    ops::scale_(t, 2.f);
+  }
+  std::shared_ptr<int64_t> host_reductions_;
+};
+
+// Data-parallel training under deferred reads (the GPU's default, NCCL's case): gradient
+// buckets, the norm's parts and the ranks' losses are collectives on device tensors, so a step
+// makes no copy back and no wait, and reading the steps costs what one process's read costs.
+// The numbers are those of reading every step, bit for bit, plain and ZeRO-1 alike.
+TEST(CudaHostSync, DataParallelStepsWaitOnlyWhenTheirResultsAreRead) {
+  OCTET_REQUIRE_CUDA();
+  // f32 plain, and delayed scaling (its amax reductions) under ZeRO-1 (its gathers): the
+  // emulation runs a step in seconds, so not every pair.
+  const Recipe delayed = Recipe::delayed();
+  for (const auto& [recipe, zero] :
+       {std::pair<const Recipe*, train::ZeroStage>{nullptr, train::ZeroStage::kNone},
+        std::pair<const Recipe*, train::ZeroStage>{&delayed, train::ZeroStage::kOptimizerState}}) {
+    {
+      SCOPED_TRACE((recipe != nullptr ? describe(*recipe) : std::string("f32")) +
+                   (zero == train::ZeroStage::kNone ? ", plain" : ", ZeRO-1"));
+      const GPTConfig c = two_layer_gpt(7);
+      auto comm = std::make_shared<MirrorCommunicator>();
+      train::TrainerOptions o;
+      if (recipe != nullptr) o.recipe = *recipe;
+      o.grad_accum = 2;
+      o.grad_clip = 0.5;
+      o.schedule = {1e-3f, 2, 20, 0.1f};
+      o.comm = comm;
+      o.zero_stage = zero;
+      o.grad_bucket_bytes = 16 * 1024;  // several buckets
+      GPT deferred_gpt(c), every_gpt(c);
+      deferred_gpt.to(test::gpu());
+      every_gpt.to(test::gpu());
+      train::Trainer deferred(deferred_gpt, o);
+      o.reads = train::StepReads::kEveryStep;
+      train::Trainer every(every_gpt, o);
+      ASSERT_TRUE(deferred.deferred_reads());  // the default on a GPU, data parallel too
+      ASSERT_NE(deferred.data_parallel(), nullptr);
+      auto loss_of = [&c](GPT& gpt, int64_t s) {
+        return [&gpt, s, &c](int64_t micro, FirstMicrobatch first) {
+          const Tensor ids = random_ids(300 + 2 * s + micro, c.vocab_size);
+          const Tensor targets = random_ids(400 + 2 * s + micro, c.vocab_size);
+          return gpt.loss(ids, targets, first);
+        };
+      };
+      std::vector<train::StepResult> want;
+      for (int64_t s = 0; s < 3; ++s) want.push_back(every.step(loss_of(every_gpt, s)));
+      deferred.run_step(loss_of(deferred_gpt, 0));  // plans GEMMs, fills caches
+      std::vector<train::StepResult> got = deferred.results();
+      const cuda::HostSyncCounts before = cuda::host_sync_counts();
+      const int64_t host_reductions = comm->host_reductions();
+      for (int64_t s = 1; s < 3; ++s) deferred.run_step(loss_of(deferred_gpt, s));
+      const cuda::HostSyncCounts steps = minus(cuda::host_sync_counts(), before);
+      EXPECT_EQ(steps.total(), 0) << "over 2 steps: " << text(steps);
+      EXPECT_EQ(comm->host_reductions(), host_reductions) << "host-number collectives";
+      const cuda::HostSyncCounts at_read = cuda::host_sync_counts();
+      for (const train::StepResult& r : deferred.results()) got.push_back(r);
+      const cuda::HostSyncCounts read = minus(cuda::host_sync_counts(), at_read);
+      EXPECT_EQ(read.device_to_host, 3) << text(read);  // losses, norms, the id-check record
+      EXPECT_EQ(read.stream_waits + read.blocking_uploads, 0) << text(read);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        SCOPED_TRACE("step " + std::to_string(i + 1));
+        EXPECT_FALSE(got[i].skipped || want[i].skipped);
+        EXPECT_EQ(got[i].loss, want[i].loss);
+        EXPECT_EQ(got[i].grad_norm, want[i].grad_norm);
+        EXPECT_GT(got[i].comm.grads, 0);
+      }
       const auto a = every_gpt.state_dict(), b = deferred_gpt.state_dict();
       for (size_t i = 0; i < a.size(); ++i) {
         EXPECT_TRUE(test::same_bits(b[i].second, a[i].second)) << a[i].first;

@@ -7,7 +7,8 @@
 // MXFP8 ones through their f32 masters). A checkpoint resumes bit-exactly with the same ranks,
 // from ZeRO-1 into plain data parallelism, and in one process. reduce_amax=false keeps each
 // rank's amaxes. A bad launch fails before step 1, naming what differs; a NaN loss on one rank
-// skips the step on all; gradient buckets start reducing during the backward.
+// skips the step on all; gradient buckets start reducing during the backward. Deferred reads
+// (nothing read on the host inside a step) give reading every step's numbers bit for bit.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -109,6 +110,62 @@ TEST_P(DataParallel, ZeroOneGivesPlainDataParallelismBitForBit) {
     }
   }
   EXPECT_THAT(differing(plain.optimizer_state(), zero.optimizer_state()), ::testing::IsEmpty());
+}
+
+// Deferred reads (the GPU's default; forced here on the CPU): every rank's losses are gathered
+// and the norm's parts reduced as tensors, nothing is read on the host until results(), and the
+// numbers are reading every step's, bit for bit, for plain data parallelism and ZeRO-1 alike.
+TEST_P(DataParallel, DeferredReadsGiveEveryStepReadsBitForBitWithAndWithoutZeroOne) {
+  const Case& c = GetParam();
+  auto options = [&](ZeroStage zero, train::StepReads reads) {
+    train::TrainerOptions o = dp_options(c.recipe, c.accum, world(), zero);
+    o.reads = reads;
+    return o;
+  };
+  GPT now_model = make_model(c);
+  Trainer now(now_model, options(ZeroStage::kNone, train::StepReads::kEveryStep));
+  GPT plain_model = make_model(c), zero_model = make_model(c);
+  Trainer plain(plain_model, options(ZeroStage::kNone, train::StepReads::kDeferred));
+  Trainer zero(zero_model, options(ZeroStage::kOptimizerState, train::StepReads::kDeferred));
+  ASSERT_TRUE(plain.deferred_reads() && zero.deferred_reads());
+  auto loss_of = [](GPT& model, int64_t s) {
+    return [&model, s](int64_t micro, modules::FirstMicrobatch first) {
+      const Rows b = rows_of(s, micro, my_first_row(), kRowsPerRank);
+      return model.loss(b.ids, b.targets, first);
+    };
+  };
+  std::vector<train::StepResult> want, got_plain, got_zero;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    want.push_back(now.step(loss_of(now_model, s)));
+    EXPECT_EQ(plain.run_step(loss_of(plain_model, s)), s + 1);
+    EXPECT_EQ(zero.run_step(loss_of(zero_model, s)), s + 1);
+    if (s == 1) {  // read part-way: the steps so far, in order
+      for (const train::StepResult& r : plain.results()) got_plain.push_back(r);
+      for (const train::StepResult& r : zero.results()) got_zero.push_back(r);
+      ASSERT_EQ(got_plain.size(), 2u);
+    }
+  }
+  for (const train::StepResult& r : plain.results()) got_plain.push_back(r);
+  for (const train::StepResult& r : zero.results()) got_zero.push_back(r);
+  ASSERT_EQ(got_plain.size(), want.size());
+  ASSERT_EQ(got_zero.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE("step " + std::to_string(i + 1));
+    ASSERT_FALSE(want[i].skipped);
+    for (const train::StepResult* r : {&got_plain[i], &got_zero[i]}) {
+      EXPECT_EQ(r->step, want[i].step);
+      EXPECT_FALSE(r->skipped);
+      EXPECT_EQ(r->loss, want[i].loss);
+      EXPECT_EQ(r->grad_norm, want[i].grad_norm);
+      EXPECT_GT(r->comm.grads, 0);
+    }
+  }
+  EXPECT_EQ(got_plain.back().comm.grads, want.back().comm.grads);
+  EXPECT_THAT(differing(now_model.state_dict(), plain_model.state_dict()), ::testing::IsEmpty());
+  EXPECT_THAT(differing(now_model.state_dict(), zero_model.state_dict()), ::testing::IsEmpty());
+  EXPECT_THAT(differing_across_ranks(plain_model.state_dict()), ::testing::IsEmpty());
+  EXPECT_THAT(differing(now.optimizer_state(), plain.optimizer_state()), ::testing::IsEmpty());
+  EXPECT_THAT(differing(now.optimizer_state(), zero.optimizer_state()), ::testing::IsEmpty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, DataParallel, ::testing::ValuesIn(cases()),
@@ -229,6 +286,59 @@ TEST(DataParallelSteps, ANonFiniteLossOnOneRankSkipsTheStepOnEveryRank) {
     EXPECT_THAT(differing_across_ranks(model.state_dict()), ::testing::IsEmpty()) << "step " << s;
   }
   EXPECT_EQ(trainer.skipped_steps(), 1);
+}
+
+TEST(DataParallelSteps, ANonFiniteLossOnOneRankSkipsTheStepOnEveryRankUnderDeferredReads) {
+  // f32, 2 micro-batches, the last rank's second one poisoned: the gathered losses shut every
+  // rank's gate alike, and reading every step agrees on every step, before and after the skip.
+  for (ZeroStage zero : {ZeroStage::kNone, ZeroStage::kOptimizerState}) {
+    SCOPED_TRACE(zero == ZeroStage::kNone ? "plain" : "ZeRO-1");
+    train::TrainerOptions o = dp_options(std::nullopt, 2, world(), zero);
+    o.reads = train::StepReads::kEveryStep;
+    GPT now_model(small_gpt(std::nullopt, FP8PrimaryWeights::kNo));
+    Trainer now(now_model, o);
+    o.reads = train::StepReads::kDeferred;
+    GPT later_model(small_gpt(std::nullopt, FP8PrimaryWeights::kNo));
+    Trainer later(later_model, o);
+    const bool odd_one = world()->rank() == world()->size() - 1;
+    auto loss_of = [&](GPT& model, int64_t s) {
+      return [&model, s, odd_one](int64_t micro, modules::FirstMicrobatch first) {
+        const Rows b = rows_of(s, micro, my_first_row(), kRowsPerRank);
+        const Tensor loss = model.loss(b.ids, b.targets, first);
+        return s == 1 && micro == 1 && odd_one ? autograd::scale(loss, NAN) : loss;
+      };
+    };
+    std::vector<train::StepResult> want;
+    for (int64_t s = 0; s < 4; ++s) {
+      want.push_back(now.step(loss_of(now_model, s)));
+      later.run_step(loss_of(later_model, s));
+    }
+    EXPECT_EQ(later.skipped_steps(), 0);  // nothing read yet
+    const std::vector<train::StepResult> got = later.results();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      SCOPED_TRACE("step " + std::to_string(i + 1));
+      EXPECT_EQ(got[i].skipped, i == 1);
+      EXPECT_EQ(want[i].skipped, i == 1);
+      if (i != 1) {
+        EXPECT_EQ(got[i].loss, want[i].loss);
+        EXPECT_EQ(got[i].grad_norm, want[i].grad_norm);
+      }
+    }
+    EXPECT_EQ(later.skipped_steps(), 1);
+    EXPECT_THAT(differing(now_model.state_dict(), later_model.state_dict()), ::testing::IsEmpty());
+    EXPECT_THAT(differing_across_ranks(later_model.state_dict()), ::testing::IsEmpty());
+  }
+}
+
+TEST(DataParallelLaunch, MixedReadModesFailOnEveryRankBeforeTheFirstStep) {
+  const int last = world()->size() - 1;
+  train::TrainerOptions o = dp_options(std::nullopt, 1, world());
+  o.reads = world()->rank() == last ? train::StepReads::kDeferred : train::StepReads::kEveryStep;
+  GPT model(small_gpt(std::nullopt, FP8PrimaryWeights::kNo));
+  EXPECT_THAT(error_of([&] { Trainer t(model, o); }),
+              HasSubstr("Trainer options differ across ranks: rank " + std::to_string(last) +
+                        " has reads=deferred but rank 0 has reads=every step"));
 }
 
 TEST(DataParallelSteps, GradientBucketsStartReducingDuringTheBackward) {

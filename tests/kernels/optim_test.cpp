@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/math/optim.h"
 #include "kernels/ops.h"
@@ -72,6 +75,63 @@ TEST(OptimKernels, SumOfSquaresAndErrors) {
   Tensor w = Tensor::zeros({3}, DType::kF32), m = Tensor::zeros({3}, DType::kF32);
   Tensor v = Tensor::zeros({4}, DType::kF32);
   EXPECT_THROW(ops::adamw_step(w, w, m, v, {}), Error);
+}
+
+// The norm of a gradient held in parts (train::DataParallel's): each part's sum of squares
+// against f64, the norm from the parts against f64, the clip factor's rule, the one-call form
+// equal to its two halves bit for bit, and bad parts refused by name.
+TEST(OptimKernels, ClipGradNormFromPartsIsTheNormOfEveryPartAndTheOneCallForm) {
+  const Tensor a = test::random_tensor({300, 7}, DType::kF32, 41, 2.f);
+  const Tensor b = ops::cast(test::random_tensor({5000}, DType::kF32, 42), DType::kBF16);
+  const Tensor c = test::random_tensor({77}, DType::kF32, 43, 3.f);
+  auto squares = [](const std::vector<const Tensor*>& xs) {
+    double sum = 0;
+    for (const Tensor* x : xs) {
+      for (double v : test::to_doubles(*x)) sum += v * v;
+    }
+    return sum;
+  };
+  const double want_ab = squares({&a, &b}), want_c = squares({&c});
+  const Tensor part_ab = ops::sum_of_squares_part({&a, &b}, Device::cpu());
+  const Tensor part_c = ops::sum_of_squares_part({&c}, Device::cpu());
+  EXPECT_NEAR(ops::read_f64(part_ab), want_ab, 1e-12 * want_ab);
+  EXPECT_NEAR(ops::read_f64(part_c), want_c, 1e-12 * want_c);
+  EXPECT_EQ(ops::read_f64(ops::sum_of_squares_part({}, Device::cpu())), 0.0);
+  Tensor parts = Tensor::empty({2}, DType::kI64);
+  parts.slice(0, 1).copy_bytes_from(part_ab);
+  parts.slice(1, 2).copy_bytes_from(part_c);
+  const double want_norm = std::sqrt(want_ab + want_c);
+  for (double max_norm : {0.0, 1.0, 1e9}) {
+    SCOPED_TRACE("max_norm " + std::to_string(max_norm));
+    Tensor ga = a.clone(), gb = b.clone(), gc = c.clone();
+    const double norm =
+        ops::read_f64(ops::clip_grad_norm_from_parts_({&ga, &gb, &gc}, parts, max_norm));
+    EXPECT_NEAR(norm, want_norm, 1e-12 * want_norm);
+    const bool clips = max_norm > 0 && norm > max_norm;
+    const auto factor = static_cast<float>(max_norm / (norm + 1e-6));
+    for (const auto& [got, was] :
+         {std::pair<const Tensor*, const Tensor*>{&ga, &a}, {&gb, &b}, {&gc, &c}}) {
+      EXPECT_TRUE(test::same_bits(*got, clips ? ops::scale(*was, factor) : *was));
+    }
+    // One call over the same tensors: its single part is the sum of all three.
+    Tensor oa = a.clone(), ob = b.clone(), oc = c.clone();
+    Tensor one_part = ops::sum_of_squares_part({&a, &b, &c}, Device::cpu());
+    Tensor x = a.clone(), y = b.clone(), z = c.clone();
+    EXPECT_EQ(ops::read_f64(ops::clip_grad_norm_({&oa, &ob, &oc}, max_norm)),
+              ops::read_f64(ops::clip_grad_norm_from_parts_({&x, &y, &z}, one_part, max_norm)));
+    EXPECT_TRUE(test::same_bits(oa, x) && test::same_bits(ob, y) && test::same_bits(oc, z));
+  }
+  Tensor g = a.clone();
+  const Tensor f32_parts = Tensor::zeros({2}, DType::kF32);
+  EXPECT_NE(test::error_of([&] {
+              ops::clip_grad_norm_from_parts_({&g}, f32_parts, 1.0);
+            }).find("parts must be a (k,) i64 tensor of f64 bits"),
+            std::string::npos);
+  const Tensor ints = Tensor::zeros({3}, DType::kI32);
+  EXPECT_NE(test::error_of([&] {
+              ops::sum_of_squares_part({&ints}, Device::cpu());
+            }).find("gradients must be defined f32 or bf16 tensors"),
+            std::string::npos);
 }
 
 TEST(OptimKernels, BiasCorrectionByRepeatedSquaringIsLibmsPowInF32) {
