@@ -194,6 +194,37 @@ TEST(CudaHostSync, UploadsAroundTheStagingRingKeepTheirBytes) {
             static_cast<int64_t>(want.size()));
 }
 
+// The trainer tests' options: 2 micro-batches, clipping, warm-up and decay.
+train::TrainerOptions trainer_options(const Recipe* recipe) {
+  train::TrainerOptions o;
+  if (recipe != nullptr) o.recipe = *recipe;
+  o.grad_accum = 2;
+  o.grad_clip = 0.5;
+  o.schedule = {1e-3f, 2, 20, 0.1f};
+  return o;
+}
+
+GPT& on_gpu(GPT& gpt) {
+  gpt.to(test::gpu());
+  return gpt;
+}
+
+// Two GPTs of one config on the GPU, one trained with `o` (deferred reads, the default there)
+// and one reading every step.
+struct TwoTrainers {
+  TwoTrainers(const GPTConfig& c, const train::TrainerOptions& o)
+      : deferred_gpt(c),
+        every_gpt(c),
+        deferred(on_gpu(deferred_gpt), o),
+        every(on_gpu(every_gpt), every_step(o)) {}
+  static train::TrainerOptions every_step(train::TrainerOptions o) {
+    o.reads = train::StepReads::kEveryStep;
+    return o;
+  }
+  GPT deferred_gpt, every_gpt;
+  train::Trainer deferred, every;
+};
+
 // The training loop as `octet train` runs it (train::Trainer, deferred reads: the GPU's default):
 // steps with gradient accumulation make no copy back and no wait; reading their results is one
 // copy of the losses and one of the norms; the numbers are those of reading every step, and a
@@ -204,17 +235,9 @@ TEST(CudaHostSync, TrainerStepsWaitOnlyWhenTheirResultsAreRead) {
   for (const Recipe* recipe : {static_cast<const Recipe*>(nullptr), &delayed}) {
     SCOPED_TRACE(recipe != nullptr ? describe(*recipe) : std::string("f32"));
     const GPTConfig c = two_layer_gpt(5);
-    train::TrainerOptions o;
-    if (recipe != nullptr) o.recipe = *recipe;
-    o.grad_accum = 2;
-    o.grad_clip = 0.5;
-    o.schedule = {1e-3f, 2, 20, 0.1f};
-    GPT deferred_gpt(c), every_gpt(c);
-    deferred_gpt.to(test::gpu());
-    every_gpt.to(test::gpu());
-    train::Trainer deferred(deferred_gpt, o);
-    o.reads = train::StepReads::kEveryStep;
-    train::Trainer every(every_gpt, o);
+    TwoTrainers two(c, trainer_options(recipe));
+    GPT &deferred_gpt = two.deferred_gpt, &every_gpt = two.every_gpt;
+    train::Trainer &deferred = two.deferred, &every = two.every;
     ASSERT_TRUE(deferred.deferred_reads());  // the default for a model on a GPU
     auto loss_of = [&](GPT& gpt, int64_t s, bool poison) {
       return [&gpt, s, poison, &c](int64_t micro, FirstMicrobatch first) {
@@ -324,20 +347,13 @@ TEST(CudaHostSync, DataParallelStepsWaitOnlyWhenTheirResultsAreRead) {
                    (zero == train::ZeroStage::kNone ? ", plain" : ", ZeRO-1"));
       const GPTConfig c = two_layer_gpt(7);
       auto comm = std::make_shared<MirrorCommunicator>();
-      train::TrainerOptions o;
-      if (recipe != nullptr) o.recipe = *recipe;
-      o.grad_accum = 2;
-      o.grad_clip = 0.5;
-      o.schedule = {1e-3f, 2, 20, 0.1f};
+      train::TrainerOptions o = trainer_options(recipe);
       o.comm = comm;
       o.zero_stage = zero;
       o.grad_bucket_bytes = 16 * 1024;  // several buckets
-      GPT deferred_gpt(c), every_gpt(c);
-      deferred_gpt.to(test::gpu());
-      every_gpt.to(test::gpu());
-      train::Trainer deferred(deferred_gpt, o);
-      o.reads = train::StepReads::kEveryStep;
-      train::Trainer every(every_gpt, o);
+      TwoTrainers two(c, o);
+      GPT &deferred_gpt = two.deferred_gpt, &every_gpt = two.every_gpt;
+      train::Trainer &deferred = two.deferred, &every = two.every;
       ASSERT_TRUE(deferred.deferred_reads());  // the default on a GPU, data parallel too
       ASSERT_NE(deferred.data_parallel(), nullptr);
       auto loss_of = [&c](GPT& gpt, int64_t s) {
