@@ -8,7 +8,8 @@
 // from ZeRO-1 into plain data parallelism, and in one process. reduce_amax=false keeps each
 // rank's amaxes. A bad launch fails before step 1, naming what differs; a NaN loss on one rank
 // skips the step on all; gradient buckets start reducing during the backward. Deferred reads
-// (nothing read on the host inside a step) give reading every step's numbers bit for bit.
+// (nothing read on the host inside a step) give reading every step's numbers bit for bit, and a
+// deferred ZeRO-1 run's checkpoint resumes exactly.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -199,18 +200,26 @@ TEST_P(DataParallelResume, IsExactWithTheSameRanksFromZeroOneAndWorksInOneProces
   for (int64_t s = 0; s < 6; ++s) {
     want.push_back(step_on(whole, whole_model, s, my_first_row(), kRowsPerRank).loss);
   }
-  // Three steps under ZeRO-1, a checkpoint, three more: as ZeRO-1, as plain data parallelism,
-  // and in one process.
+  // Three steps under ZeRO-1 with deferred reads (the step count on the device), a checkpoint,
+  // three more: as ZeRO-1 (deferred), as plain data parallelism (reading every step), and in
+  // one process.
+  auto deferred_if = [](train::TrainerOptions o, bool deferred) {
+    if (deferred) o.reads = train::StepReads::kDeferred;
+    return o;
+  };
   {
     GPT model = make_model(c);
-    Trainer trainer(model, dp_options(c.recipe, c.accum, world(), ZeroStage::kOptimizerState));
+    Trainer trainer(
+        model,
+        deferred_if(dp_options(c.recipe, c.accum, world(), ZeroStage::kOptimizerState), true));
     for (int64_t s = 0; s < 3; ++s) step_on(trainer, model, s, my_first_row(), kRowsPerRank);
     trainer.save(path);
   }
   EXPECT_TRUE(std::filesystem::exists(path));
   for (const ZeroStage zero : {ZeroStage::kOptimizerState, ZeroStage::kNone}) {
     GPT model = make_model(c, /*seed=*/77);  // another initialisation: the load must replace it
-    Trainer trainer(model, dp_options(c.recipe, c.accum, world(), zero));
+    Trainer trainer(model, deferred_if(dp_options(c.recipe, c.accum, world(), zero),
+                                       zero == ZeroStage::kOptimizerState));
     trainer.load(path);
     for (int64_t s = 3; s < 6; ++s) {
       EXPECT_EQ(step_on(trainer, model, s, my_first_row(), kRowsPerRank).loss,
