@@ -138,6 +138,7 @@ void Backend::cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&
 void Backend::adamw_step(const std::vector<AdamWTensors>&, const AdamWHyper&) const {
   unsupported("adamw_step");
 }
+void Backend::fill_from(const Tensor&, Tensor&) const { unsupported("fill_from"); }
 void Backend::sum_of_squares_part(const std::vector<const Tensor*>&, Tensor&) const {
   unsupported("sum_of_squares_part");
 }

@@ -46,6 +46,7 @@ class Backend {
   virtual void axpy(Tensor& dst, const Tensor& src, float alpha) const;  // dst += alpha * src
   virtual void scale(const Tensor& x, float s, Tensor& out) const;       // out may be x
   virtual void fill(Tensor& dst, float value) const;                     // any dtype but FP8
+  virtual void fill_from(const Tensor& value, Tensor& dst) const;        // ops::fill_from_
   virtual void convert(const Tensor& src, Tensor& dst) const;            // f32/bf16/f16 both ways
 
   // ---- reductions into out (1,) f32 ----

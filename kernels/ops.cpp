@@ -88,6 +88,15 @@ void fill_(Tensor& dst, float value) {
   dst.bump_version();
 }
 
+void fill_from_(Tensor& dst, const Tensor& value) {
+  constexpr const char* op = "fill_from_";
+  check_defined(op, dst, "dst");
+  check_arith_dtype(op, dst);
+  check_scalar(op, &value, "value");
+  on_device(op_device(op, {{dst, "dst"}, {value, "value"}}))->fill_from(value, dst);
+  dst.bump_version();
+}
+
 void copy_(Tensor& dst, const Tensor& src) {
   check_defined("copy_", dst, "dst");
   check_defined("copy_", src, "src");

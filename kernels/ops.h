@@ -22,6 +22,9 @@ Tensor scale(const Tensor& x, float s);
 void add_(Tensor& dst, const Tensor& src, float alpha = 1.f);  // dst += alpha * src (same shape)
 void scale_(Tensor& dst, float s);
 void fill_(Tensor& dst, float value);
+// dst (f32/bf16/f16) = value[0], rounded as fill_ rounds; value is (1,) f32 on dst's device, so
+// a device's number is broadcast where it lives (a sum's backward: no copy back).
+void fill_from_(Tensor& dst, const Tensor& value);
 void copy_(Tensor& dst, const Tensor& src);  // same shape; converts f32/bf16/f16 with RNE
 // f32/bf16/f16 to f32/bf16/f16 (RNE). FP8 goes through quantize_fp8 / dequantize_fp8.
 Tensor cast(const Tensor& x, DType dtype);

@@ -81,8 +81,9 @@ struct SumFn {
   Tensors backward(Context&, const Tensors& dy) {
     // dy (times the factor) broadcast where it lives: a GPU's gradient is not copied back.
     const Tensor g = factor == 1.f ? dy[0] : ops::scale(dy[0], factor);
-    const Tensor ones = Tensor::full({shape_numel(shape), 1}, 1.f, dtype, dy[0].device());
-    return {ops::mul(ones, g.reshape({1})).reshape(shape)};
+    Tensor dx = Tensor::empty(shape, dtype, dy[0].device());
+    ops::fill_from_(dx, g.reshape({1}));
+    return {dx};
   }
 };
 

@@ -41,6 +41,9 @@ class CpuBackend final : public Backend {
   }
   void scale(const Tensor& x, float s, Tensor& out) const override { cpu::scale(x, s, out); }
   void fill(Tensor& dst, float value) const override { cpu::fill(dst, value); }
+  void fill_from(const Tensor& value, Tensor& dst) const override {
+    cpu::fill(dst, *value.data_as<float>());
+  }
   void convert(const Tensor& src, Tensor& dst) const override { cpu::convert(src, dst); }
 
   void sum(const Tensor& x, Tensor& out) const override { set(out, cpu::sum(x)); }

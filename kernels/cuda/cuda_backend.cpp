@@ -29,6 +29,7 @@ class CudaBackend final : public Backend {
   }
   void scale(const Tensor& x, float s, Tensor& out) const override { cuda::scale(x, s, out); }
   void fill(Tensor& dst, float value) const override { cuda::fill(dst, value); }
+  void fill_from(const Tensor& value, Tensor& dst) const override { cuda::fill_from(value, dst); }
   void convert(const Tensor& src, Tensor& dst) const override { cuda::convert(src, dst); }
 
   void sum(const Tensor& x, Tensor& out) const override { cuda::sum(x, out); }

@@ -96,6 +96,14 @@ __global__ void scale_kernel(const void* x, DType dx, float s, void* out, DType 
       [&](I i) { store_f32(out, dout, i, __fmul_rn(load_f32(x, dx, i), s)); });
 }
 
+// dst = value[0] (read once per thread from the device), stored as every kernel stores f32.
+template <typename I>
+__global__ void fill_from_kernel(const float* value, void* dst, DType d, I n) {
+  const float v = *value;
+  grid_stride_vec(
+      n, /*vector=*/false, [](I) {}, [&](I i) { store_f32(dst, d, i, v); });
+}
+
 template <typename T, typename I>
 __global__ void fill_kernel(T* dst, T value, I n, bool vector) {
   Vec<T> v;
@@ -180,6 +188,16 @@ void scale(const Tensor& x, float s, Tensor& out) {
     scale_kernel<I><<<vec_blocks_for(n), kThreads, 0, stream_of(out)>>>(
         x.data(), x.dtype(), s, out.data(), out.dtype(), static_cast<I>(n), vector);
     OCTET_CUDA_LAUNCH_CHECK("scale_kernel");
+  });
+}
+
+void fill_from(const Tensor& value, Tensor& dst) {
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  with_index_type(n, [&]<typename I>(I) {
+    fill_from_kernel<I><<<blocks_for(n), kThreads, 0, stream_of(dst)>>>(
+        value.data_as<float>(), dst.data(), dst.dtype(), static_cast<I>(n));
+    OCTET_CUDA_LAUNCH_CHECK("fill_from_kernel");
   });
 }
 

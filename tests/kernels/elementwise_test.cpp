@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -68,6 +69,31 @@ TEST(Elementwise, InPlaceOpsBumpVersionAndCompute) {
   ops::fill_(d, 1.5f);
   EXPECT_TRUE(test::all_close(d.to_floats(), std::vector<double>(1000, 1.5), {0, 0}));
   EXPECT_THROW(ops::add_(d, Tensor::zeros({999}, DType::kF32)), Error);
+}
+
+TEST(Elementwise, FillFromATensorIsFillOfItsValue) {
+  // 1 + 2^-9 + 2^-20: bf16 and f16 round it (to 1 and to 1 + 2^-9), f32 keeps it.
+  const float v = 1.f + std::ldexp(1.f, -9) + std::ldexp(1.f, -20);
+  const Tensor value = Tensor::full({1}, v, DType::kF32);
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor got = Tensor::zeros({3, 37}, dtype), want = Tensor::zeros({3, 37}, dtype);
+    const uint64_t before = got.version();
+    ops::fill_from_(got, value);
+    ops::fill_(want, v);
+    EXPECT_TRUE(test::same_bits(got, want));
+    EXPECT_GT(got.version(), before);
+  }
+  Tensor dst = Tensor::zeros({4}, DType::kF32);
+  EXPECT_NE(test::error_of([&] {
+              ops::fill_from_(dst, Tensor::zeros({2}, DType::kF32));
+            }).find("fill_from_: value must be a one-element f32 tensor"),
+            std::string::npos);
+  Tensor ints = Tensor::zeros({4}, DType::kI32);
+  EXPECT_NE(test::error_of([&] {
+              ops::fill_from_(ints, value);
+            }).find("fill_from_: expected an f32, bf16 or f16 tensor"),
+            std::string::npos);
 }
 
 TEST(Elementwise, CastRoundsToNearestEven) {
