@@ -241,7 +241,7 @@ modules::GradNorm DataParallel::clip_on_device(double max_norm) {
   // ZeRO-1 measures its own and gathers the others', so the norm is the same bits either way.
   const int ranks = comm_->size();
   const bool zero1 = zero_ == ZeroStage::kOptimizerState;
-  const Device device = buckets_.front().grads.device();
+  const Device device = params_.front().tensor->device();  // no bucket when all are frozen
   Tensor parts;
   {
     MemTagScope tag(MemTag::kWorkspace);

@@ -45,8 +45,8 @@ enum class StepReads : uint8_t {
   // Optimizer::step(lr, gate)) when a loss or the norm is NaN/inf; FP8 amaxes of a non-finite
   // backward reach the scaling state as they do in TransformerEngine, whose delayed scaling
   // (like octet's) keeps a scale whose amax is not finite. Data parallel: the ranks' losses
-  // are gathered and the norm's parts reduced where they live (NCCL: on the GPUs), so every
-  // rank's gate is the same bits and nothing reaches the host before the read either.
+  // are all-gathered and the norm's parts stay tensors where they live (NCCL: on the GPUs), so
+  // every rank's gate is the same bits and nothing reaches the host before the read either.
   kDeferred,
 };
 
