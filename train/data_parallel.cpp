@@ -278,20 +278,6 @@ modules::GradNorm DataParallel::clip_on_device(double max_norm) {
 
 double DataParallel::clip(double max_norm) { return clip_on_device(max_norm).read(); }
 
-Tensor DataParallel::gather_values(const Tensor& values) {
-  OCTET_CHECK(values.defined() && values.dim() == 1,
-              "DataParallel::gather_values: a 1-D tensor "
-              "expected, got ",
-              values);
-  Tensor out;
-  {
-    MemTagScope tag(MemTag::kWorkspace);
-    out = Tensor::empty({comm_->size() * values.numel()}, values.dtype(), values.device());
-  }
-  comm_->all_gather(values, out);
-  return out;
-}
-
 Tensor DataParallel::gather(Bucket& b, DType dtype, const PartWriter& write) {
   const Device device = b.grads.device();
   Tensor packed, full;

@@ -76,12 +76,9 @@ class DataParallel {
   // The L2 norm of the global gradient, the same bits on every rank, and the gradients scaled
   // down to max_norm as modules::clip_grad_norm does (max_norm <= 0 only measures).
   double clip(double max_norm);
-  // The same, with the norm left on the gradients' device and nothing read on the host (the
-  // ranks' parts of the norm travel as a collective where the communicator takes them).
+  // The same, with the norm left on the gradients' device and nothing read on the host (ZeRO-1
+  // all-gathers the ranks' parts of it as a tensor, where the communicator takes them).
   modules::GradNorm clip_on_device(double max_norm);
-  // Every rank's `values` (1-D) in rank order, (ranks * n,), where they live: a collective. The
-  // losses of a step whose results are read later (train::Trainer's deferred reads).
-  Tensor gather_values(const Tensor& values);
   // ZeRO-1, after optimizer.step(): every rank's updated part of every parameter to every rank.
   void gather_parameters(modules::Optimizer& optimizer);
   // ZeRO-1: the optimizer's state as full tensors, named as an unsharded optimizer's

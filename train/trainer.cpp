@@ -169,16 +169,16 @@ void Trainer::run_deferred(const MicroBatchLoss& loss_of) {
   }
   if (dp_ != nullptr) dp_->begin_step();
   Tensor losses = waiting_losses_.slice(slot * ranks * accum, (slot + 1) * ranks * accum);
-  // This rank's losses: in place in one process, gathered from here with several.
+  // This rank's losses: in place in one process, all-gathered from here with several.
   Tensor mine = dp_ == nullptr ? losses : Tensor::empty({accum}, DType::kF32, device);
+  // Each rank's share of the global mean, as step_now() takes it.
+  const int64_t shares = accum * ranks;
   for (int64_t micro = 0; micro < accum; ++micro) {
     const Tensor loss = forward(loss_of, micro);
     OCTET_CHECK(loss.numel() == 1 && loss.dtype() == DType::kF32, "Trainer: the micro-batch loss ",
                 "must be a one-element f32 tensor, got ", loss);
     Tensor value = mine.slice(micro, micro + 1);
     ops::copy_(value, loss.reshape({1}));
-    // Each rank's share of the global mean, as step_now() takes it.
-    const int64_t shares = accum * ranks;
     if (dp_ != nullptr) dp_->begin_backward(micro + 1 == accum);
     autograd::backward(shares > 1 ? autograd::scale(loss, 1.f / static_cast<float>(shares)) : loss);
   }
@@ -187,7 +187,7 @@ void Trainer::run_deferred(const MicroBatchLoss& loss_of) {
   if (dp_ != nullptr) {
     dp_->finish_gradients();
     measured = dp_->clip_on_device(options_.grad_clip);
-    losses.copy_bytes_from(dp_->gather_values(mine));
+    dp_->comm().all_gather(mine, losses);
   } else {
     measured = modules::clip_grad_norm_deferred(params_, options_.grad_clip);
   }

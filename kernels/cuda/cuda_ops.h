@@ -26,10 +26,10 @@ using ops::detail::BinaryOp;
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);  // b: a's shape or a row
 void axpy(Tensor& dst, const Tensor& src, float alpha);                   // dst += alpha * src
 void scale(const Tensor& x, float s, Tensor& out);
-void fill_from(const Tensor& value,
-               Tensor& dst);                   // dst f32/bf16/f16 = value[0], read on the device
 void fill(Tensor& dst, float value);           // any dtype but FP8 (u8/i32/i64 too)
 void convert(const Tensor& src, Tensor& dst);  // f32/bf16/f16 <-> f32/bf16/f16
+// dst (f32/bf16/f16) = value[0], read on the device (ops::fill_from_).
+void fill_from(const Tensor& value, Tensor& dst);
 
 // ---- reductions (reduce.cu): results into one-element f32 device tensors ----
 void sum(const Tensor& x, Tensor& out);       // out (1,) = sum of x
