@@ -403,21 +403,25 @@ int report_error(const std::string& command, const std::string& message, std::os
   } catch (const std::exception&) {
     // A malformed launcher environment: report as one process.
   }
+  // Each line goes out in one write: stderr is unbuffered, and under mpirun another process's
+  // output (the launcher's abort notice) would otherwise land between the pieces of a line.
+  const std::string line = "octet " + command + ": error: " + message + '\n';
   if (launch.size > 1 && every_rank) {
     // Every rank has this error: rank 0 reports it once and ends the run; the others wait for
     // that end rather than race it.
     if (launch.rank == 0) {
-      err << "octet " << command << ": error: " << message << '\n' << std::flush;
+      err << line << std::flush;
       world_communicator()->abort(1);
     }
     world_communicator()->barrier();
   }
   if (launch.size > 1) {
-    err << "rank " << launch.rank << ": error: octet " << command << ": " << message << '\n'
+    err << ("rank " + std::to_string(launch.rank) + ": error: octet " + command + ": " + message +
+            '\n')
         << std::flush;
     world_communicator()->abort(1);
   }
-  err << "octet " << command << ": error: " << message << '\n';
+  err << line;
   return 1;
 }
 
