@@ -82,8 +82,9 @@ double flops(const Gemm& g) { return 2.0 * g.m * g.n * g.k; }
 
 // ---- worker: the libraries in one process ----
 
-// kOctetOwnF32 and kOctetOwnE4m3: ops::gemm on octet's own sgemm (kernels/cpu/sgemm.h,
-// OCTET_CPU_GEMM=octet) rather than the default oneDNN tiles.
+// kOctetOwnF32 and kOctetOwnE4m3: ops::gemm on octet's own sgemm (kernels/cpu/sgemm.h, the
+// default); kOctetF32, kOctetBf16 and kOctetE4m3: ops::gemm on the oneDNN tiles
+// (OCTET_CPU_GEMM=onednn), the operands converted to f32 first.
 enum class Lib {
   kOctetF32,
   kOctetOwnF32,
@@ -152,7 +153,7 @@ struct Operands {
   Tensor a16, b16;   // bf16 copies
   Tensor a8, b8;     // e4m3, both read along K: A (M, K), B (N, K)
   Tensor c;          // (M, N) f32
-  Tensor reference;  // octet f32's result, to check the peers' layouts
+  Tensor reference;  // the oneDNN tiles' f32 result, to check the others' layouts
 };
 
 Tensor quantize_e4m3(const Tensor& x) {
@@ -161,6 +162,15 @@ Tensor quantize_e4m3(const Tensor& x) {
   octet::ops::quantize_fp8(x, scale, &q, nullptr, nullptr);
   return q;
 }
+
+// While alive, ops::gemm runs on the given CPU GEMM library.
+struct GemmLibrary {
+  explicit GemmLibrary(octet::cpu::CpuGemmLibrary library)
+      : before(octet::cpu::set_cpu_gemm_library(library)) {}
+  ~GemmLibrary() { octet::cpu::set_cpu_gemm_library(before); }
+  octet::cpu::CpuGemmLibrary before;
+};
+using octet::cpu::CpuGemmLibrary;
 
 Operands make_operands(const Gemm& g, uint64_t seed) {
   octet::Generator gen(seed);
@@ -179,17 +189,11 @@ Operands make_operands(const Gemm& g, uint64_t seed) {
   o.b8 = quantize_e4m3(random(g.n, g.k));
   o.c = Tensor::empty({g.m, g.n}, DType::kF32);
   o.reference = Tensor::empty({g.m, g.n}, DType::kF32);
+  const GemmLibrary tiles(CpuGemmLibrary::kOnednn);  // the check's reference: the oneDNN tiles
   octet::ops::gemm(o.a, g.ta ? Transpose::kYes : Transpose::kNo, o.b,
                    g.tb ? Transpose::kYes : Transpose::kNo, o.reference);
   return o;
 }
-
-// While alive, ops::gemm runs on octet's own sgemm.
-struct OwnGemm {
-  OwnGemm() : before(octet::cpu::set_cpu_gemm_library(octet::cpu::CpuGemmLibrary::kOctet)) {}
-  ~OwnGemm() { octet::cpu::set_cpu_gemm_library(before); }
-  octet::cpu::CpuGemmLibrary before;
-};
 
 class Worker {
  public:
@@ -227,17 +231,20 @@ class Worker {
     static const Tensor inv = Tensor::from_floats({1.f / 64.f}, {1});
     switch (lib) {
       case Lib::kOctetF32:
-        call = [&] { octet::ops::gemm(o.a, ta, o.b, tb, o.c); };
+        call = [&] {
+          const GemmLibrary tiles(CpuGemmLibrary::kOnednn);
+          octet::ops::gemm(o.a, ta, o.b, tb, o.c);
+        };
         break;
       case Lib::kOctetOwnF32:
         call = [&] {
-          const OwnGemm own;
+          const GemmLibrary own(CpuGemmLibrary::kOctet);
           octet::ops::gemm(o.a, ta, o.b, tb, o.c);
         };
         break;
       case Lib::kOctetOwnE4m3:
         call = [&] {
-          const OwnGemm own;
+          const GemmLibrary own(CpuGemmLibrary::kOctet);
           octet::ops::GemmOptions options;
           options.a_scale_inv = &inv;
           options.b_scale_inv = &inv;
@@ -245,10 +252,14 @@ class Worker {
         };
         break;
       case Lib::kOctetBf16:
-        call = [&] { octet::ops::gemm(o.a16, ta, o.b16, tb, o.c); };
+        call = [&] {
+          const GemmLibrary tiles(CpuGemmLibrary::kOnednn);
+          octet::ops::gemm(o.a16, ta, o.b16, tb, o.c);
+        };
         break;
       case Lib::kOctetE4m3:
         call = [&] {
+          const GemmLibrary tiles(CpuGemmLibrary::kOnednn);
           octet::ops::GemmOptions options;
           options.a_scale_inv = &inv;
           options.b_scale_inv = &inv;
@@ -280,7 +291,7 @@ class Worker {
     }
     call();
     if (lib == Lib::kOnednn || lib == Lib::kOpenblas || lib == Lib::kOctetOwnF32) {
-      // Same operands, same layout: only the summation order may differ from octet's f32.
+      // Same operands, same layout: only the summation order may differ from the oneDNN tiles'.
       const float* got = o.c.data_as<float>();
       const float* want = o.reference.data_as<float>();
       double worst = 0;
@@ -289,7 +300,7 @@ class Worker {
       }
       // Entries are sums of K products of N(0, 1) values: |c| ~ sqrt(K).
       if (worst > 1e-4 * std::sqrt(static_cast<double>(g.k)) * 10) {
-        *error = "result differs from octet's f32 by " + std::to_string(worst);
+        *error = "result differs from the oneDNN tiles' by " + std::to_string(worst);
         return {};
       }
     }
@@ -475,19 +486,19 @@ std::string column_title(const Config& c, Lib lib, const std::string& openblas_c
   std::string t;
   switch (lib) {
     case Lib::kOctetF32:
-      t = "octet f32";
+      t = "tiles f32";
       break;
     case Lib::kOctetOwnF32:
-      t = "octet own";
+      t = "octet f32";
       break;
     case Lib::kOctetOwnE4m3:
-      t = "own e4m3";
+      t = "octet e4m3";
       break;
     case Lib::kOctetBf16:
-      t = "octet bf16";
+      t = "tiles bf16";
       break;
     case Lib::kOctetE4m3:
-      t = "octet e4m3";
+      t = "tiles e4m3";
       break;
     case Lib::kOnednn:
       t = "oneDNN";
@@ -515,8 +526,9 @@ int coordinator_main(int rounds, int reps, const std::vector<int>& thread_counts
   std::vector<Column> columns;
   std::printf(
       "octet_gemm_peers: %d rounds x %d timed calls per cell (after one untimed call), "
-      "median reported, GFLOP/s;\nratio: octet f32 / the faster of oneDNN and OpenBLAS in the same "
-      "setting (as detected, or AVX2); OB: OpenBLAS and its core type, A2: the process held to "
+      "median reported, GFLOP/s;\nratio: octet f32 (own sgemm, the default) / the faster of oneDNN "
+      "and OpenBLAS in the same setting (as detected, or AVX2); tiles: the same for the oneDNN "
+      "tiles (OCTET_CPU_GEMM=onednn); OB: OpenBLAS and its core type, A2: the process held to "
       "AVX2\n",
       rounds, reps);
 #if !OCTET_HAVE_OPENBLAS
@@ -579,7 +591,30 @@ int coordinator_main(int rounds, int reps, const std::vector<int>& thread_counts
     // The table: GFLOP/s of each column's median; octet f32 against the best f32 peer.
     std::printf("\nthreads %d\n%-12s %-16s", threads, "gemm", "M x N x K (f32)");
     for (const Column& c : columns) std::printf(" %13.13s", c.title.c_str());
-    std::printf(" %10s %10s %10s %10s\n", "ratio", "own ratio", "A2 ratio", "A2 own");
+    std::printf(" %10s %10s %10s %10s\n", "ratio", "tiles", "A2 ratio", "A2 tiles");
+    // Ratios within one setting: octet f32 (own, then the oneDNN tiles) / the best f32 peer
+    // (oneDNN, OpenBLAS).
+    auto print_ratios = [&](const std::vector<double>& rate) {
+      for (const char* setting : {"native", "avx2"}) {
+        for (Lib mine : {Lib::kOctetOwnF32, Lib::kOctetF32}) {
+          double octet = 0, best = 0;
+          for (size_t c = 0; c < columns.size(); ++c) {
+            const bool same =
+                (columns[c].child->config().name == "avx2") == (std::strcmp(setting, "avx2") == 0);
+            if (!same) continue;
+            if (columns[c].lib == mine) octet = rate[c];
+            if (columns[c].lib == Lib::kOnednn || columns[c].lib == Lib::kOpenblas) {
+              best = std::max(best, rate[c]);
+            }
+          }
+          if (octet > 0 && best > 0) {
+            std::printf(" %9.3fx", octet / best);
+          } else {
+            std::printf(" %10s", "-");
+          }
+        }
+      }
+    };
     std::vector<double> layer_ms(columns.size(), 0.0);
     double layer_flops = 0;
     for (size_t g = 0; g < all.size(); ++g) {
@@ -604,33 +639,16 @@ int coordinator_main(int rounds, int reps, const std::vector<int>& thread_counts
         if (in_layer) layer_ms[c] += ms;
         std::printf(" %13.1f", rate[c]);
       }
-      // Ratios within one setting: octet f32 (tiled, then own) / the best f32 peer (oneDNN,
-      // OpenBLAS).
-      for (const char* setting : {"native", "avx2"}) {
-        for (Lib mine : {Lib::kOctetF32, Lib::kOctetOwnF32}) {
-          double octet = 0, best = 0;
-          for (size_t c = 0; c < columns.size(); ++c) {
-            const bool same =
-                (columns[c].child->config().name == "avx2") == (std::strcmp(setting, "avx2") == 0);
-            if (!same) continue;
-            if (columns[c].lib == mine) octet = rate[c];
-            if (columns[c].lib == Lib::kOnednn || columns[c].lib == Lib::kOpenblas) {
-              best = std::max(best, rate[c]);
-            }
-          }
-          if (octet > 0 && best > 0) {
-            std::printf(" %9.2fx", octet / best);
-          } else {
-            std::printf(" %10s", "-");
-          }
-        }
-      }
+      print_ratios(rate);
       std::printf("\n");
     }
     std::printf("%-12s %-16s", "layer GEMMs", "(sum of ms)");
+    std::vector<double> layer_rate(columns.size(), 0.0);
     for (size_t c = 0; c < columns.size(); ++c) {
-      std::printf(" %13.1f", layer_ms[c] > 0 ? layer_flops / (layer_ms[c] * 1e6) : 0.0);
+      layer_rate[c] = layer_ms[c] > 0 ? layer_flops / (layer_ms[c] * 1e6) : 0.0;
+      std::printf(" %13.1f", layer_rate[c]);
     }
+    print_ratios(layer_rate);
     std::printf("\n%-12s %-16s", "", "ms per step");
     for (size_t c = 0; c < columns.size(); ++c) std::printf(" %13.1f", layer_ms[c]);
     std::printf("\n");

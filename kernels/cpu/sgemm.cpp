@@ -1,8 +1,10 @@
-// octet's own f32 GEMM (kernels/cpu/sgemm.h). The loops, outermost first:
+// octet's own f32 GEMM (kernels/cpu/sgemm.h). A is packed once per call (in chunks of whole
+// row blocks, all of M at the layer shapes) into micro-panels (kb, kMr), K block by K block, by
+// the pool's threads together, and shared by every task. Then the loops, outermost first:
 //   jc: N in panels of up to kPanelFloats / K columns; B's panel is packed once, all of K, into
 //       slivers of kNr columns (K, kNr), by the pool's threads together;
 //   tasks: the panel's (mc-row block, range of slivers) pairs, claimed by any thread;
-//   pc: K in blocks of kc: the task packs its A block (mc, kc) into micro-panels (kc, kMr);
+//   groups of slivers, then pc: K in blocks of kc;
 //   jr, ir: slivers, then micro-panels: one micro-kernel call adds a (kMr, kNr) tile's kc products.
 // An output element is summed by one task, over the K blocks in order, so its bits depend on the
 // shape alone. Conversion to f32 happens in the packing: FP8 through the vector decoders of
@@ -15,6 +17,8 @@
 #else
 #define OCTET_GEMM_X86 0
 #endif
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -146,8 +150,10 @@ __attribute__((target("avx2"))) void transpose_panel_avx2(const float* src, int6
     for (int64_t j0 = 0; j0 < cols; j0 += 8) {
       const int64_t n = std::min<int64_t>(8, cols - j0);
       __m256 r[8];
-      if (h == 8 && n == 8) {
-        for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + (i0 + i) * src_stride + j0);
+      if (n == 8) {  // whole rows of 8: the rows past h (an A panel of 6) are zero
+        for (int i = 0; i < 8; ++i) {
+          r[i] = i < h ? _mm256_loadu_ps(src + (i0 + i) * src_stride + j0) : _mm256_setzero_ps();
+        }
       } else {
         for (int i = 0; i < 8; ++i) {
           for (int j = 0; j < 8; ++j) {
@@ -161,6 +167,9 @@ __attribute__((target("avx2"))) void transpose_panel_avx2(const float* src, int6
         float* d = dst + (j0 + j) * dst_stride + i0;
         if (w == 8) {
           _mm256_storeu_ps(d, r[j]);
+        } else if (w == 6) {  // AVX2's A panels: 4 + 2 floats
+          _mm_storeu_ps(d, _mm256_castps256_ps128(r[j]));
+          _mm_storel_pi(reinterpret_cast<__m64*>(d + 4), _mm256_extractf128_ps(r[j], 1));
         } else {
           _mm256_store_ps(block[0], r[j]);
           std::memcpy(d, block[0], static_cast<size_t>(w) * sizeof(float));
@@ -333,14 +342,30 @@ using KernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, 
 // A path's micro-kernel and block sizes: kc, the K block (a B micro-panel kc x nr, read from L2
 // or L1 by every micro-kernel call of a sliver); mc, the rows of an A block (kc x mc of it in
 // L2); group, the slivers whose part of C (mc x group x nr) stays in L2 over all of K. Chosen on
-// one Zen 4 core from sweeps of mc 96-576, kc 256-768 and groups 1-32 over the layer GEMMs,
-// interleaved with oneDNN (the machine's noise, +-5% a run, hides smaller differences): AVX-512
-// 384 / 384 / 1 measured 0.95x oneDNN against 0.92-0.94x for 192 / 256 / 2.
+// one Zen 4 core from sweeps over the layer GEMMs, interleaved with oneDNN (the machine's noise,
+// +-5% a run, hides smaller differences): AVX-512 384 / 384 / 1 measured 0.95x oneDNN against
+// 0.92-0.94x for 192 / 256 / 2; AVX2 kc 768 with mc 240-336 0.95-0.96x against 0.92-0.94x for
+// kc 256-512 (a K block of 768 leaves the layer's K of 768, 2304 and 3072 without a ragged
+// block). Only kc changes bits; AVX2's mc follows the L2 size so that its A block fits.
 struct Path {
   KernelFn kernel;
   int mr, nr;
   int64_t mc, kc, group;
 };
+
+// The A block's rows for a K block of kc on AVX2: three quarters of L2 (1 MiB on Zen 4: 252
+// rows; 512 KiB on Zen 2 and 3: 126), in whole micro-panels.
+int64_t avx2_block_rows(int64_t kc) {
+  static const int64_t l2 = [] {
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    const long bytes = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (bytes > 0) return static_cast<int64_t>(bytes);
+#endif
+    return int64_t{512} << 10;
+  }();
+  const int64_t rows = l2 * 3 / 4 / (kc * static_cast<int64_t>(sizeof(float)));
+  return std::max<int64_t>(8 * kAvx2Mr, rows / kAvx2Mr * kAvx2Mr);
+}
 
 Path path_for(SimdPath simd) {
   switch (simd) {
@@ -348,7 +373,7 @@ Path path_for(SimdPath simd) {
     case SimdPath::kAvx512:
       return {kernel_avx512<kAvx512Mr, kAvx512Nv>, kAvx512Mr, kAvx512Nr, 384, 384, 1};
     case SimdPath::kAvx2:
-      return {kernel_avx2, kAvx2Mr, kAvx2Nr, 288, 384, 8};
+      return {kernel_avx2, kAvx2Mr, kAvx2Nr, avx2_block_rows(768), 768, 8};
 #endif
     default:
       return {kernel_scalar, kScalarMr, kScalarNr, 64, 256, 4};
@@ -416,9 +441,25 @@ void pack_transposed(DType dtype, const void* src, int64_t src_stride, int64_t r
   }
 }
 
+// dtype_size without the call (element() runs once per packed row).
+inline size_t element_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+    case DType::kF16:
+      return 2;
+    case DType::kE4M3:
+    case DType::kE5M2:
+      return 1;
+    default:
+      return dtype_size(dtype);
+  }
+}
+
 inline const void* element(const GemmOperand& x, int64_t row, int64_t col) {
   return static_cast<const uint8_t*>(x.data) +
-         static_cast<size_t>(row * x.ld + col) * dtype_size(x.dtype);
+         static_cast<size_t>(row * x.ld + col) * element_size(x.dtype);
 }
 
 // Transposed B, stored (N, K): the sliver of logical columns [j0, j0 + width) (width <= nr), all
@@ -522,7 +563,7 @@ struct PackBuffer {
   }
 };
 thread_local PackBuffer t_packed_b;  // the calling thread's panel of B
-thread_local PackBuffer t_packed_a;  // each thread's A block
+thread_local PackBuffer t_packed_a;  // the calling thread's chunk of A
 
 // A panel of packed B holds at most this many floats (K x panel width), 16 MiB: within L3 with
 // room, and all of N at every layer shape.
@@ -563,8 +604,10 @@ namespace {
 std::atomic<CpuGemmLibrary>& library_slot() {
   static std::atomic<CpuGemmLibrary> slot{[] {
     const char* v = std::getenv("OCTET_CPU_GEMM");
-    return v != nullptr && std::string(v) == "octet" ? CpuGemmLibrary::kOctet
-                                                     : CpuGemmLibrary::kOnednn;
+    const std::string name = v == nullptr ? "" : v;
+    OCTET_CHECK(name.empty() || name == "octet" || name == "onednn", "OCTET_CPU_GEMM=", name,
+                ": expected octet (the default) or onednn");
+    return name == "onednn" ? CpuGemmLibrary::kOnednn : CpuGemmLibrary::kOctet;
   }()};
   return slot;
 }
@@ -590,8 +633,27 @@ void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a, c
   const int mr = path.mr, nr = path.nr;
   const int64_t mc = std::max<int64_t>(mr, path.mc / mr * mr);
   const int64_t kc = path.kc;
+  const int64_t k_blocks = (k + kc - 1) / kc;
   const int64_t panel = std::max<int64_t>(nr, kPanelFloats / k / nr * nr);
-  const int64_t m_blocks = (m + mc - 1) / mc;
+  // A in chunks of whole mc-row blocks, each chunk packed once and shared by every task; all of
+  // M at every layer shape.
+  const int64_t chunk_rows = std::max<int64_t>(mc, kPanelFloats / k / mc * mc);
+  const bool one_chunk = chunk_rows >= m;
+
+  // Packs rows [c0, c0 + rows) of A: block by block, each (K blocks, panels, kb, mr), the block
+  // starting at i * k for its first row i (relative to the chunk), tasks of one (block, K block).
+  float* packed_a = t_packed_a.get(((std::min(chunk_rows, m) + mr - 1) / mr * mr) * k);
+  auto pack_a_chunk = [&](int64_t c0, int64_t rows) {
+    const int64_t blocks = (rows + mc - 1) / mc;
+    parallel_tasks(blocks * k_blocks, [&](int64_t t) {
+      const int64_t i = t / k_blocks * mc, k0 = t % k_blocks * kc;
+      const int64_t block_rows = std::min(mc, rows - i);
+      const int64_t rows_padded = (block_rows + mr - 1) / mr * mr;
+      pack_a(a, c0 + i, block_rows, k0, std::min(kc, k - k0), mr,
+             packed_a + i * k + k0 * rows_padded);
+    });
+  };
+  if (one_chunk) pack_a_chunk(0, m);
 
   for (int64_t jc = 0; jc < n; jc += panel) {
     const int64_t width = std::min(panel, n - jc);
@@ -611,40 +673,42 @@ void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a, c
       });
     }
 
-    // Enough tasks for every thread to have a few (the split changes no bits: each tile is
-    // summed by one task whatever the split).
-    const int64_t n_parts =
-        std::clamp<int64_t>((4 * num_threads() + m_blocks - 1) / m_blocks, 1, slivers);
-    parallel_tasks(m_blocks * n_parts, [&](int64_t t) {
-      const int64_t i0 = t / n_parts * mc, rows = std::min(mc, m - i0);
-      const int64_t part = t % n_parts;
-      const int64_t s0 = slivers * part / n_parts, s1 = slivers * (part + 1) / n_parts;
-      // All of the block's K, packed once: (K blocks, panels, kb, mr).
-      const int64_t rows_padded = (rows + mr - 1) / mr * mr;
-      float* packed_a = t_packed_a.get(rows_padded * k);
-      for (int64_t k0 = 0; k0 < k; k0 += kc) {
-        pack_a(a, i0, rows, k0, std::min(kc, k - k0), mr, packed_a + k0 * rows_padded);
-      }
-      // A group of slivers at a time, over all of K, so that its part of C (rows x group width)
-      // stays in L2 between the K blocks.
-      for (int64_t g0 = s0; g0 < s1; g0 += path.group) {
-        const int64_t g1 = std::min(s1, g0 + path.group);
-        for (int64_t k0 = 0; k0 < k; k0 += kc) {
-          const int64_t kb = std::min(kc, k - k0);
-          const float* ak = packed_a + k0 * rows_padded;
-          const bool add = update == GemmUpdate::kAdd || k0 > 0;
-          for (int64_t s = g0; s < g1; ++s) {
-            const float* bs = packed_b + s * k * nr + k0 * nr;
-            const int cols = static_cast<int>(std::min<int64_t>(nr, width - s * nr));
-            float* cs = c + i0 * ldc + jc + s * nr;
-            for (int64_t r0 = 0; r0 < rows; r0 += mr) {
-              path.kernel(kb, ak + r0 * kb, bs, cs + r0 * ldc, ldc, alpha, add,
-                          static_cast<int>(std::min<int64_t>(mr, rows - r0)), cols);
+    for (int64_t c0 = 0; c0 < m; c0 += chunk_rows) {
+      const int64_t chunk = std::min(chunk_rows, m - c0);
+      if (!one_chunk) pack_a_chunk(c0, chunk);
+      const int64_t m_blocks = (chunk + mc - 1) / mc;
+      // Enough tasks for every thread to have a few (the split changes no bits: each tile is
+      // summed by one task whatever the split, and A is packed once whatever the split).
+      const int64_t n_parts =
+          std::clamp<int64_t>((8 * num_threads() + m_blocks - 1) / m_blocks, 1, slivers);
+      parallel_tasks(m_blocks * n_parts, [&](int64_t t) {
+        const int64_t i = t / n_parts * mc, rows = std::min(mc, chunk - i);
+        const int64_t part = t % n_parts;
+        const int64_t s0 = slivers * part / n_parts, s1 = slivers * (part + 1) / n_parts;
+        const int64_t rows_padded = (rows + mr - 1) / mr * mr;
+        const float* a_block = packed_a + i * k;
+        float* c_block = c + (c0 + i) * ldc + jc;
+        // A group of slivers at a time, over all of K, so that its part of C (rows x group
+        // width) stays in L2 between the K blocks.
+        for (int64_t g0 = s0; g0 < s1; g0 += path.group) {
+          const int64_t g1 = std::min(s1, g0 + path.group);
+          for (int64_t k0 = 0; k0 < k; k0 += kc) {
+            const int64_t kb = std::min(kc, k - k0);
+            const float* ak = a_block + k0 * rows_padded;
+            const bool add = update == GemmUpdate::kAdd || k0 > 0;
+            for (int64_t s = g0; s < g1; ++s) {
+              const float* bs = packed_b + s * k * nr + k0 * nr;
+              const int cols = static_cast<int>(std::min<int64_t>(nr, width - s * nr));
+              float* cs = c_block + s * nr;
+              for (int64_t r0 = 0; r0 < rows; r0 += mr) {
+                path.kernel(kb, ak + r0 * kb, bs, cs + r0 * ldc, ldc, alpha, add,
+                            static_cast<int>(std::min<int64_t>(mr, rows - r0)), cols);
+              }
             }
           }
         }
-      }
-    });
+      });
+    }
   }
 }
 

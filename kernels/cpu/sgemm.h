@@ -38,11 +38,13 @@ void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a, c
 SimdPath gemm_simd_path();
 SimdPath set_gemm_simd_path(SimdPath path);
 
-// What ops::gemm runs on the CPU: oneDNN's sgemm in shape-fixed tiles on operands converted to
-// f32 first (the default), or octet's own sgemm above (OCTET_CPU_GEMM=octet, or the setter, which
-// returns the choice before). The own one is a prototype: over the layer GEMMs it measured
-// 0.88-0.93x the best of oneDNN and OpenBLAS on a 2-core Zen 4 (1 and 2 threads, AVX-512 and
-// AVX2; README), short of issue 14's 0.95x, so it is not the default yet.
+// What ops::gemm runs on the CPU: octet's own sgemm above (the default; OCTET_CPU_GEMM=octet),
+// or oneDNN's sgemm in shape-fixed tiles on operands converted to f32 first
+// (OCTET_CPU_GEMM=onednn); the setter changes it and returns the choice before. Another value of
+// OCTET_CPU_GEMM is an error at the first GEMM. Over the layer GEMMs on a 2-core Zen 4 the own one
+// measured 0.97-0.99x the best of oneDNN and OpenBLAS with AVX-512 and 0.95x held to AVX2, the
+// tiles 0.93-0.97x and 0.89-0.90x (README, "Side by side"), and it decodes FP8 and bf16 operands
+// while it packs them.
 enum class CpuGemmLibrary { kOctet, kOnednn };
 CpuGemmLibrary cpu_gemm_library();
 CpuGemmLibrary set_cpu_gemm_library(CpuGemmLibrary library);
