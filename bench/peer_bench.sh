@@ -9,7 +9,7 @@
 #   torch SkylakeX         OPENBLAS_CORETYPE=SkylakeX (Debian's OpenBLAS 0.3.21 takes Zen 4 for
 #                          "Prescott" otherwise)
 #   torch detected         OpenBLAS's own choice
-#   octet avx2             ONEDNN_MAX_CPU_ISA=AVX2 (octet's GEMM runs on oneDNN)
+#   octet avx2             ONEDNN_MAX_CPU_ISA=AVX2 (octet's GEMM and kernels held to AVX2)
 #   torch avx2             OPENBLAS_CORETYPE=Haswell
 # PyTorch runs with OMP_WAIT_POLICY=PASSIVE (its OpenMP threads would otherwise spin against
 # OpenBLAS's) and torch.set_num_threads(threads).

@@ -2,7 +2,8 @@
 # Where the `octet bench layer` step's time goes, f32 against FP8 delayed scaling:
 #  - every dnnl_sgemm call timed by shape (bench/sgemm_timer.cpp, preloaded), so each Linear
 #    GEMM (fprop, dgrad, wgrad of qkv, proj, fc1, fc2) and the attention's per-head GEMMs get
-#    their own milliseconds;
+#    their own milliseconds: with OCTET_CPU_GEMM=onednn only (octet's own sgemm, the default,
+#    calls no dnnl_sgemm; its kernels and packing are perf groups of their own);
 #  - everything else from a perf sample profile (cpu-clock), by function, put into groups
 #    (operand conversions, FP8 casts, attention, norms, GELU, AdamW, OpenMP, memory ...).
 # Run on one thread by default, where CPU time is wall time and the groups add up to the step.
@@ -57,6 +58,8 @@ def gemm_name(ta, tb, m, n, k):
 GROUPS = [  # (group, regex on "symbol dso"), first match wins
     ("setup: weights' random init", r"philox|uniforms_to_normal|__cos|__sin|__ieee754_log|fill_normal"),
     ("GEMM kernels (oneDNN)", r"\[JIT\]|perf-\d+\.map|libdnnl"),
+    ("GEMM micro-kernels (octet's own sgemm)", r"octet::cpu::.*kernel_(avx512|avx2|scalar)"),
+    ("GEMM packing and conversion (own sgemm)", r"octet::cpu::.*(pack_|transpose_panel|sgemm\b)|fp8_to_f32_transposed"),
     ("GEMM operand to f32 / untranspose", r"to_f32_matrix|transpose16_avx512|transpose_tile|octet::cpu::to_f32\b"),
     ("GEMM bias, GELU epilogue", r"octet::cpu::gemm\b|gelu_block"),
     ("LayerNorm fused with FP8 cast", r"norm_quantize_fp8"),

@@ -25,7 +25,9 @@
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/error.h"
@@ -280,7 +282,9 @@ __attribute__((target("avx2,fma"))) void kernel_avx2(int64_t kc, const float* a,
 
 // AVX-512: kMr rows x kNv vectors of 16 columns, kMr * kNv zmm accumulators (Zen 4 runs a zmm
 // FMA as two 256-bit halves: the same FMA rate as AVX2, with half the instructions).
-template <int kMr, int kNv>
+// kBStride: the packed B's row length (a narrower kernel serves the ragged last sliver of a
+// wider one: the same products in the same order, so the same bits).
+template <int kMr, int kNv, int kBStride = 16 * kNv>
 __attribute__((target("avx512f"))) void kernel_avx512(int64_t kc, const float* a, const float* b,
                                                       float* c, int64_t ldc, float alpha, bool add,
                                                       int rows, int cols) {
@@ -303,7 +307,7 @@ __attribute__((target("avx512f"))) void kernel_avx512(int64_t kc, const float* a
       for (int v = 0; v < kNv; ++v) acc[r][v] = _mm512_fmadd_ps(ar, bv[v], acc[r][v]);
     }
     a += kMr;
-    b += kNr;
+    b += kBStride;
   }
   const __m512 va = _mm512_set1_ps(alpha);
   __mmask16 mask[kNv];
@@ -351,6 +355,14 @@ struct Path {
   KernelFn kernel;
   int mr, nr;
   int64_t mc, kc, group;
+  // For a last sliver of at most 16 and 32 columns, when the path has them (else `kernel`).
+  KernelFn kernel16 = nullptr, kernel32 = nullptr;
+
+  KernelFn for_columns(int cols) const {
+    if (cols <= 16 && kernel16 != nullptr) return kernel16;
+    if (cols <= 32 && kernel32 != nullptr) return kernel32;
+    return kernel;
+  }
 };
 
 // The A block's rows for a K block of kc on AVX2: three quarters of L2 (1 MiB on Zen 4: 252
@@ -371,7 +383,14 @@ Path path_for(SimdPath simd) {
   switch (simd) {
 #if OCTET_GEMM_X86
     case SimdPath::kAvx512:
-      return {kernel_avx512<kAvx512Mr, kAvx512Nv>, kAvx512Mr, kAvx512Nr, 384, 384, 1};
+      return {kernel_avx512<kAvx512Mr, kAvx512Nv>,
+              kAvx512Mr,
+              kAvx512Nr,
+              384,
+              384,
+              1,
+              kernel_avx512<kAvx512Mr, 1, kAvx512Nr>,
+              kernel_avx512<kAvx512Mr, 2, kAvx512Nr>};
     case SimdPath::kAvx2:
       return {kernel_avx2, kAvx2Mr, kAvx2Nr, avx2_block_rows(768), 768, 8};
 #endif
@@ -541,6 +560,27 @@ void pack_a(const GemmOperand& a, int64_t i0, int64_t rows, int64_t k0, int64_t 
     }
     return;
   }
+  if (is_fp8(a.dtype) && mr < 16) {
+    // The vector FP8 decoders transpose 16 rows at a time, a panel has fewer: decode groups of
+    // lcm(mr, 16) rows into a scratch block (kb, group), then copy each panel's columns out.
+    const int64_t group = std::lcm<int64_t>(mr, 16);
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>(kb * group));
+    for (int64_t g0 = 0; g0 < rows; g0 += group) {
+      const int64_t h = std::min(group, rows - g0);
+      fp8_to_f32_transposed(a.dtype, static_cast<const uint8_t*>(element(a, i0 + g0, k0)), a.ld, h,
+                            kb, scratch.data(), group);
+      for (int64_t r0 = 0; r0 < h; r0 += mr, dst += kb * mr) {
+        const int64_t w = std::min<int64_t>(mr, h - r0);
+        for (int64_t p = 0; p < kb; ++p) {
+          const float* from = scratch.data() + p * group + r0;
+          float* to = dst + p * mr;
+          for (int64_t r = 0; r < mr; ++r) to[r] = r < w ? from[r] : 0.f;
+        }
+      }
+    }
+    return;
+  }
   for (int64_t r0 = 0; r0 < rows; r0 += mr, dst += kb * mr) {
     const int64_t h = std::min<int64_t>(mr, rows - r0);
     pack_transposed(a.dtype, element(a, i0 + r0, k0), a.ld, h, kb, dst, mr, mr);
@@ -568,6 +608,9 @@ thread_local PackBuffer t_packed_a;  // the calling thread's chunk of A
 // A panel of packed B holds at most this many floats (K x panel width), 16 MiB: within L3 with
 // room, and all of N at every layer shape.
 constexpr int64_t kPanelFloats = int64_t{4} << 20;
+
+// The work of one task at least (see sgemm): as the oneDNN tiles' 2 MFLOP (kernels/cpu/gemm.cpp).
+constexpr double kTaskFlops = 2e6;
 
 }  // namespace
 
@@ -634,6 +677,19 @@ void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a, c
   const int64_t mc = std::max<int64_t>(mr, path.mc / mr * mr);
   const int64_t kc = path.kc;
   const int64_t k_blocks = (k + kc - 1) / kc;
+  // Grain by work: a task holds about kTaskFlops of products or more (starting one costs a few
+  // microseconds, more on a busy machine), and a GEMM under two tasks' worth runs on the calling
+  // thread alone, packing included.
+  const double flops =
+      2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const bool inline_only = flops < 2 * kTaskFlops;
+  auto tasks = [&](int64_t count, auto&& fn) {
+    if (inline_only) {
+      for (int64_t t = 0; t < count; ++t) fn(t);
+    } else {
+      parallel_tasks(count, [&](int64_t t) { fn(t); });
+    }
+  };
   const int64_t panel = std::max<int64_t>(nr, kPanelFloats / k / nr * nr);
   // A in chunks of whole mc-row blocks, each chunk packed once and shared by every task; all of
   // M at every layer shape.
@@ -645,7 +701,7 @@ void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a, c
   float* packed_a = t_packed_a.get(((std::min(chunk_rows, m) + mr - 1) / mr * mr) * k);
   auto pack_a_chunk = [&](int64_t c0, int64_t rows) {
     const int64_t blocks = (rows + mc - 1) / mc;
-    parallel_tasks(blocks * k_blocks, [&](int64_t t) {
+    tasks(blocks * k_blocks, [&](int64_t t) {
       const int64_t i = t / k_blocks * mc, k0 = t % k_blocks * kc;
       const int64_t block_rows = std::min(mc, rows - i);
       const int64_t rows_padded = (block_rows + mr - 1) / mr * mr;
@@ -660,14 +716,14 @@ void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a, c
     const int64_t slivers = (width + nr - 1) / nr;
     float* packed_b = t_packed_b.get(slivers * k * nr);  // (slivers, K, nr)
     if (b.transposed) {
-      parallel_tasks(slivers, [&](int64_t s) {
+      tasks(slivers, [&](int64_t s) {
         pack_b_sliver(b, k, jc + s * nr, std::min<int64_t>(nr, width - s * nr), nr,
                       packed_b + s * k * nr);
       });
     } else {
       // About 64 KiB of B a task.
       const int64_t rows_per_task = std::max<int64_t>(1, (int64_t{16} << 10) / width);
-      parallel_tasks((k + rows_per_task - 1) / rows_per_task, [&](int64_t t) {
+      tasks((k + rows_per_task - 1) / rows_per_task, [&](int64_t t) {
         pack_b_rows(b, k, t * rows_per_task, std::min(k, (t + 1) * rows_per_task), jc, width, nr,
                     packed_b);
       });
@@ -677,11 +733,16 @@ void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a, c
       const int64_t chunk = std::min(chunk_rows, m - c0);
       if (!one_chunk) pack_a_chunk(c0, chunk);
       const int64_t m_blocks = (chunk + mc - 1) / mc;
-      // Enough tasks for every thread to have a few (the split changes no bits: each tile is
-      // summed by one task whatever the split, and A is packed once whatever the split).
+      // Enough tasks for every thread to have a few, of kTaskFlops or more (the split changes no
+      // bits: each tile is summed by one task whatever the split, and A is packed once whatever
+      // the split).
+      const double block_flops = 2.0 * static_cast<double>(std::min(mc, chunk)) *
+                                 static_cast<double>(width) * static_cast<double>(k);
       const int64_t n_parts =
-          std::clamp<int64_t>((8 * num_threads() + m_blocks - 1) / m_blocks, 1, slivers);
-      parallel_tasks(m_blocks * n_parts, [&](int64_t t) {
+          std::clamp<int64_t>(std::min<int64_t>((8 * num_threads() + m_blocks - 1) / m_blocks,
+                                                static_cast<int64_t>(block_flops / kTaskFlops)),
+                              1, slivers);
+      tasks(m_blocks * n_parts, [&](int64_t t) {
         const int64_t i = t / n_parts * mc, rows = std::min(mc, chunk - i);
         const int64_t part = t % n_parts;
         const int64_t s0 = slivers * part / n_parts, s1 = slivers * (part + 1) / n_parts;
@@ -699,10 +760,11 @@ void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a, c
             for (int64_t s = g0; s < g1; ++s) {
               const float* bs = packed_b + s * k * nr + k0 * nr;
               const int cols = static_cast<int>(std::min<int64_t>(nr, width - s * nr));
+              const KernelFn kernel = path.for_columns(cols);
               float* cs = c_block + s * nr;
               for (int64_t r0 = 0; r0 < rows; r0 += mr) {
-                path.kernel(kb, ak + r0 * kb, bs, cs + r0 * ldc, ldc, alpha, add,
-                            static_cast<int>(std::min<int64_t>(mr, rows - r0)), cols);
+                kernel(kb, ak + r0 * kb, bs, cs + r0 * ldc, ldc, alpha, add,
+                       static_cast<int>(std::min<int64_t>(mr, rows - r0)), cols);
               }
             }
           }
