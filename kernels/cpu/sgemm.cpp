@@ -27,7 +27,6 @@
 #include <cstring>
 #include <numeric>
 #include <string>
-#include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/error.h"
@@ -399,6 +398,24 @@ Path path_for(SimdPath simd) {
   }
 }
 
+// ---- workspaces ----
+
+// Packed operands, kept between calls (a training step would otherwise fault fresh pages in every
+// GEMM). Counted under MemTag::kWorkspace while held.
+struct PackBuffer {
+  Tensor t;
+  float* get(int64_t elements) {
+    if (!t.defined() || t.numel() < elements) {
+      t = Tensor();  // free before allocating the larger one
+      MemTagScope tag(MemTag::kWorkspace);
+      t = Tensor::empty({elements}, DType::kF32);
+    }
+    return t.data_as<float>();
+  }
+};
+// The FP8 A panels' decoded groups (pack_a), each worker's own.
+thread_local PackBuffer t_fp8_group;
+
 // ---- packing, with the conversion to f32 ----
 
 // dst[j * dst_stride + i] = value(src[i * src_stride + j]) for i < rows, j < cols: a stored
@@ -564,16 +581,15 @@ void pack_a(const GemmOperand& a, int64_t i0, int64_t rows, int64_t k0, int64_t 
     // The vector FP8 decoders transpose 16 rows at a time, a panel has fewer: decode groups of
     // lcm(mr, 16) rows into a scratch block (kb, group), then copy each panel's columns out.
     const int64_t group = std::lcm<int64_t>(mr, 16);
-    thread_local std::vector<float> scratch;
-    scratch.resize(static_cast<size_t>(kb * group));
+    float* scratch = t_fp8_group.get(kb * group);
     for (int64_t g0 = 0; g0 < rows; g0 += group) {
       const int64_t h = std::min(group, rows - g0);
       fp8_to_f32_transposed(a.dtype, static_cast<const uint8_t*>(element(a, i0 + g0, k0)), a.ld, h,
-                            kb, scratch.data(), group);
+                            kb, scratch, group);
       for (int64_t r0 = 0; r0 < h; r0 += mr, dst += kb * mr) {
         const int64_t w = std::min<int64_t>(mr, h - r0);
         for (int64_t p = 0; p < kb; ++p) {
-          const float* from = scratch.data() + p * group + r0;
+          const float* from = scratch + p * group + r0;
           float* to = dst + p * mr;
           for (int64_t r = 0; r < mr; ++r) to[r] = r < w ? from[r] : 0.f;
         }
@@ -587,21 +603,6 @@ void pack_a(const GemmOperand& a, int64_t i0, int64_t rows, int64_t k0, int64_t 
   }
 }
 
-// ---- workspaces ----
-
-// Packed operands, kept between calls (a training step would otherwise fault fresh pages in every
-// GEMM). Counted under MemTag::kWorkspace while held.
-struct PackBuffer {
-  Tensor t;
-  float* get(int64_t elements) {
-    if (!t.defined() || t.numel() < elements) {
-      t = Tensor();  // free before allocating the larger one
-      MemTagScope tag(MemTag::kWorkspace);
-      t = Tensor::empty({elements}, DType::kF32);
-    }
-    return t.data_as<float>();
-  }
-};
 thread_local PackBuffer t_packed_b;  // the calling thread's panel of B
 thread_local PackBuffer t_packed_a;  // the calling thread's chunk of A
 
