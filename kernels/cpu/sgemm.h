@@ -42,9 +42,9 @@ SimdPath set_gemm_simd_path(SimdPath path);
 // or oneDNN's sgemm in shape-fixed tiles on operands converted to f32 first
 // (OCTET_CPU_GEMM=onednn); the setter changes it and returns the choice before. Another value of
 // OCTET_CPU_GEMM is an error at the first GEMM. Over the layer GEMMs on a 2-core Zen 4 the own one
-// measured 0.97-0.99x the best of oneDNN and OpenBLAS with AVX-512 and 0.95x held to AVX2, the
-// tiles 0.93-0.97x and 0.89-0.90x (README, "Side by side"), and it decodes FP8 and bf16 operands
-// while it packs them.
+// measured 0.98-0.99x the best of oneDNN and OpenBLAS with AVX-512 and 0.93-1.03x held to AVX2,
+// the tiles 0.95-0.97x and 0.86-0.97x (README, "Side by side"), and it decodes FP8 and bf16
+// operands while it packs them.
 enum class CpuGemmLibrary { kOctet, kOnednn };
 CpuGemmLibrary cpu_gemm_library();
 CpuGemmLibrary set_cpu_gemm_library(CpuGemmLibrary library);
