@@ -348,8 +348,8 @@ using KernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, 
 // one Zen 4 core from sweeps over the layer GEMMs, interleaved with oneDNN (the machine's noise,
 // +-5% a run, hides smaller differences): AVX-512 384 / 384 / 1 measured 0.95x oneDNN against
 // 0.92-0.94x for 192 / 256 / 2; AVX2 kc 768 with mc 240-336 0.95-0.96x against 0.92-0.94x for
-// kc 256-512 (a K block of 768 leaves the layer's K of 768, 2304 and 3072 without a ragged
-// block). Only kc changes bits; AVX2's mc follows the L2 size so that its A block fits.
+// kc 256-640 (a C tile is reloaded K / kc times). Only kc changes bits; AVX2's mc follows the L2
+// size so that its A block fits.
 struct Path {
   KernelFn kernel;
   int mr, nr;
