@@ -513,14 +513,24 @@ std::string column_title(const Config& c, Lib lib, const std::string& openblas_c
 int coordinator_main(int rounds, int reps, const std::vector<int>& thread_counts, bool quick) {
   std::vector<Config> configs = {
       {"native", "as detected", {{"OPENBLAS_CORETYPE", ""}, {"ONEDNN_MAX_CPU_ISA", ""}}}};
-#if OCTET_HAVE_OPENBLAS
-  configs.push_back({"openblas:SkylakeX",
-                     "OpenBLAS forced to SkylakeX",
-                     {{"OPENBLAS_CORETYPE", "SkylakeX"}, {"ONEDNN_MAX_CPU_ISA", ""}}});
+  // Forcing OpenBLAS's SkylakeX kernels, or holding a process to AVX2, is only meaningful (and
+  // only runs) on a processor with AVX-512; on an AVX2 machine the native process is the AVX2
+  // measurement.
+#if defined(__x86_64__)
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+#else
+  const bool avx512 = false;
 #endif
-  configs.push_back({"avx2",
-                     "an AVX2 machine emulated",
-                     {{"OPENBLAS_CORETYPE", "Haswell"}, {"ONEDNN_MAX_CPU_ISA", "AVX2"}}});
+  if (avx512) {
+#if OCTET_HAVE_OPENBLAS
+    configs.push_back({"openblas:SkylakeX",
+                       "OpenBLAS forced to SkylakeX",
+                       {{"OPENBLAS_CORETYPE", "SkylakeX"}, {"ONEDNN_MAX_CPU_ISA", ""}}});
+#endif
+    configs.push_back({"avx2",
+                       "an AVX2 machine emulated",
+                       {{"OPENBLAS_CORETYPE", "Haswell"}, {"ONEDNN_MAX_CPU_ISA", "AVX2"}}});
+  }
 
   std::vector<std::unique_ptr<Child>> children;
   std::vector<Column> columns;
@@ -531,6 +541,11 @@ int coordinator_main(int rounds, int reps, const std::vector<int>& thread_counts
       "tiles (OCTET_CPU_GEMM=onednn); OB: OpenBLAS and its core type, A2: the process held to "
       "AVX2\n",
       rounds, reps);
+  if (!avx512) {
+    std::printf(
+        "this processor has no AVX-512: the native process is the AVX2 measurement "
+        "(no OpenBLAS SkylakeX or held-to-AVX2 processes)\n");
+  }
 #if !OCTET_HAVE_OPENBLAS
   std::printf("OpenBLAS: not built in (apt-get install libopenblas-dev, then configure again)\n");
 #endif
