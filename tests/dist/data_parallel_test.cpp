@@ -39,9 +39,13 @@ struct Case {
   int64_t accum = 1;
   // How close the loss is to one process's on the global batch (relative). 1e-5 where every
   // FP8 value is the one process's: delayed scaling (reduced amaxes are the global batch's) and
-  // MXFP8 (blocks never straddle two ranks' rows). Current scaling takes each rank's own
-  // tensor's amax, and bf16 gradients are rounded once per rank before the sum: both differ
-  // from one process by design, within what those roundings allow.
+  // MXFP8 (blocks never straddle two ranks' rows). FP8 primary weights are cast from master
+  // weights that differ from one process's in their last f32 bits (the gradients are summed in
+  // another order), and an element that sits that close to an E4M3 rounding boundary takes the
+  // neighbouring value, 2^-4 to 2^-3 of itself away (an estimate: a few elements in 10^6 a step;
+  // seen on a Zen 3: 2.5e-5 at the sixth step): 1e-4. Current scaling takes each rank's own
+  // tensor's amax, and bf16 gradients are rounded once per rank before the sum: both differ from
+  // one process by design, within what those roundings allow.
   double loss_tolerance = 1e-5;
   friend void PrintTo(const Case& c, std::ostream* out) { *out << c.name; }
 };
@@ -50,9 +54,9 @@ std::vector<Case> cases() {
   return {
       {"f32", std::nullopt},
       {"delayed_accum2", Recipe::delayed(), FP8PrimaryWeights::kNo, DType::kF32, 2},
-      {"delayed_primary", Recipe::delayed(), FP8PrimaryWeights::kYes},
+      {"delayed_primary", Recipe::delayed(), FP8PrimaryWeights::kYes, DType::kF32, 1, 1e-4},
       {"current", Recipe::current(), FP8PrimaryWeights::kNo, DType::kF32, 1, 2e-3},
-      {"mxfp8_primary_accum2", Recipe::mxfp8(), FP8PrimaryWeights::kYes, DType::kF32, 2},
+      {"mxfp8_primary_accum2", Recipe::mxfp8(), FP8PrimaryWeights::kYes, DType::kF32, 2, 1e-4},
       {"bf16_delayed", Recipe::delayed(), FP8PrimaryWeights::kNo, DType::kBF16, 1, 2e-3},
       // The block recipes' column-wise blocks run along the token rows, which the ranks split,
       // and NVFP4's tensor scale is each rank's own amax: close to one process, not equal.
@@ -236,7 +240,8 @@ TEST_P(DataParallelResume, IsExactWithTheSameRanksFromZeroOneAndWorksInOneProces
   EXPECT_EQ(alone.steps_done(), 3);
   for (int64_t s = 3; s < 6; ++s) {
     const double loss = step_on(alone, alone_model, s, 0, global_rows()).loss;
-    EXPECT_NEAR(loss, want[static_cast<size_t>(s)], 1e-5 * std::fabs(loss)) << "step " << s;
+    EXPECT_NEAR(loss, want[static_cast<size_t>(s)], c.loss_tolerance * std::fabs(loss))
+        << "step " << s;
   }
 }
 
