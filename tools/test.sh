@@ -3,7 +3,7 @@
 # runs the CUDA backend's tests (tests/cuda, and tests/devices on every device) on the CPU in the
 # CUDA emulation build: the real kernel sources on an emulated device (tests/cuda_emu/README.md),
 # since CI has no GPU; then tools/sanitize.sh: the CPU suite under ASan + UBSan, every fuzzer for
-# 30 s (FUZZ_SECONDS; tools/sanitize.sh alone gives each 60 s), and the threaded tests under
+# 20 s (FUZZ_SECONDS; tools/sanitize.sh alone gives each 60 s), and the threaded tests under
 # TSan. Each phase's time is printed.
 #   tools/test.sh [build-dir]          (the emulation build goes to <build-dir>-emu, the
 #                                       sanitizer builds to <build-dir>-san and -san-tsan)
@@ -43,7 +43,7 @@ timed "CUDA emulation build ($emu)" emu_build
 timed "CUDA emulation ctest -L cuda" bash -c "cd '$emu' && ctest -j $jobs -L cuda --output-on-failure --timeout 900"
 
 # ASan + UBSan of the CPU suite, the fuzzers, TSan of the threaded tests (prints its own phases).
-# 30 s per fuzzer: the eight take 2 minutes two at a time, where 60 s took 4 and put CI over its
-# 25 minutes (README "Sanitizers and fuzzers").
+# 20 s per fuzzer: the eight take about 80 s two at a time. 60 s took 4 minutes and put CI over
+# its 25 minutes; 30 s left a Zen 3's run at 24m49s (README "Sanitizers and fuzzers").
 timed "sanitizers and fuzzers (tools/sanitize.sh)" \
-  env FUZZ_SECONDS="${FUZZ_SECONDS:-30}" "$root/tools/sanitize.sh" "${build}-san"
+  env FUZZ_SECONDS="${FUZZ_SECONDS:-20}" "$root/tools/sanitize.sh" "${build}-san"
