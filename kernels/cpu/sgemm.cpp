@@ -110,7 +110,7 @@ __attribute__((target("avx512f"))) void transpose_panel_avx512(const float* src,
   }
 }
 
-// Columns j (the low 8 floats of `both`) and j + 4 (the high 8) of a panel of 8 rows, those below n.
+// Columns j (the low 8 floats of `both`) and j + 4 (the high 8) of an 8-row panel, those < n.
 __attribute__((target("avx512f"))) inline void store_column_pair(__m512 both, int64_t j, int64_t n,
                                                                  float* d, int64_t dst_stride) {
   if (j < n) _mm256_storeu_ps(d + j * dst_stride, _mm512_castps512_ps256(both));
