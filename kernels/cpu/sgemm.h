@@ -44,7 +44,7 @@ SimdPath set_gemm_simd_path(SimdPath path);
 // OCTET_CPU_GEMM is an error at the first GEMM. Over the layer GEMMs on a 2-core Zen 4 the own one
 // measured 0.98-0.99x the best of oneDNN and OpenBLAS with AVX-512 and 0.93-1.03x held to AVX2,
 // the tiles 0.95-0.97x and 0.86-0.97x; on a real AVX2 machine (a 2-core Zen 3) 0.91-0.92x, the
-// tiles 0.79-0.83x; on a 2-core Zen 5 0.977x (one thread) and 0.943x (two), the tiles 0.96-0.97x
+// tiles 0.79-0.83x; on a 2-core Zen 5 0.977x on one thread and 0.943-0.977x on two (busy, quiet)
 // (README, "Side by side"). It decodes FP8 and bf16 operands while it packs them.
 enum class CpuGemmLibrary { kOctet, kOnednn };
 CpuGemmLibrary cpu_gemm_library();
