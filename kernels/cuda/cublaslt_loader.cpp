@@ -51,6 +51,13 @@ Fn resolve(const char* name) {
 #define OCTET_LT_CALL(name, ...)                                                      \
   static const auto fn = octet::cuda::resolve<decltype(&::name)>(OCTET_LT_STR(name)); \
   return fn(__VA_ARGS__)
+// The destroy calls run in destructors, which must not throw: a failure to resolve is a status.
+#define OCTET_LT_DESTROY(name, object)    \
+  try {                                   \
+    OCTET_LT_CALL(name, object);          \
+  } catch (...) {                         \
+    return CUBLAS_STATUS_NOT_INITIALIZED; \
+  }
 
 cublasStatus_t CUBLASWINAPI cublasLtCreate(cublasLtHandle_t* handle) {
   OCTET_LT_CALL(cublasLtCreate, handle);
@@ -90,7 +97,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc,
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
-  OCTET_LT_CALL(cublasLtMatmulDescDestroy, desc);
+  OCTET_LT_DESTROY(cublasLtMatmulDescDestroy, desc);
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
@@ -104,7 +111,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceCreate(cublasLtMatmulPrefere
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
-  OCTET_LT_CALL(cublasLtMatmulPreferenceDestroy, pref);
+  OCTET_LT_DESTROY(cublasLtMatmulPreferenceDestroy, pref);
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceSetAttribute(
@@ -120,5 +127,5 @@ cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
-  OCTET_LT_CALL(cublasLtMatrixLayoutDestroy, layout);
+  OCTET_LT_DESTROY(cublasLtMatrixLayoutDestroy, layout);
 }
