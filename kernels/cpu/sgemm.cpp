@@ -263,10 +263,11 @@ std::atomic<SimdPath>& gemm_path_slot() {
 constexpr int kAvx2Mr = 6, kAvx2Nr = 16;
 // How far ahead (in floats, 64 steps of K) the AVX2 kernel prefetches its B micro-panel. A K block
 // of 768 makes the panel 48 KiB, more than a 32 KiB L1, so every call of a sliver reads it from L2
-// again, and the hardware prefetcher fell behind: on a Zen 3 core the kernel waited on B's loads
-// for about a fifth of its cycles. With the prefetch (and the K loop unrolled by two) the own GEMM
-// over the layer shapes went from about 0.92-0.93x to 0.94-0.96x OpenBLAS on one thread (256 to
-// 1024 floats ahead within noise of each other; prefetching A as well was slower).
+// again, and the hardware prefetcher fell behind. Measured by one session on a Zen 3 (cpu-clock
+// samples only, not re-measured since): about a fifth of the kernel's samples sat on B's loads;
+// with the prefetch (and the K loop unrolled by two) the own GEMM over the layer shapes went from
+// about 0.92-0.93x to 0.94-0.96x OpenBLAS on one thread (256 to 1024 floats ahead within noise of
+// each other; prefetching A as well was slower).
 constexpr int64_t kAvx2PrefetchB = 1024;
 constexpr int kAvx512Mr = 8, kAvx512Nv = 3, kAvx512Nr = 16 * kAvx512Nv;
 
