@@ -200,13 +200,9 @@ std::vector<Precision> all_precisions(Device device) {
   std::vector<Precision> out = {{device.is_cuda() ? "bf16" : "f32", std::nullopt},
                                 {"delayed", Recipe::delayed(FP8Format::kHybrid)},
                                 {"current", Recipe::current(FP8Format::kHybrid)},
-                                {"mxfp8", Recipe::mxfp8()}};
-  // The block recipes' casts and GEMMs have CPU kernels only so far (README "Block-scaled
-  // recipes"); the CUDA table says "not supported on cuda" for them.
-  if (device.is_cpu()) {
-    out.push_back({"blockwise", Recipe::blockwise()});
-    out.push_back({"nvfp4", Recipe::nvfp4()});
-  }
+                                {"mxfp8", Recipe::mxfp8()},
+                                {"blockwise", Recipe::blockwise()},
+                                {"nvfp4", Recipe::nvfp4()}};
   return out;
 }
 std::vector<std::string> precision_names(Device device) {
