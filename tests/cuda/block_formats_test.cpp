@@ -159,8 +159,11 @@ BlockOperand block_operand(int64_t rows, int64_t k, BlockScaling blocks, uint64_
   return op;
 }
 
+// The expansion path (cuBLASLt's native block-scaled path, whose FP8 tensor cores sum with less
+// than f32's precision, is held to its own bound in blockwise_gemm_test.cpp).
 TEST(CudaBlockwise, GemmMatchesCpu) {
   OCTET_REQUIRE_CUDA();
+  const test::ScopedEnv expansion("OCTET_CUBLASLT_BLOCK_SCALING", "0");
   struct Case {
     int64_t m, n, k;
     BlockScaling a, b;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -59,6 +60,59 @@ inline Tolerance parity_tolerance(DType dtype) {
       return {0.0, 0.0};
   }
 }
+
+// The GEMM rows of the table, per output element as a multiple of sum_k |a_ik b_kj| (the sum of
+// the absolute products), for a CUDA GEMM against an f32 or exact sum of the same products:
+// - f32 and bf16 operands: both backends accumulate in f32 (a product of two bf16 values is exact
+//   in f32), and any order of a length-K f32 sum is within K u (u = 2^-24) of the exact sum, so
+//   two results are within 2 K u of each other (cuBLASLt's f32 compute, no TF32).
+// - FP8 operands on tensor cores: Hopper's FP8 tensor cores keep about 14 bits of the running sum
+//   between promotions to f32 (DeepSeek-V3 report, section 3.3.2; the forward's fast
+//   accumulation does not promote at all, and the block-scaled modes promote once per 128-wide
+//   K-block, where the block scales are applied); errors of ~2^-13 relative per addition add up
+//   like a random walk, sqrt(K). 4 sqrt(K) 2^-13 leaves several times the worst case seen on an
+//   H200 (2^-13 of the sum for K = 128, tools/gpu-check's first run) and still fails a wrong
+//   layout, a missing scale or a missing bias by orders of magnitude. The emulation build's
+//   cuBLASLt sums in f32, so there the f32 row holds (fp8_tensor_cores() is false).
+inline double gemm_accumulation_bound(bool fp8_tensor_cores, int64_t k) {
+  const double kd = static_cast<double>(k);
+  return fp8_tensor_cores ? 4 * std::sqrt(kd) * std::ldexp(1.0, -13)
+                          : 2 * kd * std::ldexp(1.0, -24);
+}
+// Whether cuBLASLt's FP8 GEMMs run on real tensor cores here (not in the emulation build).
+constexpr bool fp8_tensor_cores() {
+#if defined(OCTET_CUDA_EMULATION) && OCTET_CUDA_EMULATION
+  return false;
+#else
+  return true;
+#endif
+}
+
+// The environment variable set for one scope (tests run one at a time), the old value restored.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) {
+      old_ = old;
+      had_ = true;
+    }
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
 
 // A tolerance widened by `factor` for results that pass through longer chains of roundings than
 // one operation or one reduction (an attention backward, a norm backward): the reason is stated
