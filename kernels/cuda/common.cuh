@@ -133,12 +133,18 @@ struct CastTally {
   }
 };
 
-// One block scale into the spread (BlockScaleSpread's rule: positive and finite only; bucket
-// floor(8 log2 s) in f64, as the CPU computes it).
+// BlockScaleSpread's rule: a scale counts when positive and finite, in bucket floor(8 log2 s)
+// computed in f64, as the CPU computes it; the bucket's word is its index + kBucketOffset.
+__device__ __forceinline__ bool counts_in_spread(float s) { return s > 0.f && isfinite(s); }
+__device__ __forceinline__ int spread_bucket_word(float s) {
+  return static_cast<int>(floor(log2(static_cast<double>(s)) * 8.0)) +
+         DeviceCastStats::kBucketOffset;
+}
+
+// One block scale into the spread.
 __device__ __forceinline__ void add_scale_to_spread(unsigned long long* words, float s) {
-  if (!(s > 0.f) || !isfinite(s)) return;
-  const int bucket = static_cast<int>(floor(log2(static_cast<double>(s)) * 8.0));
-  atomicAdd(words + DeviceCastStats::kBuckets + bucket + DeviceCastStats::kBucketOffset, 1ull);
+  if (!counts_in_spread(s)) return;
+  atomicAdd(words + DeviceCastStats::kBuckets + spread_bucket_word(s), 1ull);
   atomicAdd(words + DeviceCastStats::kBlocks, 1ull);
   const auto bits = static_cast<unsigned long long>(__float_as_uint(s));
   atomicMax(words + DeviceCastStats::kMinBitsInverted, ~bits);

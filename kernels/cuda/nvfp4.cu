@@ -74,11 +74,14 @@ __device__ __forceinline__ void block_draws(uint64_t seed, uint64_t first, uint3
 struct CastParams {
   bool tiles_2d, stochastic;
   uint64_t seed, offset;
+  bool vector;  // the values 16-byte and the codes 8-byte aligned: a block in 4 loads, 1 store
 };
 
 // A (16, 16) thread block covers 16 rows (a tile's band) and 16 consecutive column blocks:
 // thread (tx, ty) casts block cb = blockIdx.x * 16 + tx of row r = blockIdx.y * 16 + ty. Under 2D
-// tiles the tile's amax is the max of its 16 rows' block amaxes (exact in any order).
+// tiles the tile's amax is the max of its 16 rows' block amaxes (exact in any order). The block's
+// 16 values are read once, into registers, with 16-byte loads where aligned (reading each value
+// twice, 4 bytes at a time, made this kernel most of an NVFP4 layer step on an H200).
 __global__ void nvfp4_cast_kernel(const float* v, const float* amax, uint8_t* q, uint8_t* sf,
                                   int64_t cols, int64_t blocks, int64_t stride, CastParams p,
                                   unsigned long long* stats) {
@@ -87,11 +90,20 @@ __global__ void nvfp4_cast_kernel(const float* v, const float* amax, uint8_t* q,
   const int64_t cb = blockIdx.x * int64_t{kBlock} + tx;
   const int64_t r = blockIdx.y * int64_t{kBlock} + ty;
   const bool inside = cb < blocks;
-  const float* in = v + r * cols + cb * kBlock;
+  const int64_t first = r * cols + cb * kBlock;
+  float x[kBlock];
   float m = 0.f;
   if (inside) {
+    if (p.vector) {
+      for (int i = 0; i < kBlock; i += kVec) {
+        const Vec<float> f = load_vec(v, first + i);
+        for (int k = 0; k < kVec; ++k) x[i + k] = f.v[k];
+      }
+    } else {
+      for (int i = 0; i < kBlock; ++i) x[i] = v[first + i];
+    }
     for (int i = 0; i < kBlock; ++i) {
-      const float a = fabsf(in[i]);
+      const float a = fabsf(x[i]);
       m = a > m ? a : m;  // a NaN compares false and never wins
     }
   }
@@ -114,33 +126,57 @@ __global__ void nvfp4_cast_kernel(const float* v, const float* amax, uint8_t* q,
     block_draws(p.seed, p.offset + static_cast<uint64_t>(r * cols + cb * kBlock), bits);
   uint8_t* out = q + r * (cols / 2) + cb * (kBlock / 2);
   CastTally tally;
+  Vec<uint16_t> packed;  // the block's 8 bytes of codes
+  static_assert(sizeof(packed) == kBlock / 2);
+  auto* bytes = reinterpret_cast<uint8_t*>(&packed);
   for (int i = 0; i < kBlock; i += 2) {
-    const float y0 = __fmul_rn(in[i], enc), y1 = __fmul_rn(in[i + 1], enc);
+    const float y0 = __fmul_rn(x[i], enc), y1 = __fmul_rn(x[i + 1], enc);
     const uint8_t c0 = p.stochastic ? e2m1_stochastic(y0, bits[i]) : to_e2m1(y0);
     const uint8_t c1 = p.stochastic ? e2m1_stochastic(y1, bits[i + 1]) : to_e2m1(y1);
-    out[i / 2] = pack_e2m1(c0, c1);
+    bytes[i / 2] = pack_e2m1(c0, c1);
     if (stats != nullptr) {  // the CPU's encode_block rules: a NaN casts to code 7, never 0
-      tally.add(in[i], y0, c0 & 0x7u, kE2M1Max);
-      tally.add(in[i + 1], y1, c1 & 0x7u, kE2M1Max);
+      tally.add(x[i], y0, c0 & 0x7u, kE2M1Max);
+      tally.add(x[i + 1], y1, c1 & 0x7u, kE2M1Max);
     }
+  }
+  if (p.vector) {
+    *reinterpret_cast<Vec<uint16_t>*>(out) = packed;
+  } else {
+    for (int i = 0; i < kBlock / 2; ++i) out[i] = bytes[i];
   }
   tally.flush(stats);
 }
 
 // out (rows, cols) = e2m1 value * its block's E4M3 scale, times amax / 2688 folded into the scale
-// as TE does (RN(RN(sf * amax) * RN(1 / 2688))) when amax is given.
+// as TE does (RN(RN(sf * amax) * RN(1 / 2688))) when amax is given; kVec values (two code bytes,
+// one scale: kVec divides the 16-wide block) per access when `vector`.
 __global__ void expand_nvfp4_kernel(const uint8_t* q, const uint8_t* sf, const float* amax,
-                                    void* out, DType dout, int64_t cols, int64_t stride,
-                                    int64_t n) {
+                                    void* out, DType dout, int64_t cols, int64_t stride, int64_t n,
+                                    bool vector) {
+  static_assert(kBlock % kVec == 0 && kVec % 2 == 0);
   const float inv_2688 = octet::detail::bits_to_float(0x39C30C31u);
   const int64_t half = cols / 2;  // bytes a row
-  grid_stride_rows(n, cols, [&](int64_t i, int64_t r, int64_t c) {
-    const uint8_t byte = q[r * half + c / 2];
-    const uint8_t code = (c & 1) ? byte >> 4 : byte & 0xFu;
-    float s = from_e4m3(sf[r * stride + c / kBlock]);
-    if (amax != nullptr) s = mul_keep_nan(mul_keep_nan(s, amax[0]), inv_2688);
-    store_f32(out, dout, i, mul_keep_nan(from_e2m1(code), s));
-  });
+  auto scale = [&](int64_t r, int64_t c) {
+    const float s = from_e4m3(sf[r * stride + c / kBlock]);
+    return amax != nullptr ? mul_keep_nan(mul_keep_nan(s, amax[0]), inv_2688) : s;
+  };
+  grid_stride_row_groups(
+      n, cols, vector,
+      [&](int64_t i, int64_t r, int64_t c) {
+        const float s = scale(r, c);
+        float v[kVec];
+        for (int k = 0; k < kVec; k += 2) {
+          const uint8_t byte = q[r * half + (c + k) / 2];
+          v[k] = mul_keep_nan(from_e2m1(byte & 0xFu), s);
+          v[k + 1] = mul_keep_nan(from_e2m1(byte >> 4), s);
+        }
+        store_f32_vec(out, dout, i, v);
+      },
+      [&](int64_t i, int64_t r, int64_t c) {
+        const uint8_t byte = q[r * half + c / 2];
+        const uint8_t code = (c & 1) ? byte >> 4 : byte & 0xFu;
+        store_f32(out, dout, i, mul_keep_nan(from_e2m1(code), scale(r, c)));
+      });
 }
 
 // One thread per output byte (c, rp) of the nibble transpose: rows 2rp (low) and 2rp + 1 (high)
@@ -210,7 +246,9 @@ void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& cast, Tensor& data, T
   const int64_t groups = (blocks + kBlock - 1) / kBlock, bands = rows / kBlock;
   OCTET_CHECK(groups <= int64_t{0x7FFFFFFF} && bands <= 65535, "quantize_nvfp4: ", x,
               " is too large for one launch");
-  const CastParams p{cast.tiles_2d, cast.stochastic, cast.seed, cast.offset};
+  const bool vector = vec_aligned(values.data(), sizeof(float)) &&
+                      reinterpret_cast<uintptr_t>(data.data()) % (kBlock / 2) == 0;
+  const CastParams p{cast.tiles_2d, cast.stochastic, cast.seed, cast.offset, vector};
   nvfp4_cast_kernel<<<dim3(static_cast<unsigned>(groups), static_cast<unsigned>(bands)),
                       dim3(kBlock, kBlock), 0, stream>>>(
       values.data_as<float>(), amax.data_as<float>(), data.data_as<uint8_t>(),
@@ -221,10 +259,11 @@ void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& cast, Tensor& data, T
 void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax, Tensor& out) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  expand_nvfp4_kernel<<<blocks_for(n), kThreads, 0, stream_of(data)>>>(
+  const bool vector = act_rows_vec_ok(out, out.cols());
+  expand_nvfp4_kernel<<<vector ? vec_blocks_for(n) : blocks_for(n), kThreads, 0, stream_of(data)>>>(
       data.data_as<uint8_t>(), scales.data_as<uint8_t>(),
       amax != nullptr ? amax->data_as<float>() : nullptr, out.data(), out.dtype(), out.cols(),
-      scales.size(1), n);
+      scales.size(1), n, vector);
   OCTET_CUDA_LAUNCH_CHECK("expand_nvfp4_kernel");
 }
 
