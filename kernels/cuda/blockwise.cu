@@ -81,7 +81,7 @@ __global__ void blockwise_1d_kernel(const In* x, uint8_t* q, float* scale_inv, i
       if (c < cols) q[r * cols + c] = cast_one<kE4M3>(v[k], scale, tally, stats != nullptr);
     }
   }
-  tally.flush(stats);
+  tally.flush_warp(stats);  // whole warps reach it
 }
 
 // 2D: one thread block per 128x128 tile (tile t: row band t / col_blocks, column block
@@ -112,7 +112,7 @@ __global__ void blockwise_2d_kernel(const In* x, uint8_t* q, float* scale_inv, i
     const int64_t at = (r0 + rr) * cols + c0 + tc;
     q[at] = cast_one<kE4M3>(load_in(x, at), scale, tally, stats != nullptr);
   }
-  tally.flush(stats);
+  tally.flush_warp(stats);  // whole warps reach it
 }
 
 // out (rows, cols) = fp8 value * its block's scale_inv, f32 or bf16.

@@ -131,6 +131,21 @@ struct CastTally {
     if (saturated != 0) atomicAdd(words + DeviceCastStats::kSaturated, saturated);
     if (flushed != 0) atomicAdd(words + DeviceCastStats::kFlushed, flushed);
   }
+  // flush with the counts summed over the warp first: one atomic per warp and count. Every lane
+  // of the warp must call it. For casts where most threads count something (NVFP4's blocks nearly
+  // all flush small values to 0), one same-address atomic per thread serialises the kernel.
+  __device__ __forceinline__ void flush_warp(unsigned long long* words) const {
+    if (words == nullptr) return;  // the launch's pointer: the same on every lane
+    unsigned s = saturated, f = flushed;
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      s += __shfl_xor_sync(0xffffffffu, s, offset);
+      f += __shfl_xor_sync(0xffffffffu, f, offset);
+    }
+    const unsigned linear = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+    if (linear % kWarp != 0) return;
+    if (s != 0) atomicAdd(words + DeviceCastStats::kSaturated, static_cast<unsigned long long>(s));
+    if (f != 0) atomicAdd(words + DeviceCastStats::kFlushed, static_cast<unsigned long long>(f));
+  }
 };
 
 // BlockScaleSpread's rule: a scale counts when positive and finite, in bucket floor(8 log2 s)

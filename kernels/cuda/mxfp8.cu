@@ -60,7 +60,7 @@ __global__ void mxfp8_rowwise_kernel(const In* x, uint8_t* q, uint8_t* scales, i
     if (inside && stats != nullptr) tally.add_fp8(v, scaled, byte, fp8_max);
     if (lane == 0) scales[w] = e;
   }
-  tally.flush(stats);
+  tally.flush_warp(stats);  // whole warps reach it
 }
 
 // Row-wise for rows of whole blocks (cols % 32 == 0) and buffers aligned for kVec values: the
@@ -109,7 +109,7 @@ __global__ void mxfp8_rowwise_vec_kernel(const In* x, uint8_t* q, uint8_t* scale
     store_vec(q, i, out);
     if (sub == 0) scales[g] = e;
   }
-  tally.flush(stats);
+  tally.flush_warp(stats);  // whole warps reach it
 }
 
 // Column-wise: data (cols, rows), scales (cols, row_blocks): the row-wise cast of xᵀ. A block
@@ -144,7 +144,7 @@ __global__ void mxfp8_columnwise_kernel(const In* x, uint8_t* q, uint8_t* scales
     if (r < rows && stats != nullptr) tally.add_fp8(v, scaled, byte, fp8_max);
     if (tx == 0) scales[c * row_blocks + b] = e;
   }
-  tally.flush(stats);
+  tally.flush_warp(stats);  // whole warps reach it
 }
 
 // out (R, C) = fp8 value * 2^(e - 127) (exact in f32), stored as f32 or bf16; kVec elements
