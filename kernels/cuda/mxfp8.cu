@@ -16,6 +16,22 @@ namespace {
 static_assert(kMXFP8BlockSize == kWarp, "one warp per MXFP8 block");
 constexpr int kBlock = kWarp;
 
+// A block's E8M0 exponent from its amax (a number: NaN values never count), and in *multiplier
+// the power of two its values are cast after: e <= 254 for every such amax, so 254 - e is a valid
+// E8M0 code, 2^(127 - e).
+__device__ __forceinline__ uint8_t block_exponent(float amax, float fp8_max, float* multiplier) {
+  const uint8_t e = to_e8m0(__fdiv_rn(amax, fp8_max));
+  *multiplier = from_e8m0(static_cast<uint8_t>(254 - e));
+  return e;
+}
+
+// One value's byte after the block's multiplier (in *scaled the value it cast, for the counts).
+template <bool kE4M3>
+__device__ __forceinline__ uint8_t cast_value(float v, float multiplier, float* scaled) {
+  *scaled = __fmul_rn(v, multiplier);
+  return kE4M3 ? to_e4m3(*scaled) : to_e5m2(*scaled);
+}
+
 // The block's exponent from one value per lane (lanes past the data pass 0), and the lane's
 // byte (and in *scaled the value it cast, for the counts). Every lane of the warp must call it.
 template <bool kE4M3>
@@ -24,13 +40,9 @@ __device__ __forceinline__ uint8_t cast_block_lane(float v, float fp8_max, uint8
   const float a = fabsf(v);
   float m = a > 0.f ? a : 0.f;  // a NaN value does not count, as in the CPU's block_amax
   m = warp_reduce(m, MaxOp());  // every operand is a number here, so the max is exact
-  const uint8_t e = to_e8m0(__fdiv_rn(m, fp8_max));
-  // e <= 254 for every non-NaN amax, so 254 - e is a valid E8M0 code: 2^(127 - e).
-  const float multiplier = from_e8m0(static_cast<uint8_t>(254 - e));
-  *exponent = e;
-  const float scaled = __fmul_rn(v, multiplier);
-  *scaled_out = scaled;
-  return kE4M3 ? to_e4m3(scaled) : to_e5m2(scaled);
+  float multiplier;
+  *exponent = block_exponent(m, fp8_max, &multiplier);
+  return cast_value<kE4M3>(v, multiplier, scaled_out);
 }
 
 // Row-wise: data (rows, cols), scales (rows, blocks); warp w casts block w % blocks of row
@@ -67,7 +79,7 @@ __global__ void mxfp8_rowwise_kernel(const In* x, uint8_t* q, uint8_t* scales, i
 // (row, block) pairs are then consecutive runs of 32 values, pair g at element 32 g, and each lane
 // takes kVec of them, 8 lanes a block (their max over 3 shuffles), so a warp moves 4 blocks per
 // access instead of one. (One value a lane kept too few bytes in flight: ~280 GB/s on an H200.)
-// The exponent and bytes are cast_block_lane's: the same max, the same operations.
+// The exponent and bytes are cast_block_lane's: the same max, block_exponent and cast_value.
 template <typename In, bool kE4M3>
 __global__ void mxfp8_rowwise_vec_kernel(const In* x, uint8_t* q, uint8_t* scales, int64_t groups,
                                          float fp8_max, unsigned long long* stats) {
@@ -97,13 +109,13 @@ __global__ void mxfp8_rowwise_vec_kernel(const In* x, uint8_t* q, uint8_t* scale
       const float other = __shfl_xor_sync(0xffffffffu, m, offset);
       m = other > m ? other : m;  // every operand is a number: the max is exact
     }
-    const uint8_t e = to_e8m0(__fdiv_rn(m, fp8_max));
-    const float multiplier = from_e8m0(static_cast<uint8_t>(254 - e));  // 2^(127 - e)
+    float multiplier;
+    const uint8_t e = block_exponent(m, fp8_max, &multiplier);
     if (!inside) continue;
     Vec<uint8_t> out;
     for (int k = 0; k < kVec; ++k) {
-      const float scaled = __fmul_rn(v[k], multiplier);
-      out.v[k] = kE4M3 ? to_e4m3(scaled) : to_e5m2(scaled);
+      float scaled;
+      out.v[k] = cast_value<kE4M3>(v[k], multiplier, &scaled);
       if (stats != nullptr) tally.add_fp8(v[k], scaled, out.v[k], fp8_max);
     }
     store_vec(q, i, out);

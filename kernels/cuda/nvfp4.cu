@@ -251,8 +251,8 @@ void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& cast, Tensor& data, T
   const int64_t groups = (blocks + kBlock - 1) / kBlock, bands = rows / kBlock;
   OCTET_CHECK(groups <= int64_t{0x7FFFFFFF} && bands <= 65535, "quantize_nvfp4: ", x,
               " is too large for one launch");
-  const bool vector = vec_aligned(values.data(), sizeof(float)) &&
-                      reinterpret_cast<uintptr_t>(data.data()) % (kBlock / 2) == 0;
+  const bool vector =
+      vec_aligned(values.data(), sizeof(float)) && vec_aligned(data.data(), sizeof(uint16_t));
   const CastParams p{cast.tiles_2d, cast.stochastic, cast.seed, cast.offset, vector};
   nvfp4_cast_kernel<<<dim3(static_cast<unsigned>(groups), static_cast<unsigned>(bands)),
                       dim3(kBlock, kBlock), 0, stream>>>(
