@@ -9,7 +9,12 @@
 #   bench/text_bench.sh [OCTET] [STEPS] [TEXT] [--set KEY=VALUE ...]
 #     (defaults: build/octet 1000 version7.txt); the --set arguments after the text go to every
 #     run after the ones above, e.g. a wider model: --set model.d_model=256
-#   TEXT_BENCH_RECIPES="delayed blockwise nvfp4" (the default) picks the recipes beside f32.
+#   TEXT_BENCH_RECIPES="delayed blockwise nvfp4" (the default) picks the recipes beside f32; an
+#     entry RECIPE@PATTERN runs RECIPE with the modules PATTERN matches kept in high precision
+#     (fp8.high_precision_modules), e.g. nvfp4@layers.*.attn.qkv.
+#   TEXT_BENCH_SEEDS="1337" (the default) gives the training seeds (weight initialisation): each
+#     seed runs f32 and every recipe; a row gives the mean bits per byte and the mean, least and
+#     greatest of the per-seed ratios to f32 (one seed's run differs from another's by more than 1%).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,6 +24,7 @@ text="${3:-/usr/share/vim/vim90/doc/version7.txt}"
 shift $(($# < 3 ? $# : 3))
 extra=("$@")
 recipes="${TEXT_BENCH_RECIPES:-delayed blockwise nvfp4}"
+seeds="${TEXT_BENCH_SEEDS:-1337}"
 if [ ! -r "$text" ]; then
   echo "text_bench: $text is missing (Debian's vim-runtime ships it; tools/setup.sh installs it)" >&2
   exit 1
@@ -49,13 +55,27 @@ run() {
 }
 
 echo "processor: $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) cores"
-echo "octet train on $text ($(stat -c %s "$text") bytes), $steps steps, batch 16 x 128 bytes${extra[*]+, ${extra[*]}}"
-read -r f32 f32_s < <(run f32 --set fp8.enabled=false)
-printf '| %-10s | %14s | %8s | %6s |\n' "recipe" "bits per byte" "vs f32" "time"
-printf '|%s|%s|%s|%s|\n' "------------" "----------------" "----------" "--------"
-printf '| %-10s | %14.4f | %8s | %5ss |\n' "f32" "$f32" "1" "$f32_s"
-for recipe in $recipes; do
-  read -r bpb secs < <(run "$recipe" --set "fp8.recipe={\"recipe\":\"$recipe\"}")
-  printf '| %-10s | %14.4f | %7.4fx | %5ss |\n' "$recipe" "$bpb" \
-    "$(awk -v a="$bpb" -v b="$f32" 'BEGIN {print a / b}')" "$secs"
+echo "octet train on $text ($(stat -c %s "$text") bytes), $steps steps, batch 16 x 128 bytes, seeds $seeds${extra[*]+, ${extra[*]}}"
+# results: lines "ENTRY SEED BPB SECONDS", f32 first for each seed.
+results="$work/results"
+for seed in $seeds; do
+  read -r bpb secs < <(run "f32-$seed" --set fp8.enabled=false --set "training.seed=$seed")
+  echo "f32 $seed $bpb $secs" >>"$results"
+  for entry in $recipes; do
+    recipe="${entry%%@*}"
+    args=(--set "fp8.recipe={\"recipe\":\"$recipe\"}" --set "training.seed=$seed")
+    [ "$entry" != "$recipe" ] && args+=(--set "fp8.high_precision_modules=[\"${entry#*@}\"]")
+    read -r bpb secs < <(run "$recipe-$seed-$(echo "$entry" | tr -c 'a-z0-9\n' _)" "${args[@]}")
+    echo "$entry $seed $bpb $secs" >>"$results"
+  done
+done
+printf '| %-24s | %14s | %25s | %7s |\n' "recipe" "bits per byte" "vs f32 (least-greatest)" "time"
+printf '|%s|%s|%s|%s|\n' "--------------------------" "----------------" "---------------------------" "---------"
+for entry in f32 $recipes; do
+  awk -v e="$entry" '
+    $1 == "f32" { f32[$2] = $3 }
+    $1 == e { n++; b += $3; t += $4; r = $3 / f32[$2]; s += r
+              if (n == 1 || r < lo) lo = r; if (n == 1 || r > hi) hi = r }
+    END { printf "| %-24s | %14.4f | %8.4fx (%.4f-%.4f) | %6.0fs |\n", e, b / n, s / n, lo, hi, t / n }
+  ' "$results"
 done
