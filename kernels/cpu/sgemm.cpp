@@ -1,6 +1,8 @@
-// octet's own f32 GEMM (kernels/cpu/sgemm.h). A is packed once per call (in chunks of whole
-// row blocks, all of M at the layer shapes) into micro-panels (kb, kMr), K block by K block, by
-// the pool's threads together, and shared by every task. Then the loops, outermost first:
+// octet's own f32 GEMM (kernels/cpu/sgemm.h). A row-major f32 A is read in place by the
+// micro-kernels; any other A (transposed, FP8, bf16, f16) is packed once per call (in chunks of
+// whole row blocks, all of M at the layer shapes) into micro-panels (kb, kMr), K block by K
+// block, by the pool's threads together, and shared by every task. Then the loops, outermost
+// first:
 //   jc: N in panels of up to kPanelFloats / K columns; B's panel is packed once, all of K, into
 //       slivers of kNr columns (K, kNr), by the pool's threads together;
 //   tasks: the panel's (mc-row block, range of slivers) pairs, claimed by any thread;
@@ -253,10 +255,11 @@ std::atomic<SimdPath>& gemm_path_slot() {
   return slot;
 }
 
-// Each micro-kernel: acc (kMr, kNr) = sum over p < kc of a[p * kMr + r] * b[p * kNr + j], then
+// Each micro-kernel: acc (kMr, kNr) = sum over p < kc of A(r, p) * b[p * kNr + j], then
 // for r < rows, j < cols: c[r * ldc + j] = alpha * acc (kOverwrite) or, adding, fma(alpha, acc, c)
 // on the SIMD paths and alpha * acc + c on the portable one.
-// `a` and `b` are packed and padded with zeros to whole tiles; `c` only has rows x cols.
+// `b` is packed and padded with zeros to whole tiles; A(r, p) is read packed or in place (ARows,
+// lda > 0 in place); `c` only has rows x cols.
 
 // The register tiles: AVX2 6 x 16 (12 ymm accumulators), AVX-512 8 x 48 (24 zmm accumulators,
 // 3 vectors wide: every layer GEMM's N, and M, are whole tiles).
@@ -271,16 +274,39 @@ constexpr int kAvx2Mr = 6, kAvx2Nr = 16;
 constexpr int64_t kAvx2PrefetchB = 1024;
 constexpr int kAvx512Mr = 8, kAvx512Nv = 3, kAvx512Nr = 16 * kAvx512Nv;
 
+// Where a micro-kernel reads its A panel: packed (kInPlace false), element (r, p) at
+// a[p * kMr + r], padded with zeros to kMr rows; or in place in a row-major f32 A (true),
+// at a[r * lda + p], rows past `rows` reading the last row again (their sums are never stored).
+// The products and their order are the same either way, so are the bits.
+template <int kMr, bool kInPlace>
+struct ARows {
+  const float* row[kInPlace ? kMr : 1];
+  ARows(const float* a, int64_t lda, int rows) {
+    if constexpr (kInPlace) {
+      for (int r = 0; r < kMr; ++r) row[r] = a + std::min(r, rows - 1) * lda;
+    } else {
+      row[0] = a;
+    }
+  }
+  const float* ptr(int r, int64_t p) const {
+    if constexpr (kInPlace) return row[r] + p;
+    return row[0] + p * kMr + r;
+  }
+  float at(int r, int64_t p) const { return *ptr(r, p); }
+};
+
 // Portable: plain loops that the compiler vectorises for the baseline instruction set.
 constexpr int kScalarMr = 4, kScalarNr = 16;
-void kernel_scalar(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
-                   bool add, int rows, int cols) {
+template <bool kInPlace>
+void kernel_scalar(int64_t kc, const float* a, int64_t lda, const float* b, float* c, int64_t ldc,
+                   float alpha, bool add, int rows, int cols) {
   float acc[kScalarMr][kScalarNr] = {};
+  const ARows<kScalarMr, kInPlace> ar(a, lda, rows);
   for (int64_t p = 0; p < kc; ++p) {
     for (int r = 0; r < kScalarMr; ++r) {
-      for (int j = 0; j < kScalarNr; ++j) acc[r][j] += a[r] * b[j];
+      const float av = ar.at(r, p);
+      for (int j = 0; j < kScalarNr; ++j) acc[r][j] += av * b[j];
     }
-    a += kScalarMr;
     b += kScalarNr;
   }
   for (int r = 0; r < rows; ++r) {
@@ -291,10 +317,12 @@ void kernel_scalar(int64_t kc, const float* a, const float* b, float* c, int64_t
 
 #if OCTET_GEMM_X86
 // AVX2 + FMA: 6 rows x 16 columns, 12 ymm accumulators.
-__attribute__((target("avx2,fma"))) void kernel_avx2(int64_t kc, const float* a, const float* b,
-                                                     float* c, int64_t ldc, float alpha, bool add,
-                                                     int rows, int cols) {
+template <bool kInPlace>
+__attribute__((target("avx2,fma"))) void kernel_avx2(int64_t kc, const float* a, int64_t lda,
+                                                     const float* b, float* c, int64_t ldc,
+                                                     float alpha, bool add, int rows, int cols) {
   __m256 acc0[kAvx2Mr], acc1[kAvx2Mr];
+  const ARows<kAvx2Mr, kInPlace> ar(a, lda, rows);
 #pragma GCC unroll 8
   for (int r = 0; r < kAvx2Mr; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
 #pragma GCC unroll 2
@@ -305,11 +333,10 @@ __attribute__((target("avx2,fma"))) void kernel_avx2(int64_t kc, const float* a,
     const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
 #pragma GCC unroll 8
     for (int r = 0; r < kAvx2Mr; ++r) {
-      const __m256 ar = _mm256_broadcast_ss(a + r);
-      acc0[r] = _mm256_fmadd_ps(ar, b0, acc0[r]);
-      acc1[r] = _mm256_fmadd_ps(ar, b1, acc1[r]);
+      const __m256 av = _mm256_broadcast_ss(ar.ptr(r, p));
+      acc0[r] = _mm256_fmadd_ps(av, b0, acc0[r]);
+      acc1[r] = _mm256_fmadd_ps(av, b1, acc1[r]);
     }
-    a += kAvx2Mr;
     b += kAvx2Nr;
   }
   const __m256 va = _mm256_set1_ps(alpha);
@@ -346,12 +373,13 @@ __attribute__((target("avx2,fma"))) void kernel_avx2(int64_t kc, const float* a,
 // FMA as two 256-bit halves: the same FMA rate as AVX2, with half the instructions).
 // kBStride: the packed B's row length (a narrower kernel serves the ragged last sliver of a
 // wider one: the same products in the same order, so the same bits).
-template <int kMr, int kNv, int kBStride = 16 * kNv>
-__attribute__((target("avx512f"))) void kernel_avx512(int64_t kc, const float* a, const float* b,
-                                                      float* c, int64_t ldc, float alpha, bool add,
-                                                      int rows, int cols) {
+template <int kMr, int kNv, bool kInPlace, int kBStride = 16 * kNv>
+__attribute__((target("avx512f"))) void kernel_avx512(int64_t kc, const float* a, int64_t lda,
+                                                      const float* b, float* c, int64_t ldc,
+                                                      float alpha, bool add, int rows, int cols) {
   constexpr int kNr = 16 * kNv;
   __m512 acc[kMr][kNv];
+  const ARows<kMr, kInPlace> ar(a, lda, rows);
 #pragma GCC unroll 16
   for (int r = 0; r < kMr; ++r) {
 #pragma GCC unroll 4
@@ -364,11 +392,10 @@ __attribute__((target("avx512f"))) void kernel_avx512(int64_t kc, const float* a
     for (int v = 0; v < kNv; ++v) bv[v] = _mm512_loadu_ps(b + 16 * v);
 #pragma GCC unroll 16
     for (int r = 0; r < kMr; ++r) {
-      const __m512 ar = _mm512_set1_ps(a[r]);
+      const __m512 av = _mm512_set1_ps(ar.at(r, p));
 #pragma GCC unroll 4
-      for (int v = 0; v < kNv; ++v) acc[r][v] = _mm512_fmadd_ps(ar, bv[v], acc[r][v]);
+      for (int v = 0; v < kNv; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
-    a += kMr;
     b += kBStride;
   }
   const __m512 va = _mm512_set1_ps(alpha);
@@ -402,8 +429,8 @@ __attribute__((target("avx512f"))) void kernel_avx512(int64_t kc, const float* a
 }
 #endif
 
-using KernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, float, bool, int,
-                          int);
+using KernelFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, float,
+                          bool, int, int);
 
 // A path's micro-kernel and block sizes: kc, the K block (a B micro-panel kc x nr, read from L2
 // or L1 by every micro-kernel call of a sliver); mc, the rows of an A block (kc x mc of it in
@@ -413,18 +440,21 @@ using KernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, 
 // 0.92-0.94x for 192 / 256 / 2; AVX2 kc 768 with mc 240-336 0.95-0.96x against 0.92-0.94x for
 // kc 256-640 (a C tile is reloaded K / kc times). Only kc changes bits; AVX2's mc follows the L2
 // size so that its A block fits.
-struct Path {
-  KernelFn kernel;
-  int mr, nr;
-  int64_t mc, kc, group;
-  // For a last sliver of at most 16 and 32 columns, when the path has them (else `kernel`).
-  KernelFn kernel16 = nullptr, kernel32 = nullptr;
+struct Kernels {
+  KernelFn full;
+  // For a last sliver of at most 16 and 32 columns, when the path has them (else `full`).
+  KernelFn k16 = nullptr, k32 = nullptr;
 
   KernelFn for_columns(int cols) const {
-    if (cols <= 16 && kernel16 != nullptr) return kernel16;
-    if (cols <= 32 && kernel32 != nullptr) return kernel32;
-    return kernel;
+    if (cols <= 16 && k16 != nullptr) return k16;
+    if (cols <= 32 && k32 != nullptr) return k32;
+    return full;
   }
+};
+struct Path {
+  Kernels packed, in_place;  // A packed, or read in place (see ARows)
+  int mr, nr;
+  int64_t mc, kc, group;
 };
 
 // The A block's rows for a K block of kc on AVX2: three quarters of L2 (1 MiB on Zen 4: 252
@@ -441,23 +471,31 @@ int64_t avx2_block_rows(int64_t kc) {
   return std::max<int64_t>(8 * kAvx2Mr, rows / kAvx2Mr * kAvx2Mr);
 }
 
+#if OCTET_GEMM_X86
+template <bool kInPlace>
+Kernels avx512_kernels() {
+  return {kernel_avx512<kAvx512Mr, kAvx512Nv, kInPlace>,
+          kernel_avx512<kAvx512Mr, 1, kInPlace, kAvx512Nr>,
+          kernel_avx512<kAvx512Mr, 2, kInPlace, kAvx512Nr>};
+}
+#endif
+
 Path path_for(SimdPath simd) {
   switch (simd) {
 #if OCTET_GEMM_X86
     case SimdPath::kAvx512:
-      return {kernel_avx512<kAvx512Mr, kAvx512Nv>,
-              kAvx512Mr,
-              kAvx512Nr,
-              384,
-              384,
-              1,
-              kernel_avx512<kAvx512Mr, 1, kAvx512Nr>,
-              kernel_avx512<kAvx512Mr, 2, kAvx512Nr>};
+      return {avx512_kernels<false>(), avx512_kernels<true>(), kAvx512Mr, kAvx512Nr, 384, 384, 1};
     case SimdPath::kAvx2:
-      return {kernel_avx2, kAvx2Mr, kAvx2Nr, avx2_block_rows(768), 768, 8};
+      return {{kernel_avx2<false>},
+              {kernel_avx2<true>},
+              kAvx2Mr,
+              kAvx2Nr,
+              avx2_block_rows(768),
+              768,
+              8};
 #endif
     default:
-      return {kernel_scalar, kScalarMr, kScalarNr, 64, 256, 4};
+      return {{kernel_scalar<false>}, {kernel_scalar<true>}, kScalarMr, kScalarNr, 64, 256, 4};
   }
 }
 
@@ -793,7 +831,13 @@ void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a, c
 
   // Packs rows [c0, c0 + rows) of A: block by block, each (K blocks, panels, kb, mr), the block
   // starting at i * k for its first row i (relative to the chunk), tasks of one (block, K block).
-  float* packed_a = t_packed_a.get(((std::min(chunk_rows, m) + mr - 1) / mr * mr) * k);
+  // A row-major f32 A is read in place by the micro-kernels: nothing to convert, and its rows are
+  // what a packed panel would hold, read as kMr streams (a packed copy cost about a tenth of
+  // the time of a layer GEMM, mostly memory traffic).
+  const bool a_in_place = a.dtype == DType::kF32 && !a.transposed;
+  const Kernels& kernels = a_in_place ? path.in_place : path.packed;
+  float* packed_a =
+      a_in_place ? nullptr : t_packed_a.get(((std::min(chunk_rows, m) + mr - 1) / mr * mr) * k);
   auto pack_a_chunk = [&](int64_t c0, int64_t rows) {
     const int64_t blocks = (rows + mc - 1) / mc;
     tasks(blocks * k_blocks, [&](int64_t t) {
@@ -804,7 +848,7 @@ void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a, c
              packed_a + i * k + k0 * rows_padded);
     });
   };
-  if (one_chunk) pack_a_chunk(0, m);
+  if (one_chunk && !a_in_place) pack_a_chunk(0, m);
 
   for (int64_t jc = 0; jc < n; jc += panel) {
     const int64_t width = std::min(panel, n - jc);
@@ -826,7 +870,7 @@ void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a, c
 
     for (int64_t c0 = 0; c0 < m; c0 += chunk_rows) {
       const int64_t chunk = std::min(chunk_rows, m - c0);
-      if (!one_chunk) pack_a_chunk(c0, chunk);
+      if (!one_chunk && !a_in_place) pack_a_chunk(c0, chunk);
       const int64_t m_blocks = (chunk + mc - 1) / mc;
       // Enough tasks for every thread to have a few, of kTaskFlops or more (the split changes no
       // bits: each tile is summed by one task whatever the split, and A is packed once whatever
@@ -842,7 +886,10 @@ void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a, c
         const int64_t part = t % n_parts;
         const int64_t s0 = slivers * part / n_parts, s1 = slivers * (part + 1) / n_parts;
         const int64_t rows_padded = (rows + mr - 1) / mr * mr;
-        const float* a_block = packed_a + i * k;
+        // In place: row r, column p at a_rows[r * lda + p]; packed: see pack_a_chunk.
+        const float* a_rows =
+            a_in_place ? static_cast<const float*>(a.data) + (c0 + i) * a.ld : packed_a + i * k;
+        const int64_t lda = a_in_place ? a.ld : 0;
         float* c_block = c + (c0 + i) * ldc + jc;
         // A group of slivers at a time, over all of K, so that its part of C (rows x group
         // width) stays in L2 between the K blocks.
@@ -850,16 +897,16 @@ void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a, c
           const int64_t g1 = std::min(s1, g0 + path.group);
           for (int64_t k0 = 0; k0 < k; k0 += kc) {
             const int64_t kb = std::min(kc, k - k0);
-            const float* ak = a_block + k0 * rows_padded;
+            const float* ak = a_in_place ? a_rows + k0 : a_rows + k0 * rows_padded;
             const bool add = update == GemmUpdate::kAdd || k0 > 0;
             for (int64_t s = g0; s < g1; ++s) {
               const float* bs = packed_b + s * k * nr + k0 * nr;
               const int cols = static_cast<int>(std::min<int64_t>(nr, width - s * nr));
-              const KernelFn kernel = path.for_columns(cols);
+              const KernelFn kernel = kernels.for_columns(cols);
               float* cs = c_block + s * nr;
               for (int64_t r0 = 0; r0 < rows; r0 += mr) {
-                kernel(kb, ak + r0 * kb, bs, cs + r0 * ldc, ldc, alpha, add,
-                       static_cast<int>(std::min<int64_t>(mr, rows - r0)), cols);
+                kernel(kb, a_in_place ? ak + r0 * lda : ak + r0 * kb, lda, bs, cs + r0 * ldc, ldc,
+                       alpha, add, static_cast<int>(std::min<int64_t>(mr, rows - r0)), cols);
               }
             }
           }

@@ -218,6 +218,38 @@ TEST(OwnGemm, Fp8AndBf16OperandsGiveTheBitsOfTheirF32Expansion) {
   }
 }
 
+// A row-major f32 A is read in place by the micro-kernels, any other A packed into panels: the
+// same products in the same order, so the same bits. Here the in-place A has a row stride past K
+// whose extra columns hold NaN (a read past a row's K would show), and ragged row panels (the
+// kernels read the last row again for the rows past M); the packed one is its transpose.
+TEST(OwnGemm, ARowMajorReadInPlaceGivesTheBitsOfItsPackedTranspose) {
+  const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
+      {1, 5, 3}, {7, 17, 2}, {9, 47, 33}, {13, 97, 385}, {391, 20, 400}, {67, 145, 790}};
+  for (SimdPath path : available_paths()) {
+    const OwnGemmScope own(path);
+    for (const auto& [m, n, k] : shapes) {
+      const int64_t lda = k + 5;
+      const std::vector<float> values = test::random_tensor({m, k}, DType::kF32, 81).to_floats();
+      std::vector<float> rows(m * lda, std::nanf("")), cols(k * m);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t p = 0; p < k; ++p) {
+          rows[i * lda + p] = values[i * k + p];
+          cols[p * m + i] = values[i * k + p];
+        }
+      }
+      const std::vector<float> b = test::random_tensor({n, k}, DType::kF32, 82).to_floats();
+      const cpu::GemmOperand b_op{b.data(), DType::kF32, true, k};
+      std::vector<float> in_place(m * n), packed(m * n);
+      cpu::sgemm(m, n, k, 0.75f, {rows.data(), DType::kF32, false, lda}, b_op,
+                 cpu::GemmUpdate::kOverwrite, in_place.data(), n);
+      cpu::sgemm(m, n, k, 0.75f, {cols.data(), DType::kF32, true, m}, b_op,
+                 cpu::GemmUpdate::kOverwrite, packed.data(), n);
+      EXPECT_EQ(std::memcmp(in_place.data(), packed.data(), packed.size() * sizeof(float)), 0)
+          << cpu::simd_path_name(path) << " M=" << m << " N=" << n << " K=" << k;
+    }
+  }
+}
+
 // Bits independent of the thread count on every path: each output element is summed by one
 // task over the K blocks in order, whichever thread claims it.
 TEST(OwnGemm, OneTwoAndThreeThreadsGiveTheSameBitsOnEveryPath) {
