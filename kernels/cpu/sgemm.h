@@ -1,8 +1,8 @@
-// octet's own f32 GEMM on the CPU: BLIS-style blocks (A and B each packed once per call by the
-// pool's threads and shared by every task) and register-blocked micro-kernels in AVX-512 or
-// AVX2+FMA, chosen at run time, else portable C++. The packing reads f32, bf16, f16 or FP8 operands
-// in either layout and converts them to f32 as it packs, so no operand is converted or transposed
-// in a pass of its own.
+// octet's own f32 GEMM on the CPU: BLIS-style blocks (B, and any A but a row-major f32 one, each
+// packed once per call by the pool's threads and shared by every task; a row-major f32 A is read
+// in place) and register-blocked micro-kernels in AVX-512 or AVX2+FMA, chosen at run time, else
+// portable C++. The packing reads f32, bf16, f16 or FP8 operands in either layout and converts
+// them to f32 as it packs, so no operand is converted or transposed in a pass of its own.
 #pragma once
 
 #include <cstdint>
