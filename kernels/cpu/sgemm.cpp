@@ -204,7 +204,7 @@ __attribute__((target("avx2"))) void transpose_panel_avx2(const float* src, int6
     for (int64_t j0 = 0; j0 < cols; j0 += 8) {
       const int64_t n = std::min<int64_t>(8, cols - j0);
       __m256 r[8];
-      if (n == 8) {  // whole rows of 8: the rows past h (an A panel of 6) are zero
+      if (n == 8) {  // whole rows of 8: the rows past h are zero
         for (int i = 0; i < 8; ++i) {
           r[i] = i < h ? _mm256_loadu_ps(src + (i0 + i) * src_stride + j0) : _mm256_setzero_ps();
         }
@@ -221,9 +221,6 @@ __attribute__((target("avx2"))) void transpose_panel_avx2(const float* src, int6
         float* d = dst + (j0 + j) * dst_stride + i0;
         if (w == 8) {
           _mm256_storeu_ps(d, r[j]);
-        } else if (w == 6) {  // AVX2's A panels: 4 + 2 floats
-          _mm_storeu_ps(d, _mm256_castps256_ps128(r[j]));
-          _mm_storel_pi(reinterpret_cast<__m64*>(d + 4), _mm256_extractf128_ps(r[j], 1));
         } else {
           _mm256_store_ps(block[0], r[j]);
           std::memcpy(d, block[0], static_cast<size_t>(w) * sizeof(float));
@@ -261,16 +258,18 @@ std::atomic<SimdPath>& gemm_path_slot() {
 // `b` is packed and padded with zeros to whole tiles; A(r, p) is read packed or in place (ARows;
 // `lda`, A's row stride, is read in place only); `c` only has rows x cols.
 
-// The register tiles: AVX2 6 x 16 (12 ymm accumulators), AVX-512 8 x 48 (24 zmm accumulators,
-// 3 vectors wide: every layer GEMM's N, and M, are whole tiles).
-constexpr int kAvx2Mr = 6, kAvx2Nr = 16;
-// How far ahead (in floats, 64 steps of K) the AVX2 kernel prefetches its B micro-panel. A K block
-// of 768 makes the panel 48 KiB, more than a 32 KiB L1, so every call of a sliver reads it from L2
-// again, and the hardware prefetcher fell behind. Measured by one session on a Zen 3 (cpu-clock
-// samples only, not re-measured since): about a fifth of the kernel's samples sat on B's loads;
-// with the prefetch (and the K loop unrolled by two) the own GEMM over the layer shapes went from
-// about 0.92-0.93x to 0.94-0.96x OpenBLAS on one thread (256 to 1024 floats ahead within noise of
-// each other; prefetching A as well was slower).
+// The register tiles: AVX2 4 x 24 (12 ymm accumulators, 3 vectors wide), AVX-512 8 x 48 (24 zmm
+// accumulators, 3 vectors wide); every layer GEMM's N, and M, are whole tiles. A tile's shape
+// changes no bits: each element is summed over a K block in order whatever the tile.
+constexpr int kAvx2Mr = 4, kAvx2Nv = 3, kAvx2Nr = 8 * kAvx2Nv;
+// How far ahead (in floats) the AVX2 kernel prefetches its B micro-panel. A K block of 768 makes
+// the panel 72 KiB (48 KiB for the 6 x 16 tile before), more than a 32 KiB L1, so every call of a
+// sliver reads it from L2 again, and the hardware prefetcher fell behind. Measured by one session
+// on a Zen 3 with the 6 x 16 tile (cpu-clock samples only, not re-measured since): about a fifth
+// of the kernel's samples sat on B's loads; with the prefetch (and the K loop unrolled by two) the
+// own GEMM over the layer shapes went from about 0.92-0.93x to 0.94-0.96x OpenBLAS on one thread
+// (256 to 1024 floats ahead within noise of each other; prefetching A as well was slower). A step
+// of the 4 x 24 tile reads a line and a half of B, so it prefetches two (one of them often again).
 constexpr int64_t kAvx2PrefetchB = 1024;
 constexpr int kAvx512Mr = 8, kAvx512Nv = 3, kAvx512Nr = 16 * kAvx512Nv;
 
@@ -299,7 +298,7 @@ struct ARows {
 constexpr int kScalarMr = 4, kScalarNr = 16;
 template <bool kInPlace>
 void kernel_scalar(int64_t kc, const float* a, int64_t lda, const float* b, float* c, int64_t ldc,
-                   float alpha, bool add, int rows, int cols) {
+                   const float* alpha, bool add, int rows, int cols) {
   float acc[kScalarMr][kScalarNr] = {};
   const ARows<kScalarMr, kInPlace> ar(a, lda, rows);
   for (int64_t p = 0; p < kc; ++p) {
@@ -311,61 +310,78 @@ void kernel_scalar(int64_t kc, const float* a, int64_t lda, const float* b, floa
   }
   for (int r = 0; r < rows; ++r) {
     float* cr = c + r * ldc;
-    for (int j = 0; j < cols; ++j) cr[j] = add ? alpha * acc[r][j] + cr[j] : alpha * acc[r][j];
+    for (int j = 0; j < cols; ++j) cr[j] = add ? *alpha * acc[r][j] + cr[j] : *alpha * acc[r][j];
   }
 }
 
 #if OCTET_GEMM_X86
-// AVX2 + FMA: 6 rows x 16 columns, 12 ymm accumulators.
-template <bool kInPlace>
+// AVX2 + FMA: kMr rows x kNv vectors of 8 columns, kMr * kNv ymm accumulators. 4 x 24 rather than
+// 6 x 16 (the tile until 2026-12-05): the same 12 FMAs a step of K from 4 broadcasts and 3 loads
+// of B, not 6 and 2, and on a 2-core Zen 1 (family 23, 256-bit operations split in two halves) the
+// own GEMM over the 12 layer GEMMs went from about 0.95x to 0.98x oneDNN on one thread (README,
+// "A 4 x 24 AVX2 tile"). 12 accumulators, 3 B vectors and the broadcast take all 16 ymm
+// registers: the K loop is not unrolled (unrolled by two, GCC spilled an accumulator to the stack
+// and the GEMM fell to 0.87x).
+template <int kMr, int kNv, bool kInPlace>
 __attribute__((target("avx2,fma"))) void kernel_avx2(int64_t kc, const float* a, int64_t lda,
                                                      const float* b, float* c, int64_t ldc,
-                                                     float alpha, bool add, int rows, int cols) {
-  __m256 acc0[kAvx2Mr], acc1[kAvx2Mr];
-  const ARows<kAvx2Mr, kInPlace> ar(a, lda, rows);
-#pragma GCC unroll 8
-  for (int r = 0; r < kAvx2Mr; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
-#pragma GCC unroll 2
+                                                     const float* alpha, bool add, int rows,
+                                                     int cols) {
+  constexpr int kNr = 8 * kNv;
+  __m256 acc[kMr][kNv];
+  const ARows<kMr, kInPlace> ar(a, lda, rows);
+#pragma GCC unroll 16
+  for (int r = 0; r < kMr; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kNv; ++v) acc[r][v] = _mm256_setzero_ps();
+  }
+#pragma GCC unroll 1
   for (int64_t p = 0; p < kc; ++p) {
-    // One line of B a step, kAvx2PrefetchB floats ahead (it may run past the sliver: a prefetch
+    // B's lines a step, kAvx2PrefetchB floats ahead (it may run past the sliver: a prefetch
     // does not fault).
     _mm_prefetch(reinterpret_cast<const char*>(b + kAvx2PrefetchB), _MM_HINT_T0);
-    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-#pragma GCC unroll 8
-    for (int r = 0; r < kAvx2Mr; ++r) {
+    if constexpr (kNv > 2)
+      _mm_prefetch(reinterpret_cast<const char*>(b + kAvx2PrefetchB + 16), _MM_HINT_T0);
+    __m256 bv[kNv];
+#pragma GCC unroll 4
+    for (int v = 0; v < kNv; ++v) bv[v] = _mm256_loadu_ps(b + 8 * v);
+#pragma GCC unroll 16
+    for (int r = 0; r < kMr; ++r) {
       const __m256 av = _mm256_broadcast_ss(ar.ptr(r, p));
-      acc0[r] = _mm256_fmadd_ps(av, b0, acc0[r]);
-      acc1[r] = _mm256_fmadd_ps(av, b1, acc1[r]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kNv; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
     }
-    b += kAvx2Nr;
+    b += kNr;
   }
-  const __m256 va = _mm256_set1_ps(alpha);
+  const __m256 va = _mm256_set1_ps(*alpha);
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), lane);
-  const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols - 8), lane);
+  __m256i mask[kNv];
+#pragma GCC unroll 4
+  for (int v = 0; v < kNv; ++v) {
+    mask[v] = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols - 8 * v), lane);
+  }
   // Masked moves only at the ragged right edge: AMD processors run vmaskmovps stores slowly.
-  const bool full = cols == kAvx2Nr;
-#pragma GCC unroll 8
-  for (int r = 0; r < kAvx2Mr; ++r) {
+  const bool full = cols == kNr;
+#pragma GCC unroll 16
+  for (int r = 0; r < kMr; ++r) {
     if (r >= rows) break;
     float* cr = c + r * ldc;
     if (full) {
-      __m256 v0 = _mm256_mul_ps(va, acc0[r]), v1 = _mm256_mul_ps(va, acc1[r]);
-      if (add) {
-        v0 = _mm256_fmadd_ps(va, acc0[r], _mm256_loadu_ps(cr));
-        v1 = _mm256_fmadd_ps(va, acc1[r], _mm256_loadu_ps(cr + 8));
+#pragma GCC unroll 4
+      for (int v = 0; v < kNv; ++v) {
+        const __m256 out = add ? _mm256_fmadd_ps(va, acc[r][v], _mm256_loadu_ps(cr + 8 * v))
+                               : _mm256_mul_ps(va, acc[r][v]);
+        _mm256_storeu_ps(cr + 8 * v, out);
       }
-      _mm256_storeu_ps(cr, v0);
-      _mm256_storeu_ps(cr + 8, v1);
       continue;
     }
-    __m256 v0 = _mm256_mul_ps(va, acc0[r]), v1 = _mm256_mul_ps(va, acc1[r]);
-    if (add) {
-      v0 = _mm256_fmadd_ps(va, acc0[r], _mm256_maskload_ps(cr, m0));
-      v1 = _mm256_fmadd_ps(va, acc1[r], _mm256_maskload_ps(cr + 8, m1));
+#pragma GCC unroll 4
+    for (int v = 0; v < kNv; ++v) {
+      const __m256 out =
+          add ? _mm256_fmadd_ps(va, acc[r][v], _mm256_maskload_ps(cr + 8 * v, mask[v]))
+              : _mm256_mul_ps(va, acc[r][v]);
+      _mm256_maskstore_ps(cr + 8 * v, mask[v], out);
     }
-    _mm256_maskstore_ps(cr, m0, v0);
-    _mm256_maskstore_ps(cr + 8, m1, v1);
   }
 }
 
@@ -376,7 +392,8 @@ __attribute__((target("avx2,fma"))) void kernel_avx2(int64_t kc, const float* a,
 template <int kMr, int kNv, bool kInPlace, int kBStride = 16 * kNv>
 __attribute__((target("avx512f"))) void kernel_avx512(int64_t kc, const float* a, int64_t lda,
                                                       const float* b, float* c, int64_t ldc,
-                                                      float alpha, bool add, int rows, int cols) {
+                                                      const float* alpha, bool add, int rows,
+                                                      int cols) {
   constexpr int kNr = 16 * kNv;
   __m512 acc[kMr][kNv];
   const ARows<kMr, kInPlace> ar(a, lda, rows);
@@ -398,7 +415,7 @@ __attribute__((target("avx512f"))) void kernel_avx512(int64_t kc, const float* a
     }
     b += kBStride;
   }
-  const __m512 va = _mm512_set1_ps(alpha);
+  const __m512 va = _mm512_set1_ps(*alpha);
   __mmask16 mask[kNv];
 #pragma GCC unroll 4
   for (int v = 0; v < kNv; ++v) {
@@ -429,8 +446,10 @@ __attribute__((target("avx512f"))) void kernel_avx512(int64_t kc, const float* a
 }
 #endif
 
-using KernelFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, float,
-                          bool, int, int);
+// alpha is passed by address: read after the K loop, it holds no register through it (AVX2's
+// 4 x 24 tile and its operands take all 16 ymm registers).
+using KernelFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t,
+                          const float*, bool, int, int);
 
 // A path's micro-kernel and block sizes: kc, the K block (a B micro-panel kc x nr, read from L2
 // or L1 by every micro-kernel call of a sliver); mc, the rows of an A block (kc x mc of it in
@@ -438,8 +457,9 @@ using KernelFn = void (*)(int64_t, const float*, int64_t, const float*, float*, 
 // one Zen 4 core from sweeps over the layer GEMMs, interleaved with oneDNN (the machine's noise,
 // +-5% a run, hides smaller differences): AVX-512 384 / 384 / 1 measured 0.95x oneDNN against
 // 0.92-0.94x for 192 / 256 / 2; AVX2 kc 768 with mc 240-336 0.95-0.96x against 0.92-0.94x for
-// kc 256-640 (a C tile is reloaded K / kc times). Only kc changes bits; AVX2's mc follows the L2
-// size so that its A block fits.
+// kc 256-640 (a C tile is reloaded K / kc times); with the 4 x 24 tile on a Zen 1, kc 384, 512
+// and 1024 measured within the noise of 768. Only kc changes bits; AVX2's mc follows the L2 size
+// so that its A block fits.
 struct Kernels {
   KernelFn full;
   // For a last sliver of at most 16 and 32 columns, when the path has them (else `full`).
@@ -486,8 +506,8 @@ Path path_for(SimdPath simd) {
     case SimdPath::kAvx512:
       return {avx512_kernels<false>(), avx512_kernels<true>(), kAvx512Mr, kAvx512Nr, 384, 384, 1};
     case SimdPath::kAvx2:
-      return {{kernel_avx2<false>},
-              {kernel_avx2<true>},
+      return {{kernel_avx2<kAvx2Mr, kAvx2Nv, false>},
+              {kernel_avx2<kAvx2Mr, kAvx2Nv, true>},
               kAvx2Mr,
               kAvx2Nr,
               avx2_block_rows(768),
@@ -609,7 +629,8 @@ inline const void* element(const GemmOperand& x, int64_t row, int64_t col) {
 void pack_b_sliver(const GemmOperand& b, int64_t k, int64_t j0, int64_t width, int nr, float* dst) {
   for (int64_t j = 0; j < width; j += 16) {
     const int64_t h = std::min<int64_t>(16, width - j);
-    pack_transposed(b.dtype, element(b, j0 + j, 0), b.ld, h, k, dst + j, nr, std::min(16, nr));
+    pack_transposed(b.dtype, element(b, j0 + j, 0), b.ld, h, k, dst + j, nr,
+                    static_cast<int>(std::min<int64_t>(16, nr - j)));
   }
   if (width < nr) {
     for (int64_t p = 0; p < k; ++p) std::fill(dst + p * nr + width, dst + (p + 1) * nr, 0.f);
@@ -680,16 +701,9 @@ void pack_a(const GemmOperand& a, int64_t i0, int64_t rows, int64_t k0, int64_t 
             float* dst) {
   if (a.transposed && a.dtype == DType::kF32) {
     const auto* src = static_cast<const float*>(element(a, k0, i0));
-    switch (mr) {
-      case kAvx2Mr:
-        return pack_a_transposed_f32<kAvx2Mr>(src, a.ld, rows, kb, dst);
-      case kAvx512Mr:
-        return pack_a_transposed_f32<kAvx512Mr>(src, a.ld, rows, kb, dst);
-      case kScalarMr:
-        return pack_a_transposed_f32<kScalarMr>(src, a.ld, rows, kb, dst);
-      default:
-        break;
-    }
+    if (mr == kAvx2Mr) return pack_a_transposed_f32<kAvx2Mr>(src, a.ld, rows, kb, dst);
+    if (mr == kAvx512Mr) return pack_a_transposed_f32<kAvx512Mr>(src, a.ld, rows, kb, dst);
+    if (mr == kScalarMr) return pack_a_transposed_f32<kScalarMr>(src, a.ld, rows, kb, dst);
   }
   if (a.transposed) {
     // Stored (K, M): a stored row holds, for one k, every panel's rows. Read each once, in order.
@@ -906,7 +920,7 @@ void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a, c
               float* cs = c_block + s * nr;
               for (int64_t r0 = 0; r0 < rows; r0 += mr) {
                 kernel(kb, a_in_place ? ak + r0 * lda : ak + r0 * kb, lda, bs, cs + r0 * ldc, ldc,
-                       alpha, add, static_cast<int>(std::min<int64_t>(mr, rows - r0)), cols);
+                       &alpha, add, static_cast<int>(std::min<int64_t>(mr, rows - r0)), cols);
               }
             }
           }
