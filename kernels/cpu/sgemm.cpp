@@ -317,11 +317,11 @@ void kernel_scalar(int64_t kc, const float* a, int64_t lda, const float* b, floa
 #if OCTET_GEMM_X86
 // AVX2 + FMA: kMr rows x kNv vectors of 8 columns, kMr * kNv ymm accumulators. 4 x 24 rather than
 // 6 x 16 (the tile until 2026-12-05): the same 12 FMAs a step of K from 4 broadcasts and 3 loads
-// of B, not 6 and 2, and on a 2-core Zen 1 (family 23, 256-bit operations split in two halves) the
-// own GEMM over the 12 layer GEMMs went from about 0.95x to 0.98x oneDNN on one thread (README,
-// "A 4 x 24 AVX2 tile"). 12 accumulators, 3 B vectors and the broadcast take all 16 ymm
-// registers: the K loop is not unrolled (unrolled by two, GCC spilled an accumulator to the stack
-// and the GEMM fell to 0.87x).
+// of B, not 6 and 2; on a 2-core Zen 1 (family 23) the own GEMM over the layer GEMMs went from
+// 0.95-0.96x to 0.96-0.99x oneDNN on one thread in paired rounds (README, "A 4 x 24 AVX2 tile").
+// 12 accumulators, 3 B vectors and the broadcast take all 16 ymm registers. The K loop is not
+// unrolled: unrolled by two it measured within the noise (with alpha still in a register it
+// spilled an accumulator and fell to 0.87x).
 template <int kMr, int kNv, bool kInPlace>
 __attribute__((target("avx2,fma"))) void kernel_avx2(int64_t kc, const float* a, int64_t lda,
                                                      const float* b, float* c, int64_t ldc,
