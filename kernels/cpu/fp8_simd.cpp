@@ -319,23 +319,41 @@ OCTET_AVX2 void decode_avx2(const uint8_t* q, int64_t n, float* out) {
   decode_scalar<kE4M3>(q + i, n - i, out + i);
 }
 
+// Rows [0, kRows) x columns [0, cols) of src (cols a multiple of 16), kRows 16 or 8, decoded
+// into dst transposed. For 8 rows the byte transpose's other half is zeros, and only the first
+// 8 values of each column are stored.
+template <bool kE4M3, int kRows>
+OCTET_AVX2 void decode_rows_transposed_avx2(const uint8_t* src, int64_t src_stride, int64_t cols,
+                                            float* dst, int64_t dst_stride) {
+  for (int64_t j = 0; j < cols; j += 16) {
+    __m128i r[16];
+    for (int k = 0; k < 16; ++k) {
+      r[k] = k < kRows ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k * src_stride + j))
+                       : _mm_setzero_si128();
+    }
+    transpose16x16_bytes(r);  // r[k]: column j + k
+    for (int k = 0; k < 16; ++k) {
+      float* out = dst + (j + k) * dst_stride;
+      _mm256_storeu_ps(out, decode8_avx2<kE4M3>(r[k]));
+      if (kRows == 16) _mm256_storeu_ps(out + 8, decode8_avx2<kE4M3>(_mm_srli_si128(r[k], 8)));
+    }
+  }
+}
+
 template <bool kE4M3>
 OCTET_AVX2 void decode_transposed_avx2(const uint8_t* src, int64_t src_stride, int64_t rows,
                                        int64_t cols, float* dst, int64_t dst_stride) {
-  const int64_t full_rows = rows / 16 * 16, full_cols = cols / 16 * 16;
-  for (int64_t i = 0; i < full_rows; i += 16) {
-    for (int64_t j = 0; j < full_cols; j += 16) {
-      __m128i r[16];
-      for (int k = 0; k < 16; ++k) {
-        r[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + (i + k) * src_stride + j));
-      }
-      transpose16x16_bytes(r);  // r[k]: column j + k, rows i..i+15
-      for (int k = 0; k < 16; ++k) {
-        float* out = dst + (j + k) * dst_stride + i;
-        _mm256_storeu_ps(out, decode8_avx2<kE4M3>(r[k]));
-        _mm256_storeu_ps(out + 8, decode8_avx2<kE4M3>(_mm_srli_si128(r[k], 8)));
-      }
-    }
+  const int64_t full_cols = cols / 16 * 16;
+  int64_t full_rows = 0;
+  for (; full_rows + 16 <= rows; full_rows += 16) {
+    decode_rows_transposed_avx2<kE4M3, 16>(src + full_rows * src_stride, src_stride, full_cols,
+                                           dst + full_rows, dst_stride);
+  }
+  // A block of 8 more (a 24-wide sliver of B is 16 + 8 rows).
+  if (full_rows + 8 <= rows) {
+    decode_rows_transposed_avx2<kE4M3, 8>(src + full_rows * src_stride, src_stride, full_cols,
+                                          dst + full_rows, dst_stride);
+    full_rows += 8;
   }
   decode_transposed_scalar<kE4M3>(src + full_cols, src_stride, rows, cols - full_cols,
                                   dst + full_cols * dst_stride, dst_stride);

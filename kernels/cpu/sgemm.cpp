@@ -697,6 +697,14 @@ void pack_a_transposed_f32(const float* src, int64_t ld, int64_t rows, int64_t k
 
 // The A block of logical rows [i0, i0 + rows), K columns [k0, k0 + kb): micro-panels (kb, mr), one
 // per mr rows, the rows past the block's end zero.
+// dst[p * kMr + r] = src[p * src_stride + r] for p < kb, r < kMr: a full panel out of a decoded
+// group (a fixed-size copy a row; element by element it took 1.4% of an FP8 layer step on Zen 1).
+template <int kMr>
+void copy_panel(const float* src, int64_t src_stride, int64_t kb, float* dst) {
+  for (int64_t p = 0; p < kb; ++p)
+    std::memcpy(dst + p * kMr, src + p * src_stride, kMr * sizeof(float));
+}
+
 void pack_a(const GemmOperand& a, int64_t i0, int64_t rows, int64_t k0, int64_t kb, int mr,
             float* dst) {
   if (a.transposed && a.dtype == DType::kF32) {
@@ -728,10 +736,16 @@ void pack_a(const GemmOperand& a, int64_t i0, int64_t rows, int64_t k0, int64_t 
                             kb, scratch, group);
       for (int64_t r0 = 0; r0 < h; r0 += mr, dst += kb * mr) {
         const int64_t w = std::min<int64_t>(mr, h - r0);
-        for (int64_t p = 0; p < kb; ++p) {
-          const float* from = scratch + p * group + r0;
-          float* to = dst + p * mr;
-          for (int64_t r = 0; r < mr; ++r) to[r] = r < w ? from[r] : 0.f;
+        if (w == mr && mr == kAvx2Mr) {
+          copy_panel<kAvx2Mr>(scratch + r0, group, kb, dst);
+        } else if (w == mr && mr == kAvx512Mr) {
+          copy_panel<kAvx512Mr>(scratch + r0, group, kb, dst);
+        } else {
+          for (int64_t p = 0; p < kb; ++p) {
+            const float* from = scratch + p * group + r0;
+            float* to = dst + p * mr;
+            for (int64_t r = 0; r < mr; ++r) to[r] = r < w ? from[r] : 0.f;
+          }
         }
       }
     }

@@ -208,8 +208,9 @@ TEST(Fp8Simd, EveryPathDecodesEveryCodeExactly) {
 struct Shape2 {
   int64_t rows, cols;
 };
-const Shape2 kTransposeShapes[] = {{1, 1},  {16, 16}, {17, 33}, {32, 48},
-                                   {5, 40}, {40, 5},  {64, 64}, {100, 70}};
+// 24 x 48, 13 x 35 and 8 x 16: a block of 8 rows after the blocks of 16 (AVX2), and the edges.
+const Shape2 kTransposeShapes[] = {{1, 1},   {16, 16},  {17, 33}, {32, 48}, {5, 40}, {40, 5},
+                                   {64, 64}, {100, 70}, {24, 48}, {13, 35}, {8, 16}};
 
 // Codes of a rows x cols block with row stride cols + 3, every code appearing.
 std::vector<uint8_t> random_codes(int64_t rows, int64_t stride, uint32_t seed) {
