@@ -86,10 +86,13 @@ class Pool {
   Pool& operator=(const Pool&) = delete;
 
   int threads() const { return threads_.load(std::memory_order_relaxed); }
+  // Also ends a pause of the workers: a count set on purpose is tried at once.
   void set_threads(int n) {
     std::lock_guard<std::mutex> lock(submit_);
     threads_.store(n, std::memory_order_relaxed);
+    governor_ = detail::WorkerGovernor{};
   }
+  int64_t pauses() const { return pauses_.load(std::memory_order_relaxed); }
 
   // At exit: the workers stop and are joined, so no thread a runtime (LLVM's libomp) registered is
   // alive when that runtime shuts down. Skipped when the pool is busy or exit came from a task.
@@ -107,6 +110,7 @@ class Pool {
     if (!lock.owns_lock()) return false;
     resize_workers();
     if (workers_.empty()) return false;
+    if (!governor_.wake_workers(detail::WorkerGovernor::Clock::now())) return false;
     for (int64_t first = 0; first < tasks; first += kMaxTasksPerJob) {
       run_job(std::min(kMaxTasksPerJob, tasks - first), fn, context, first);
     }
@@ -122,15 +126,18 @@ class Pool {
     generation_ += 1;
     state_.store(pack(generation_, 0, static_cast<uint64_t>(count)));
     if (worker_sleepers_.load() > 0) state_.notify_all();
-    work(generation_);
+    const int64_t mine = work(generation_);
     wait_until([&] { return done_.load() == count; }, done_, caller_sleepers_);
+    governor_.record(count, count - mine, detail::WorkerGovernor::Clock::now());
+    pauses_.store(governor_.pauses(), std::memory_order_relaxed);
   }
 
-  // Claims and runs tasks of job `generation` until none is left.
-  void work(uint32_t generation) {
+  // Claims and runs tasks of job `generation` until none is left; returns how many it ran.
+  int64_t work(uint32_t generation) {
+    int64_t ran = 0;
     uint64_t s = state_.load(std::memory_order_acquire);
     for (;;) {
-      if (generation_of(s) != generation || next_of(s) >= count_of(s)) return;
+      if (generation_of(s) != generation || next_of(s) >= count_of(s)) return ran;
       if (!state_.compare_exchange_weak(s, s + (uint64_t{1} << 16), std::memory_order_acq_rel,
                                         std::memory_order_acquire)) {
         continue;
@@ -139,6 +146,7 @@ class Pool {
       // fn_, context_ and offset_ were written before the job's state was published (release),
       // and the caller keeps them until this task is counted done.
       fn_(context_, offset_ + next_of(s));
+      ran += 1;
       if (done_.fetch_add(1) + 1 == count && caller_sleepers_.load() > 0) {
         done_.notify_all();
       }
@@ -155,7 +163,7 @@ class Pool {
                  worker_sleepers_);
       if (stop_.load(std::memory_order_acquire)) return;
       seen = generation_of(state_.load(std::memory_order_acquire));
-      work(seen);
+      (void)work(seen);
     }
   }
 
@@ -185,7 +193,9 @@ class Pool {
   std::atomic<int> worker_sleepers_{0};
   std::atomic<int> caller_sleepers_{0};
   std::atomic<bool> stop_{false};
-  uint32_t generation_ = 0;  // written by the submitting thread only
+  uint32_t generation_ = 0;          // written by the submitting thread only
+  detail::WorkerGovernor governor_;  // used with submit_ held
+  std::atomic<int64_t> pauses_{0};
   detail::TaskFn fn_ = nullptr;
   void* context_ = nullptr;
   int64_t offset_ = 0;
@@ -235,6 +245,10 @@ int available_cpus() {
 }
 
 int num_threads() { return pool().threads(); }
+
+namespace detail {
+int64_t worker_pauses() { return pool().pauses(); }
+}  // namespace detail
 
 void set_num_threads(int n) {
   OCTET_CHECK(n >= 1, "thread count must be at least 1, got ", n);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 
@@ -34,6 +35,60 @@ class SerialLibraryScope {
 };
 
 namespace detail {
+// Whether the pool's workers are worth waking (runtime/parallel.cpp asks before each job and
+// reports after it). On a busy machine the scheduler may run a woken worker so late that the
+// calling thread has claimed every task of the job by then (on a 2-core machine beside two busy
+// programs, the worker ran 2% of the tasks): the wake-ups are then pure cost, and a worker that
+// waits runnable for its turn counts as a fourth program on the cores, so the calling thread gets
+// half a core instead of two thirds. When the workers ran under 1/8 of a window's tasks, jobs run
+// on the calling thread alone for a pause (20 ms, doubled while the next window says the same, at
+// most 2.56 s), then the workers are tried again; a window where they help resets the pause.
+// Results do not change: a job's tasks give the same bits on any thread count.
+class WorkerGovernor {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr int64_t kWindowTasks = 256;
+  static constexpr int64_t kHelpfulShare = 8;  // workers must run at least 1/kHelpfulShare
+  static constexpr Clock::duration kFirstPause = std::chrono::milliseconds(20);
+  static constexpr Clock::duration kLongestPause = std::chrono::milliseconds(2560);
+
+  // True when the next job should go to the workers (false during a pause).
+  bool wake_workers(Clock::time_point now) {
+    if (!paused_) return true;
+    if (now < resume_at_) return false;
+    paused_ = false;
+    return true;
+  }
+  // A job the workers were woken for: `tasks` in all, `by_workers` of them run by workers.
+  void record(int64_t tasks, int64_t by_workers, Clock::time_point now) {
+    window_tasks_ += tasks;
+    window_by_workers_ += by_workers;
+    if (window_tasks_ < kWindowTasks) return;
+    if (window_by_workers_ * kHelpfulShare < window_tasks_) {
+      paused_ = true;
+      resume_at_ = now + pause_;
+      pauses_ += 1;
+      pause_ = std::min<Clock::duration>(2 * pause_, kLongestPause);
+    } else {
+      pause_ = kFirstPause;
+    }
+    window_tasks_ = 0;
+    window_by_workers_ = 0;
+  }
+  bool paused() const { return paused_; }
+  int64_t pauses() const { return pauses_; }
+
+ private:
+  bool paused_ = false;
+  Clock::time_point resume_at_{};
+  Clock::duration pause_ = kFirstPause;
+  int64_t window_tasks_ = 0;
+  int64_t window_by_workers_ = 0;
+  int64_t pauses_ = 0;
+};
+// How many times the pool has paused its workers so far (WorkerGovernor).
+int64_t worker_pauses();
+
 // The chunk the calling thread is running inside parallel_for (0 when it runs inline).
 inline thread_local int t_chunk = 0;
 struct ChunkScope {

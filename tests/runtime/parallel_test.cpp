@@ -4,10 +4,13 @@
 #include "runtime/parallel.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -159,6 +162,111 @@ TEST(ThreadPool, ThreadCountRejectsZero) {
   const std::string e = test::error_of([] { set_num_threads(0); });
   EXPECT_NE(e.find("got 0"), std::string::npos) << e;
   EXPECT_GE(available_cpus(), 1);
+}
+
+// The governor of a busy machine (detail::WorkerGovernor), on a clock the test moves by hand.
+using Governor = detail::WorkerGovernor;
+constexpr int64_t kWindow = Governor::kWindowTasks;
+
+// One window of jobs of 4 tasks, `by_workers` of each job's tasks run by workers.
+void record_window(Governor& g, int64_t by_workers, Governor::Clock::time_point now) {
+  for (int64_t t = 0; t < kWindow; t += 4) g.record(4, by_workers, now);
+}
+
+TEST(WorkerGovernor, KeepsTheWorkersWhileTheyRunAnEighthOfTheTasks) {
+  Governor g;
+  const auto t0 = Governor::Clock::time_point{} + std::chrono::hours(1);
+  // 1 task in 8 by workers (half a task per job of 4): just enough.
+  for (int64_t t = 0; t < kWindow; t += 8) {
+    g.record(4, 1, t0);
+    g.record(4, 0, t0);
+  }
+  EXPECT_FALSE(g.paused());
+  EXPECT_TRUE(g.wake_workers(t0));
+  EXPECT_EQ(g.pauses(), 0);
+}
+
+TEST(WorkerGovernor, PausesTheWorkersForAWindowWhereTheyDidNotHelpThenTriesAgain) {
+  Governor g;
+  const auto t0 = Governor::Clock::time_point{} + std::chrono::hours(1);
+  // Under an eighth: no verdict before the window is full, a pause once it is.
+  for (int64_t t = 0; t + 4 < kWindow; t += 4) g.record(4, t % 32 == 0 ? 1 : 0, t0);
+  EXPECT_FALSE(g.paused());
+  g.record(4, 0, t0);
+  ASSERT_TRUE(g.paused());
+  EXPECT_EQ(g.pauses(), 1);
+  EXPECT_FALSE(g.wake_workers(t0 + Governor::kFirstPause - std::chrono::microseconds(1)));
+  EXPECT_TRUE(g.wake_workers(t0 + Governor::kFirstPause));
+  EXPECT_FALSE(g.paused());
+
+  // Each further idle window doubles the pause, up to the longest.
+  auto now = t0 + Governor::kFirstPause;
+  Governor::Clock::duration expected = 2 * Governor::kFirstPause;
+  for (int round = 0; round < 10; ++round) {
+    record_window(g, 0, now);
+    ASSERT_TRUE(g.paused());
+    EXPECT_FALSE(g.wake_workers(now + expected - std::chrono::microseconds(1))) << round;
+    now += expected;
+    EXPECT_TRUE(g.wake_workers(now)) << round;
+    expected = std::min<Governor::Clock::duration>(2 * expected, Governor::kLongestPause);
+  }
+  EXPECT_EQ(expected, Governor::kLongestPause);
+  EXPECT_EQ(g.pauses(), 11);
+
+  // A window where the workers help resets the pause to the first one.
+  record_window(g, 2, now);
+  EXPECT_FALSE(g.paused());
+  record_window(g, 0, now);
+  ASSERT_TRUE(g.paused());
+  EXPECT_FALSE(g.wake_workers(now + Governor::kFirstPause - std::chrono::microseconds(1)));
+  EXPECT_TRUE(g.wake_workers(now + Governor::kFirstPause));
+}
+
+TEST(ThreadPool, SettingTheThreadCountEndsAPauseOfTheWorkers) {
+  // A process held to one CPU, two threads and jobs of trivial tasks: the calling thread usually
+  // claims them all before the woken worker gets the CPU, so the pool may pause its workers (how
+  // often depends on the scheduler; every task still runs once). A thread count set afterwards
+  // is tried at once: two tasks that wait for each other finish.
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &all)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  const int64_t pauses_before = detail::worker_pauses();
+  {
+    ThreadCount serial(1);
+    parallel_tasks(2, [](int64_t) {});  // the old workers leave
+    ThreadCount count(2);               // new ones start on this thread's one CPU
+    std::atomic<int64_t> runs{0};
+    for (int64_t job = 0; job < 16 * kWindow; ++job) {
+      parallel_tasks(2, [&](int64_t) { runs.fetch_add(1); });
+    }
+    EXPECT_EQ(runs.load(), 32 * kWindow);
+  }
+  const int64_t paused = detail::worker_pauses() - pauses_before;
+  ASSERT_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
+  ThreadCount serial(1);
+  parallel_tasks(2, [](int64_t) {});
+  if (paused == 0) GTEST_SKIP() << "the scheduler ran the worker often enough: no pause to end";
+  ThreadCount count(2);
+  // Each task waits (10 s at most) for the other to start: both only see 2 on two threads.
+  std::atomic<int> arrived{0};
+  std::atomic<int> saw_both{0};
+  parallel_tasks(2, [&](int64_t) {
+    arrived.fetch_add(1);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (arrived.load() < 2 && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::yield();
+    }
+    if (arrived.load() == 2) saw_both.fetch_add(1);
+  });
+  EXPECT_EQ(saw_both.load(), 2) << "the two tasks did not run at the same time";
 }
 
 }  // namespace
