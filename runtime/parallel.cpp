@@ -90,9 +90,12 @@ class Pool {
   void set_threads(int n) {
     std::lock_guard<std::mutex> lock(submit_);
     threads_.store(n, std::memory_order_relaxed);
-    governor_ = detail::WorkerGovernor{};
+    governor_.restart();
   }
-  int64_t pauses() const { return pauses_.load(std::memory_order_relaxed); }
+  int64_t pauses() {
+    std::lock_guard<std::mutex> lock(submit_);
+    return governor_.pauses();
+  }
 
   // At exit: the workers stop and are joined, so no thread a runtime (LLVM's libomp) registered is
   // alive when that runtime shuts down. Skipped when the pool is busy or exit came from a task.
@@ -129,7 +132,6 @@ class Pool {
     const int64_t mine = work(generation_);
     wait_until([&] { return done_.load() == count; }, done_, caller_sleepers_);
     governor_.record(count, count - mine, detail::WorkerGovernor::Clock::now());
-    pauses_.store(governor_.pauses(), std::memory_order_relaxed);
   }
 
   // Claims and runs tasks of job `generation` until none is left; returns how many it ran.
@@ -195,7 +197,6 @@ class Pool {
   std::atomic<bool> stop_{false};
   uint32_t generation_ = 0;          // written by the submitting thread only
   detail::WorkerGovernor governor_;  // used with submit_ held
-  std::atomic<int64_t> pauses_{0};
   detail::TaskFn fn_ = nullptr;
   void* context_ = nullptr;
   int64_t offset_ = 0;

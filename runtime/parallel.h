@@ -39,11 +39,12 @@ namespace detail {
 // reports after it). On a busy machine the scheduler may run a woken worker so late that the
 // calling thread has claimed every task of the job by then (on a 2-core machine beside two busy
 // programs, the worker ran 2% of the tasks): the wake-ups are then pure cost, and a worker that
-// waits runnable for its turn counts as a fourth program on the cores, so the calling thread gets
-// half a core instead of two thirds. When the workers ran under 1/8 of a window's tasks, jobs run
-// on the calling thread alone for a pause (20 ms, doubled while the next window says the same, at
-// most 2.56 s), then the workers are tried again; a window where they help resets the pause.
-// Results do not change: a job's tasks give the same bits on any thread count.
+// waits runnable for its turn counts as a fourth program on the cores (the calling thread ran
+// 57-67% of the time, where one thread alone beside two busy programs gets two thirds). When the
+// workers ran under 1/8 of a window's tasks, jobs run on the calling thread alone for a pause (20
+// ms, doubled while the next window says the same, at most 2.56 s), then the workers are tried
+// again; a window where they help resets the pause. Results do not change: a job's tasks give the
+// same bits on any thread count.
 class WorkerGovernor {
  public:
   using Clock = std::chrono::steady_clock;
@@ -51,6 +52,8 @@ class WorkerGovernor {
   static constexpr int64_t kHelpfulShare = 8;  // workers must run at least 1/kHelpfulShare
   static constexpr Clock::duration kFirstPause = std::chrono::milliseconds(20);
   static constexpr Clock::duration kLongestPause = std::chrono::milliseconds(2560);
+
+  WorkerGovernor() = default;
 
   // True when the next job should go to the workers (false during a pause).
   bool wake_workers(Clock::time_point now) {
@@ -75,10 +78,13 @@ class WorkerGovernor {
     window_tasks_ = 0;
     window_by_workers_ = 0;
   }
+  // Ends a pause and forgets the window and the pause length; the count of pauses stays.
+  void restart() { *this = WorkerGovernor{pauses_}; }
   bool paused() const { return paused_; }
   int64_t pauses() const { return pauses_; }
 
  private:
+  explicit WorkerGovernor(int64_t pauses) : pauses_(pauses) {}
   bool paused_ = false;
   Clock::time_point resume_at_{};
   Clock::duration pause_ = kFirstPause;

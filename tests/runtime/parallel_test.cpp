@@ -220,6 +220,13 @@ TEST(WorkerGovernor, PausesTheWorkersForAWindowWhereTheyDidNotHelpThenTriesAgain
   ASSERT_TRUE(g.paused());
   EXPECT_FALSE(g.wake_workers(now + Governor::kFirstPause - std::chrono::microseconds(1)));
   EXPECT_TRUE(g.wake_workers(now + Governor::kFirstPause));
+
+  // A restart (a thread count set) ends a pause at once and keeps the count.
+  record_window(g, 0, now);
+  ASSERT_TRUE(g.paused());
+  g.restart();
+  EXPECT_TRUE(g.wake_workers(now));
+  EXPECT_EQ(g.pauses(), 13);
 }
 
 TEST(ThreadPool, SettingTheThreadCountEndsAPauseOfTheWorkers) {
