@@ -22,9 +22,10 @@ int main(int argc, char** argv) {
   const char* only_avx512 = std::getenv("OCTET_TEST_ONLY_WITH_AVX512");
   if (only_avx512 != nullptr && std::strcmp(only_avx512, "1") == 0 &&
       !octet::cpu::simd_path_available(octet::cpu::SimdPath::kAvx512)) {
-    std::printf("skipped: this processor has no AVX-512 (widest path: %s), so holding the CPU "
-                "paths to AVX2 repeats what the default entries ran\n",
-                octet::cpu::simd_path_name(octet::cpu::default_simd_path()));
+    std::printf(
+        "skipped: this processor has no AVX-512 (widest path: %s), so holding the CPU "
+        "paths to AVX2 repeats what the default entries ran\n",
+        octet::cpu::simd_path_name(octet::cpu::default_simd_path()));
     return kSkipReturnCode;
   }
   octet::set_log_level("warn");
