@@ -62,7 +62,7 @@ void Backend::quantize_nvfp4(const Tensor&, const NVFP4Cast&, Tensor&, Tensor&, 
                              FP8CastCounts*) const {
   unsupported("quantize_nvfp4");
 }
-void Backend::expand_nvfp4(const Tensor&, const Tensor&, const Tensor*, Tensor&) const {
+void Backend::expand_nvfp4(const Tensor&, const Tensor&, const Tensor*, float, Tensor&) const {
   unsupported("expand_nvfp4");
 }
 void Backend::hadamard16(const Tensor&, bool, Tensor&) const { unsupported("hadamard16"); }

@@ -90,9 +90,10 @@ class Backend {
   virtual void transpose_scales(const Tensor& src, int64_t rows, int64_t cols, Tensor& dst) const;
   virtual void quantize_nvfp4(const Tensor& x, const NVFP4Cast& cast, Tensor& data, Tensor& scales,
                               Tensor& amax, FP8CastCounts* counts) const;
-  // amax null: e2m1 * block scale; else TE's dequantization with that tensor amax.
+  // amax null: e2m1 * block scale; else TE's dequantization with that tensor amax (the tensor
+  // scale amax / (6 * e4m3_max)).
   virtual void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax,
-                            Tensor& out) const;
+                            float e4m3_max, Tensor& out) const;
   virtual void hadamard16(const Tensor& x, bool inverse, Tensor& out) const;
   // 16x16-tiled data stored (rows, cols) -> its transpose (cols, rows): nibbles transposed, each
   // tile's scale moved with it.

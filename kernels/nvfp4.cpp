@@ -33,6 +33,11 @@ void check_packed(const char* op, const Tensor& data, const Tensor& scales, int6
               scales);
 }
 
+void check_e4m3_max(const char* op, float e4m3_max) {
+  OCTET_CHECK(e4m3_max == 448.f || e4m3_max == 256.f, op,
+              ": the tensor scale's E4M3 bound must be 448 or 256, got ", e4m3_max);
+}
+
 }  // namespace
 
 void quantize_nvfp4(const Tensor& x, const NVFP4Cast& cast, Tensor& data, Tensor& scales,
@@ -42,6 +47,11 @@ void quantize_nvfp4(const Tensor& x, const NVFP4Cast& cast, Tensor& data, Tensor
   check_packed(op, data, scales, x.rows(), x.cols());
   OCTET_CHECK(amax.defined() && amax.dtype() == DType::kF32 && amax.numel() == 1, op,
               ": amax must be a one-element f32 tensor, got ", amax);
+  check_e4m3_max(op, cast.e4m3_max);
+  OCTET_CHECK(!cast.four_over_six || (!cast.hadamard && !cast.stochastic), op,
+              ": 4over6 goes with neither the Hadamard transform nor stochastic rounding (TE has "
+              "no such cast), got hadamard ",
+              cast.hadamard, ", stochastic ", cast.stochastic);
   const Device device =
       op_device(op, {{x, "x"}, {data, "data"}, {scales, "scales"}, {amax, "amax"}});
   on_device(device)->quantize_nvfp4(x, cast, data, scales, amax, counts);
@@ -56,21 +66,22 @@ Tensor expand_nvfp4(const Tensor& data, const Tensor& scales, int64_t rows, int6
               ": output dtype must be f32 or bf16, got ", dtype);
   const Device device = op_device(op, {{data, "data"}, {scales, "scales"}});
   Tensor out = Tensor::empty({rows, cols}, dtype, device);
-  on_device(device)->expand_nvfp4(data, scales, nullptr, out);
+  on_device(device)->expand_nvfp4(data, scales, nullptr, kE4M3Max, out);
   return out;
 }
 
 Tensor dequantize_nvfp4(const Tensor& data, const Tensor& scales, const Tensor& amax, int64_t rows,
-                        int64_t cols, DType dtype) {
+                        int64_t cols, DType dtype, float e4m3_max) {
   constexpr const char* op = "dequantize_nvfp4";
   check_packed(op, data, scales, rows, cols);
   OCTET_CHECK(amax.defined() && amax.dtype() == DType::kF32 && amax.numel() == 1, op,
               ": amax must be a one-element f32 tensor, got ", amax);
   OCTET_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, op,
               ": output dtype must be f32 or bf16, got ", dtype);
+  check_e4m3_max(op, e4m3_max);
   const Device device = op_device(op, {{data, "data"}, {scales, "scales"}, {amax, "amax"}});
   Tensor out = Tensor::empty({rows, cols}, dtype, device);
-  on_device(device)->expand_nvfp4(data, scales, &amax, out);
+  on_device(device)->expand_nvfp4(data, scales, &amax, e4m3_max, out);
   return out;
 }
 
@@ -111,11 +122,12 @@ Stored stored(const NVFP4Tensor& t, Usage direction) {
   return {t.columnwise_data(), t.columnwise_scales(), t.columnwise_extra(), t.cols(), t.rows()};
 }
 
-// alpha of the GEMM: the two tensor scales, TE's order RN(RN(amax_a * amax_b) * RN(1/7225344))
-// (7225344 = 6 * 6 * 448 * 448, exact in f32), as a one-element tensor where the amaxes live (a
-// GPU's GEMM reads it there, with no copy back).
-Tensor gemm_alpha(const Tensor& amax_a, const Tensor& amax_b) {
-  const float inv = 1.f / 7225344.f;
+// alpha of the GEMM: the two tensor scales, TE's order RN(RN(amax_a * amax_b) * RN(1 / (6 * 6 *
+// e4m3_max_a * e4m3_max_b))) (7225344 = 6 * 6 * 448 * 448, exact in f32, as are the products with
+// 256), as a one-element tensor where the amaxes live (a GPU's GEMM reads it there, with no copy
+// back).
+Tensor gemm_alpha(const Tensor& amax_a, float e4m3_max_a, const Tensor& amax_b, float e4m3_max_b) {
+  const float inv = 1.f / (kE2M1Max * kE2M1Max * e4m3_max_a * e4m3_max_b);
   return scale(mul(amax_a, amax_b), inv);
 }
 
@@ -125,7 +137,8 @@ class NVFP4Format final : public QuantizedFormat {
   std::string layout() const override {
     return "e2m1 values packed two to a byte (element 2j in the low nibble), one e4m3 scale per "
            "16 values (weights: per 16x16 tile) and one f32 amax per direction giving the tensor "
-           "scale amax / 2688; column-wise data of activations and gradients after a 16-point "
+           "scale amax / 2688 (amax / 1536 under 4over6's 256 bound); column-wise data of "
+           "activations and gradients after a 16-point "
            "random Hadamard transform";
   }
   std::string shape_violation(const Shape& shape) const override {
@@ -137,7 +150,8 @@ class NVFP4Format final : public QuantizedFormat {
     const NVFP4Tensor& t = as_nvfp4(q);
     const Usage d = t.has(Usage::kRowwise) ? Usage::kRowwise : Usage::kColumnwise;
     const Stored s = stored(t, d);
-    Tensor values = dequantize_nvfp4(s.data, s.scales, s.amax, s.rows, s.cols, DType::kF32);
+    Tensor values = dequantize_nvfp4(s.data, s.scales, s.amax, s.rows, s.cols, DType::kF32,
+                                     t.layout().e4m3_max);
     if (d == Usage::kColumnwise && t.layout().columnwise_rht) values = hadamard16(values, true);
     if (d == Usage::kColumnwise) values = transpose_2d(values);
     return (dtype == DType::kF32 ? values : cast(values, dtype)).reshape(t.shape());
@@ -189,7 +203,7 @@ class NVFP4Format final : public QuantizedFormat {
     const DType expanded = a.device().is_cuda() ? DType::kBF16 : DType::kF32;
     const Tensor ax = expand_nvfp4(sa.data, sa.scales, sa.rows, sa.cols, expanded);
     const Tensor bx = expand_nvfp4(sb.data, sb.scales, sb.rows, sb.cols, expanded);
-    const Tensor alpha = gemm_alpha(sa.amax, sb.amax);
+    const Tensor alpha = gemm_alpha(sa.amax, ta.layout().e4m3_max, sb.amax, tb.layout().e4m3_max);
     GemmOptions g;
     g.alpha_scale = &alpha;
     g.bias = options.bias;
@@ -207,10 +221,22 @@ std::shared_ptr<const QuantizedFormat> make_nvfp4_format() {
 }  // namespace ops
 
 NVFP4Quantizer::NVFP4Quantizer(NVFP4Role role, bool tiles_2d, bool hadamard, bool stochastic,
-                               Tensor rng, std::shared_ptr<SlotStats> stats)
-    : role_(role), stochastic_(stochastic), rng_(std::move(rng)), stats_(std::move(stats)) {
+                               Tensor rng, std::shared_ptr<SlotStats> stats,
+                               NVFP4FourOverSix four_over_six)
+    : role_(role),
+      stochastic_(stochastic),
+      four_over_six_(four_over_six),
+      rng_(std::move(rng)),
+      stats_(std::move(stats)) {
   layout_.tiles_2d = role == NVFP4Role::kWeight && tiles_2d;
   layout_.columnwise_rht = role != NVFP4Role::kWeight && hadamard;
+  layout_.e4m3_max = four_over_six_.on && four_over_six_.e4m3_max_256 ? 256.f : kE4M3Max;
+  OCTET_CHECK(!four_over_six_.on || (!layout_.columnwise_rht && !stochastic_),
+              "NVFP4Quantizer: 4over6 goes with neither the Hadamard transform nor stochastic "
+              "rounding (TE has no such cast); the ",
+              describe(), " quantizer has ", layout_.columnwise_rht ? "the transform" : "",
+              layout_.columnwise_rht && stochastic_ ? " and " : "",
+              stochastic_ ? "stochastic rounding" : "");
   OCTET_CHECK(!stochastic_ || (rng_.defined() && rng_.dtype() == DType::kI64 && rng_.numel() == 2 &&
                                rng_.device().is_cpu()),
               "NVFP4Quantizer: stochastic rounding needs its stream as a host i64 (2,) tensor "
@@ -223,6 +249,9 @@ ops::NVFP4Cast NVFP4Quantizer::cast_for(Usage direction, int64_t numel) const {
   c.tiles_2d = layout_.tiles_2d;
   c.hadamard = direction == Usage::kColumnwise && layout_.columnwise_rht;
   c.stochastic = stochastic_;
+  c.four_over_six = four_over_six_.on;
+  c.squared_error = four_over_six_.squared_error;
+  c.e4m3_max = layout_.e4m3_max;
   if (stochastic_) {
     // This cast's draws: the next numel of the slot's stream, whoever casts next gets the rest.
     Tensor stream = rng_;  // a handle on the slot's state: advancing it is the point
@@ -243,8 +272,9 @@ void NVFP4Quantizer::cast(const Tensor& x, Usage direction, Tensor& data, Tensor
       direction == Usage::kRowwise ? x : ops::transpose_2d(x.reshape({x.rows(), x.cols()}));
   ops::quantize_nvfp4(in, c, data, scales, amax, record ? &stats_->counts : nullptr);
   if (record && scales.device().is_cpu()) {
-    // Each block's dequantization scale: sf * amax / 2688 (a tile's scale once per row).
-    const float global = *amax.data_as<float>() / (kE4M3Max * kE2M1Max);
+    // Each block's dequantization scale: sf * amax / 2688 (a tile's scale once per row; 1536
+    // under the 256 bound).
+    const float global = *amax.data_as<float>() / (layout_.e4m3_max * kE2M1Max);
     const uint8_t* sf = scales.data_as<uint8_t>();
     const int64_t rows = in.rows(), blocks = in.cols() / kNVFP4BlockLen, stride = scales.size(1);
     for (int64_t r = 0; r < rows; r += layout_.tiles_2d ? kNVFP4BlockLen : 1) {
@@ -304,7 +334,9 @@ std::string NVFP4Quantizer::describe() const {
                      : role_ == NVFP4Role::kGradient ? "gradient"
                                                      : "activation";
   return std::string("nvfp4 ") + role + (layout_.tiles_2d ? " 16x16" : " 1x16") +
-         (layout_.columnwise_rht ? " rht" : "") + (stochastic_ ? " sr" : "");
+         (layout_.columnwise_rht ? " rht" : "") + (stochastic_ ? " sr" : "") +
+         (four_over_six_.on ? (four_over_six_.squared_error ? " 4over6-mse" : " 4over6-mae") : "") +
+         (layout_.e4m3_max == 256.f ? " e4m3-256" : "");
 }
 
 }  // namespace octet

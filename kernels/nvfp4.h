@@ -25,22 +25,30 @@ struct NVFP4Cast {
                             // Philox draw offset + i of `seed` (its low 8 bits)
   uint64_t seed = 0;
   uint64_t offset = 0;
+  // 4over6 (runtime/fp8_scaling.h): each block keeps the nearer of its map-to-4 and map-to-6
+  // casts, by the sum of |error| or, with `squared_error`, of error^2. Neither transform nor
+  // stochastic rounding goes with it (TE has no such cast).
+  bool four_over_six = false;
+  bool squared_error = false;
+  // The largest block scale the tensor scale allows for: 448, or 256 (TE's 4over6 default).
+  float e4m3_max = 448.f;
 };
 
 // x (f32/bf16) viewed as (rows, cols), both multiples of 16 -> data u8 (rows, cols / 2) (element
 // 2j in the low nibble), scales e4m3 per nvfp4_scale_shape(rows, cols) (padding zeroed), amax
 // (1,) f32: the tensor amax (after the transform when there is one; NaN ignored). Per block:
 // sf = e4m3(block amax * 2688 / amax / 6), element = e2m1(x / (sf * amax / 2688)) (TE's exact
-// order of f32 operations). `counts` (host, nullable) gets what saturated and flushed.
+// order of f32 operations; 2688 = 6 * cast.e4m3_max, and 4over6's own rule when it is on). `counts`
+// (host, nullable) gets what saturated and flushed.
 void quantize_nvfp4(const Tensor& x, const NVFP4Cast& cast, Tensor& data, Tensor& scales,
                     Tensor& amax, FP8CastCounts* counts = nullptr);
 // (rows, cols) values e2m1 * the block's E4M3 scale, exact in f32 and bf16: what the GEMM
 // multiplies (the tensor scales go into its alpha).
 Tensor expand_nvfp4(const Tensor& data, const Tensor& scales, int64_t rows, int64_t cols,
                     DType dtype);
-// TE's dequantization: e2m1 * RN(RN(sf * amax) * RN(1 / 2688)).
+// TE's dequantization: e2m1 * RN(RN(sf * amax) * RN(1 / (6 * e4m3_max))), 1 / 2688 by default.
 Tensor dequantize_nvfp4(const Tensor& data, const Tensor& scales, const Tensor& amax, int64_t rows,
-                        int64_t cols, DType dtype);
+                        int64_t cols, DType dtype, float e4m3_max = 448.f);
 // The 16-point random Hadamard transform of every 16 values of x's rows (x f32/bf16, cols a
 // multiple of 16): y = x · diag(s) H16 / 4 with TE's fixed signs, rounded to bf16 values (in an
 // f32 tensor); `inverse` undoes it (rounded to f32).
@@ -55,13 +63,21 @@ enum class NVFP4Role : uint8_t {
   kGradient,    // the column-wise copy gets the transform; both copies rounded stochastically
 };
 
+// TE's nvfp4_4over6 for one role (weights and activations; gradients never take it).
+struct NVFP4FourOverSix {
+  bool on = false;
+  bool squared_error = false;  // MSE, else MAE
+  bool e4m3_max_256 = true;    // the tensor scale amax / (6 * 256), else amax / 2688
+};
+
 class NVFP4Quantizer final : public Quantizer {
  public:
   // `rng` (i64 (2,) on the host: seed, offset) is the slot's stochastic-rounding stream; each
   // cast uses numel draws per direction and advances the offset, so a checkpoint that holds the
   // tensor resumes the stream exactly. Null when the role rounds to nearest.
+  // `four_over_six` on refuses the transform and stochastic rounding (TE's rule).
   NVFP4Quantizer(NVFP4Role role, bool tiles_2d, bool hadamard, bool stochastic, Tensor rng,
-                 std::shared_ptr<SlotStats> stats = nullptr);
+                 std::shared_ptr<SlotStats> stats = nullptr, NVFP4FourOverSix four_over_six = {});
 
   std::string_view format() const override { return kNVFP4Format; }
   DType dtype() const override { return DType::kU8; }
@@ -78,6 +94,7 @@ class NVFP4Quantizer final : public Quantizer {
   NVFP4Role role_;
   NVFP4Layout layout_;
   bool stochastic_;
+  NVFP4FourOverSix four_over_six_;
   Tensor rng_;
   std::shared_ptr<SlotStats> stats_;
 };

@@ -46,10 +46,20 @@ std::shared_ptr<Quantizer> make_quantizer(const Recipe& recipe, const SlotContex
     case RecipeKind::kNVFP4: {
       const NVFP4Role role = nvfp4_role(slot);
       const bool stochastic = role == NVFP4Role::kGradient && recipe.stochastic_rounding;
+      // 4over6 by scope: weights, activations (inputs and outputs); gradients never.
+      auto covers = [&](NVFP4Scope scope) {
+        return role == NVFP4Role::kWeight       ? covers_weights(scope)
+               : role == NVFP4Role::kActivation ? covers_activations(scope)
+                                                : false;
+      };
+      NVFP4FourOverSix four_over_six;
+      four_over_six.on = covers(recipe.four_over_six);
+      four_over_six.squared_error = recipe.four_over_six_mse;
+      four_over_six.e4m3_max_256 = covers(recipe.four_over_six_e4m3_256);
       return std::make_shared<NVFP4Quantizer>(
           role, recipe.weight_2d_quantization, recipe.random_hadamard_transform, stochastic,
           stochastic ? (context.rng.defined() ? context.rng : slot_stream(slot)) : Tensor(),
-          context.stats);
+          context.stats, four_over_six);
     }
     case RecipeKind::kCustom: {
       std::shared_ptr<Quantizer> q = recipe.custom->make_quantizer(slot);

@@ -80,16 +80,17 @@ OCTET_HD float blockwise_scale(float amax, float fp8_max, float amax_epsilon, bo
 
 // ---- NVFP4 (TE's NVFP4BlockScaling, the rules of TE 2.14 and later) ----
 
-// The per-tensor level, from the tensor's amax: encode = 2688 / amax (448 * 6: the largest E4M3
-// block scale times the largest E2M1 value), FLT_MAX when that overflows, 1 for an amax of 0 or
-// inf; decode = 1 / encode; the block multiplier = encode * RN(1/6).
+// The per-tensor level, from the tensor's amax: encode = 6 * e4m3_max / amax (e4m3_max 448, the
+// largest E4M3 block scale, so 2688 = 448 * 6; 256 under 4over6, which leaves a block scale room
+// to grow 1.5x), FLT_MAX when that overflows, 1 for an amax of 0 or inf; decode = 1 / encode; the
+// block multiplier = encode * RN(1/6).
 struct NVFP4GlobalScale {
   float encode;
   float decode;
   float multiplier;
 };
-OCTET_HD NVFP4GlobalScale nvfp4_global_scale(float amax) {
-  float encode = detail::div_rn(kE4M3Max * kE2M1Max, amax);
+OCTET_HD NVFP4GlobalScale nvfp4_global_scale(float amax, float e4m3_max = kE4M3Max) {
+  float encode = detail::div_rn(e4m3_max * kE2M1Max, amax);
   encode = encode > FLT_MAX ? FLT_MAX : encode;
   if (amax == 0.f || encode == 0.f || encode != encode) encode = 1.f;
   const float rcp6 = detail::bits_to_float(0x3E2AAAABu);  // RN(1 / 6)
@@ -108,6 +109,44 @@ OCTET_HD uint8_t nvfp4_block_scale(float block_amax, float multiplier) {
 OCTET_HD float nvfp4_block_encode(uint8_t sf, float decode) {
   const float enc = detail::div_rn(1.f, from_e4m3(sf) * decode);
   return enc > FLT_MAX ? FLT_MAX : enc;
+}
+
+// ---- NVFP4 4over6 (TE's nvfp4_4over6: "Four Over Six", Cook et al. 2025) ----
+// Each block is cast twice: with a scale mapping its amax to 6 (map6) and with one 1.5x larger,
+// mapping it to 4 (map4), where E2M1's grid (3, 4) is finer relative to the block's largest
+// values; the block keeps the candidate whose dequantized values are nearer x (its error: the sum
+// over its elements of |d| or d^2), map6 on a tie. TE's rules, operation for operation.
+
+// The two candidate scale codes: base = RN(RN(block_amax / 6) * encode) (TE divides here, unlike
+// the plain rule's multiplier), map4 = e4m3(min(base * 1.5, 448)), map6 = e4m3(min(base, 448)).
+struct NVFP4ScalePair {
+  uint8_t map4;
+  uint8_t map6;
+};
+OCTET_HD NVFP4ScalePair nvfp4_4over6_scales(float block_amax, float encode) {
+  const float base = detail::div_rn(block_amax, kE2M1Max) * encode;
+  const float map4 = base * 1.5f;
+  // fminf's rule: min(NaN, 448) is 448.
+  return {to_e4m3(map4 < kE4M3Max ? map4 : kE4M3Max), to_e4m3(base < kE4M3Max ? base : kE4M3Max)};
+}
+
+// One element's term of a candidate's error: value = RN(RN(RN(e2m1 * sf) * amax) / (6 *
+// e4m3_max)), d = value - x; |d|, or d * d with `squared` (MSE). The caller sums a block's terms in
+// element order.
+OCTET_HD float nvfp4_4over6_term(float e2m1, float sf, float amax, float e4m3_max, float x,
+                                 bool squared) {
+  const float value = detail::div_rn((e2m1 * sf) * amax, kE2M1Max * e4m3_max);
+  const float d = value - x;
+  return squared ? d * d : (d < 0.f ? -d : d);
+}
+
+// A 16x16 tile's error from its rows' (e[0..15], overwritten): pairwise, as a 16-lane shuffle-down
+// tree adds them (rows r and r + 8, then + 4, + 2, + 1).
+OCTET_HD float nvfp4_4over6_tile_sum(float* e) {
+  for (int half = 8; half > 0; half /= 2) {
+    for (int i = 0; i < half; ++i) e[i] = e[i] + e[i + half];
+  }
+  return e[0];
 }
 
 // Stochastic rounding of a scaled value to E2M1 (TE's software rule, 8 random bits): v rounds up

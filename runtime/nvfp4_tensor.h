@@ -25,6 +25,8 @@ Shape nvfp4_scale_shape(int64_t rows, int64_t cols);
 struct NVFP4Layout {
   bool tiles_2d = false;        // 16x16 tiles (weights), else 1x16 blocks
   bool columnwise_rht = false;  // the column-wise copy holds the RHT of the values
+  // The tensor scale is amax / (6 * e4m3_max): 448 (amax / 2688), or 256 under 4over6.
+  float e4m3_max = 448.f;
 };
 
 class NVFP4Tensor final : public ScaledTensor {

@@ -111,6 +111,7 @@ class Reader {
 
 // The recipes JSON can name; "custom" (the last RecipeKind) is made in code only.
 const std::vector<std::string_view> kKinds = {"delayed", "current", "mxfp8", "blockwise", "nvfp4"};
+const std::vector<std::string_view> kScopes = {"none", "weights", "activations", "all"};
 const std::vector<std::string_view> kFormats = {"e4m3", "hybrid"};
 const std::vector<std::string_view> kAlgos = {"max", "most_recent"};
 
@@ -134,6 +135,10 @@ std::string_view fp8_format_name(FP8Format format) {
 }
 std::string_view amax_compute_algo_name(AmaxComputeAlgo algo) {
   return kAlgos.at(static_cast<size_t>(algo));
+}
+
+std::string_view nvfp4_scope_name(NVFP4Scope scope) {
+  return kScopes.at(static_cast<size_t>(scope));
 }
 
 Recipe Recipe::delayed(FP8Format format, int margin, int64_t amax_history_len,
@@ -278,12 +283,22 @@ Recipe recipe_from_json(const json& object, std::string_view where) {
     }
     case RecipeKind::kNVFP4:
       in.reject_unknown(
-          {"recipe", "disable_rht", "disable_stochastic_rounding", "disable_2d_quantization"},
+          {"recipe", "disable_rht", "disable_stochastic_rounding", "disable_2d_quantization",
+           "nvfp4_4over6", "nvfp4_4over6_e4m3_use_256", "nvfp4_4over6_err_mode"},
           "nvfp4");
       r.fp8_format = FP8Format::kE4M3;
       r.random_hadamard_transform = !in.boolean("disable_rht", false);
       r.stochastic_rounding = !in.boolean("disable_stochastic_rounding", false);
       r.weight_2d_quantization = !in.boolean("disable_2d_quantization", false);
+      r.four_over_six = static_cast<NVFP4Scope>(in.choice("nvfp4_4over6", kScopes, 0));
+      r.four_over_six_e4m3_256 =
+          static_cast<NVFP4Scope>(in.choice("nvfp4_4over6_e4m3_use_256", kScopes, 3));
+      r.four_over_six_mse = in.choice("nvfp4_4over6_err_mode", {"MAE", "MSE"}, 0) == 1;
+      // An activation's column-wise copy gets the transform: 4over6 has none (TE refuses it).
+      OCTET_CHECK(!covers_activations(r.four_over_six) || !r.random_hadamard_transform, where,
+                  ".nvfp4_4over6: \"", nvfp4_scope_name(r.four_over_six),
+                  "\" casts activations with 4over6, which has no random Hadamard transform (their "
+                  "column-wise copy gets one); set \"disable_rht\": true, or choose \"weights\"");
       break;
     case RecipeKind::kCustom:
       OCTET_FAIL("unreachable: \"custom\" is not among the JSON recipe names");
@@ -318,6 +333,9 @@ json recipe_to_json(const Recipe& r) {
     out["disable_rht"] = !r.random_hadamard_transform;
     out["disable_stochastic_rounding"] = !r.stochastic_rounding;
     out["disable_2d_quantization"] = !r.weight_2d_quantization;
+    out["nvfp4_4over6"] = nvfp4_scope_name(r.four_over_six);
+    out["nvfp4_4over6_e4m3_use_256"] = nvfp4_scope_name(r.four_over_six_e4m3_256);
+    out["nvfp4_4over6_err_mode"] = r.four_over_six_mse ? "MSE" : "MAE";
     return out;
   }
   out["fp8_format"] = fp8_format_name(r.fp8_format);

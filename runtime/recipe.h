@@ -59,6 +59,17 @@ std::string_view recipe_kind_name(RecipeKind kind);
 std::string_view fp8_format_name(FP8Format format);             // "e4m3", "hybrid"
 std::string_view amax_compute_algo_name(AmaxComputeAlgo algo);  // "max", "most_recent"
 
+// Which NVFP4 tensors a setting covers (TE's scopes): weights, activations (inputs and outputs),
+// both, or none; gradients never.
+enum class NVFP4Scope : uint8_t { kNone, kWeights, kActivations, kAll };
+std::string_view nvfp4_scope_name(NVFP4Scope scope);  // "none", "weights", "activations", "all"
+inline bool covers_weights(NVFP4Scope s) {
+  return s == NVFP4Scope::kWeights || s == NVFP4Scope::kAll;
+}
+inline bool covers_activations(NVFP4Scope s) {
+  return s == NVFP4Scope::kActivations || s == NVFP4Scope::kAll;
+}
+
 struct Recipe {
   RecipeKind kind = RecipeKind::kDelayed;
   FP8Format fp8_format = FP8Format::kHybrid;  // mxfp8: always e4m3
@@ -81,6 +92,12 @@ struct Recipe {
   bool random_hadamard_transform = true;  // 16x16 RHT on the wgrad GEMM's operands
   bool stochastic_rounding = true;        // gradients rounded stochastically
   bool weight_2d_quantization = true;     // 16x16 blocks for weights (else 1x16)
+  // TE's 4over6 (off by default): the tensors whose blocks each keep the nearer of a map-to-4 and
+  // a map-to-6 cast, the error that decides (MAE, or MSE with four_over_six_mse), and the
+  // 4over6 tensors whose tensor scale allows for block scales up to 256 rather than 448
+  NVFP4Scope four_over_six = NVFP4Scope::kNone;
+  NVFP4Scope four_over_six_e4m3_256 = NVFP4Scope::kAll;
+  bool four_over_six_mse = false;
   // custom only: the quantizer factory (recipes compare equal when they share it)
   std::shared_ptr<const CustomRecipe> custom;
 

@@ -27,6 +27,7 @@ void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& cast, Tensor& data, T
 void transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t rows, int64_t cols,
                            Tensor& out_data, Tensor& out_scales);
 // out (rows, cols) f32/bf16 = e2m1 * the block's scale, times amax / 2688 when amax is given.
-void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax, Tensor& out);
+void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax, float e4m3_max,
+                  Tensor& out);
 
 }  // namespace octet::cpu

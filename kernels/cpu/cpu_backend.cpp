@@ -105,9 +105,9 @@ class CpuBackend final : public Backend {
                       Tensor& amax, FP8CastCounts* counts) const override {
     cpu::quantize_nvfp4(x, cast, data, scales, amax, counts);
   }
-  void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax,
+  void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax, float e4m3_max,
                     Tensor& out) const override {
-    cpu::expand_nvfp4(data, scales, amax, out);
+    cpu::expand_nvfp4(data, scales, amax, e4m3_max, out);
   }
   void transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t rows, int64_t cols,
                              Tensor& out_data, Tensor& out_scales) const override {

@@ -104,6 +104,53 @@ OCTET_VECTOR_CLONES void encode_block(const float* x, float enc, const uint32_t*
   counts->flushed += flushed;
 }
 
+// 4over6's error of one row's block (runtime/fp8_scaling.h): x cast with `enc` into codes q (8
+// bytes), the terms summed in element order.
+float four_over_six_error(const float* x, const uint8_t* q, uint8_t sf, float amax, float e4m3_max,
+                          bool squared) {
+  const E2M1PairTable& table = e2m1_pairs();
+  const float s = from_e4m3(sf);
+  float err = 0.f;
+  for (int64_t i = 0; i < kBlock / 2; ++i) {
+    const float* pair = table.pair[q[i]];
+    err += nvfp4_4over6_term(pair[0], s, amax, e4m3_max, x[2 * i], squared);
+    err += nvfp4_4over6_term(pair[1], s, amax, e4m3_max, x[2 * i + 1], squared);
+  }
+  return err;
+}
+
+// A band's block (1 row, or a 16x16 tile's 16) under 4over6: both candidates cast, the nearer
+// one's codes written to q (row stride `q_stride` bytes) and its scale code returned; what the kept
+// cast saturated and flushed added to *counts (nullable).
+uint8_t four_over_six_block(const float* v, int64_t cols, int64_t band, float amax, float bamax,
+                            const NVFP4GlobalScale& global, const ops::NVFP4Cast& c, uint8_t* q,
+                            int64_t q_stride, FP8CastCounts* counts) {
+  const NVFP4ScalePair pair = nvfp4_4over6_scales(bamax, global.encode);
+  const uint8_t codes[2] = {pair.map4, pair.map6};
+  uint8_t q_cand[2][kBlock][kBlock / 2];
+  float err[2][kBlock];
+  for (int k = 0; k < 2; ++k) {
+    const float enc = nvfp4_block_encode(codes[k], global.decode);
+    for (int64_t r = 0; r < band; ++r) {
+      encode_block(v + r * cols, enc, nullptr, q_cand[k][r], nullptr);
+      err[k][r] = four_over_six_error(v + r * cols, q_cand[k][r], codes[k], amax, c.e4m3_max,
+                                      c.squared_error);
+    }
+  }
+  const float e4 = band == 1 ? err[0][0] : nvfp4_4over6_tile_sum(err[0]);
+  const float e6 = band == 1 ? err[1][0] : nvfp4_4over6_tile_sum(err[1]);
+  const int kept = e4 < e6 ? 0 : 1;  // a tie keeps map6
+  const float enc = nvfp4_block_encode(codes[kept], global.decode);
+  for (int64_t r = 0; r < band; ++r) {
+    if (counts != nullptr) {
+      encode_block(v + r * cols, enc, nullptr, q + r * q_stride, counts);
+    } else {
+      std::copy(q_cand[kept][r], q_cand[kept][r] + kBlock / 2, q + r * q_stride);
+    }
+  }
+  return codes[kept];
+}
+
 }  // namespace
 
 void hadamard16(const float* x, int64_t n, bool inverse, float* y) {
@@ -150,7 +197,7 @@ void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& c, Tensor& data, Tens
   float tensor_amax = 0.f;
   for (float m : partial_amax) tensor_amax = std::fmax(tensor_amax, m);
   *amax.data_as<float>() = tensor_amax;
-  const NVFP4GlobalScale global = nvfp4_global_scale(tensor_amax);
+  const NVFP4GlobalScale global = nvfp4_global_scale(tensor_amax, c.e4m3_max);
 
   uint8_t* q = data.data_as<uint8_t>();
   uint8_t* sf = scales.data_as<uint8_t>();
@@ -169,6 +216,13 @@ void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& c, Tensor& data, Tens
         for (int64_t r = r0; r < r0 + band; ++r) {
           const float m = amax_of(v.data() + r * cols + c0, kBlock);
           bamax = m > bamax ? m : bamax;
+        }
+        if (c.four_over_six) {
+          const uint8_t code =
+              four_over_six_block(v.data() + r0 * cols + c0, cols, band, tensor_amax, bamax, global,
+                                  c, q + r0 * (cols / 2) + c0 / 2, cols / 2, mine);
+          for (int64_t r = r0; r < r0 + band; ++r) sf[r * stride + cb] = code;
+          continue;
         }
         const uint8_t code = nvfp4_block_scale(bamax, global.multiplier);
         const float enc = nvfp4_block_encode(code, global.decode);
@@ -211,15 +265,17 @@ void transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t row
   }
 }
 
-void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax, Tensor& out) {
+void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax, float e4m3_max,
+                  Tensor& out) {
   const int64_t rows = out.rows(), cols = out.cols();
   const uint8_t* q = data.data_as<uint8_t>();
   const uint8_t* sf = scales.data_as<uint8_t>();
   const int64_t stride = scales.size(1);
   // TE's dequantization folds the tensor scale into each block's: RN(RN(sf * amax) / 2688), as a
-  // product with RN(1 / 2688); the GEMM's expansion leaves it out (alpha carries it).
+  // product with RN(1 / 2688) (1536 under the 256 bound); the GEMM's expansion leaves it out
+  // (alpha carries it).
   const float global_amax = amax != nullptr ? *amax->data_as<float>() : 0.f;
-  const float inv_2688 = detail::bits_to_float(0x39C30C31u);
+  const float inv_divisor = 1.f / (kE2M1Max * e4m3_max);
   auto* po = static_cast<uint8_t*>(out.data());
   const size_t es = out.element_size();
   parallel_for(0, rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(cols, 1)),
@@ -230,7 +286,7 @@ void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax, 
                    const uint8_t* bytes = q + r * (cols / 2);
                    for (int64_t cb = 0; cb < cols / kBlock; ++cb) {
                      float s = from_e4m3(sf[r * stride + cb]);
-                     if (amax != nullptr) s = (s * global_amax) * inv_2688;
+                     if (amax != nullptr) s = (s * global_amax) * inv_divisor;
                      float* out_block = row.data() + cb * kBlock;
                      for (int64_t i = 0; i < kBlock / 2; ++i) {
                        const float* pair = table.pair[bytes[cb * kBlock / 2 + i]];

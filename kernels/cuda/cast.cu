@@ -214,14 +214,15 @@ __device__ __forceinline__ unsigned long long larger(unsigned long long a, unsig
 
 __global__ void block_scale_spread_kernel(const void* scales, SpreadScales kind, int64_t rows,
                                           int64_t row_step, int64_t blocks, int64_t stride,
-                                          const float* amax, unsigned long long* stats) {
+                                          const float* amax, float nvfp4_e4m3_max,
+                                          unsigned long long* stats) {
   __shared__ unsigned hist[DeviceCastStats::kNumBuckets];
   __shared__ unsigned long long block_count, block_min_inverted, block_max;
   for (int i = threadIdx.x; i < DeviceCastStats::kNumBuckets; i += blockDim.x) hist[i] = 0;
   if (threadIdx.x == 0) block_count = block_min_inverted = block_max = 0;
   __syncthreads();
   const int64_t sampled = (rows + row_step - 1) / row_step, n = sampled * blocks;
-  const float global = kind == SpreadScales::kNVFP4 ? amax[0] / (kE4M3Max * kE2M1Max) : 0.f;
+  const float global = kind == SpreadScales::kNVFP4 ? amax[0] / (nvfp4_e4m3_max * kE2M1Max) : 0.f;
   unsigned long long count = 0, min_inverted = 0, max_bits = 0;
   grid_stride_rows(n, blocks, [&](int64_t, int64_t k, int64_t b) {
     const int64_t at = k * row_step * stride + b;
@@ -274,7 +275,7 @@ __global__ void block_scale_spread_kernel(const void* scales, SpreadScales kind,
 
 void add_block_scale_spread(const Tensor& scales, SpreadScales kind, int64_t rows, int64_t row_step,
                             int64_t blocks, int64_t stride, const Tensor* amax,
-                            FP8CastCounts* counts) {
+                            FP8CastCounts* counts, float nvfp4_e4m3_max) {
   if (counts == nullptr || rows * blocks == 0) return;
   auto* stats = reinterpret_cast<unsigned long long*>(
       device_cast_stats(*counts, scales.device()).words.data_as<int64_t>());
@@ -282,7 +283,7 @@ void add_block_scale_spread(const Tensor& scales, SpreadScales kind, int64_t row
   const unsigned grid = std::min(blocks_for(n, kSpreadThreads), kSpreadMaxBlocks);
   block_scale_spread_kernel<<<grid, kSpreadThreads, 0, stream_of(scales)>>>(
       scales.data(), kind, rows, row_step, blocks, stride,
-      amax != nullptr ? amax->data_as<float>() : nullptr, stats);
+      amax != nullptr ? amax->data_as<float>() : nullptr, nvfp4_e4m3_max, stats);
   OCTET_CUDA_LAUNCH_CHECK("block_scale_spread_kernel");
 }
 

@@ -92,11 +92,11 @@ class CudaBackend final : public Backend {
     const int64_t rows = x.rows();
     cuda::add_block_scale_spread(scales, cuda::SpreadScales::kNVFP4, rows,
                                  cast.tiles_2d ? kNVFP4BlockLen : 1, x.cols() / kNVFP4BlockLen,
-                                 scales.size(1), &amax, counts);
+                                 scales.size(1), &amax, counts, cast.e4m3_max);
   }
-  void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax,
+  void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax, float e4m3_max,
                     Tensor& out) const override {
-    cuda::expand_nvfp4(data, scales, amax, out);
+    cuda::expand_nvfp4(data, scales, amax, e4m3_max, out);
   }
   void hadamard16(const Tensor& x, bool inverse, Tensor& out) const override {
     cuda::hadamard16(x, inverse, out);

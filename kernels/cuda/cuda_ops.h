@@ -77,7 +77,8 @@ void transpose_scales(const Tensor& src, int64_t rows, int64_t cols, Tensor& dst
 // amax (1,) is written on the device and read there by the block cast.
 void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& cast, Tensor& data, Tensor& scales,
                     Tensor& amax, FP8CastCounts* counts = nullptr);
-void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax, Tensor& out);
+void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax, float e4m3_max,
+                  Tensor& out);
 void hadamard16(const Tensor& x, bool inverse, Tensor& out);
 void transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t rows, int64_t cols,
                            Tensor& out_data, Tensor& out_scales);
@@ -142,12 +143,12 @@ void norm_quantize_fp8(ops::NormKind kind, const Tensor& x, const Tensor& gamma,
                        FP8CastCounts* counts = nullptr);
 // The block scales of a block-scaled cast into its spread (BlockScaleSpread's rule), on the
 // device: f32 scale_inv (blockwise; the layout's zero padding is skipped), E8M0 exponents
-// (MXFP8), or NVFP4's E4M3 factors times amax / 2688 over rows [0, rows) in steps of row_step,
-// `blocks` per row, `stride` apart.
+// (MXFP8), or NVFP4's E4M3 factors times amax / (6 * nvfp4_e4m3_max) over rows [0, rows) in
+// steps of row_step, `blocks` per row, `stride` apart.
 enum class SpreadScales : uint8_t { kF32, kE8M0, kNVFP4 };
 void add_block_scale_spread(const Tensor& scales, SpreadScales kind, int64_t rows, int64_t row_step,
                             int64_t blocks, int64_t stride, const Tensor* amax,
-                            FP8CastCounts* counts);
+                            FP8CastCounts* counts, float nvfp4_e4m3_max = 448.f);
 // mean null for rmsnorm; dbeta null when not wanted.
 void norm_backward(const Tensor& dy, const Tensor& x, const Tensor* mean, const Tensor& rsigma,
                    const Tensor& gamma, ops::ZeroCenteredGamma zc, Tensor& dx, Tensor& dgamma,

@@ -75,7 +75,42 @@ struct CastParams {
   bool tiles_2d, stochastic;
   uint64_t seed, offset;
   bool vector;  // the values 16-byte and the codes 8-byte aligned: a block in 4 loads, 1 store
+  bool four_over_six, squared_error;
+  float e4m3_max;
 };
+
+// 4over6's choice for thread (tx, ty)'s block x (runtime/fp8_scaling.h): both candidates' errors
+// summed in element order, a tile's over its 16 rows through `err` (every thread of the thread
+// block calls this: it synchronises under 2D tiles); the kept candidate's scale code.
+__device__ uint8_t four_over_six_choice(const float* x, bool inside, float block_amax,
+                                        float tensor_amax, const NVFP4GlobalScale& global,
+                                        const CastParams& p, int tx, int ty,
+                                        float (*err)[kBlock][kBlock]) {
+  const NVFP4ScalePair pair = nvfp4_4over6_scales(block_amax, global.encode);
+  const uint8_t codes[2] = {pair.map4, pair.map6};
+  float e[2] = {0.f, 0.f};
+  if (inside) {
+    for (int k = 0; k < 2; ++k) {
+      const float enc = nvfp4_block_encode(codes[k], global.decode);
+      const float s = from_e4m3(codes[k]);
+      for (int i = 0; i < kBlock; ++i) {
+        const float v = from_e2m1(to_e2m1(__fmul_rn(x[i], enc)));
+        e[k] += nvfp4_4over6_term(v, s, tensor_amax, p.e4m3_max, x[i], p.squared_error);
+      }
+    }
+  }
+  if (p.tiles_2d) {
+    err[0][ty][tx] = e[0];
+    err[1][ty][tx] = e[1];
+    __syncthreads();
+    for (int k = 0; k < 2; ++k) {
+      float rows[kBlock];
+      for (int rr = 0; rr < kBlock; ++rr) rows[rr] = err[k][rr][tx];
+      e[k] = nvfp4_4over6_tile_sum(rows);
+    }
+  }
+  return e[0] < e[1] ? pair.map4 : pair.map6;  // a tie keeps map6
+}
 
 // A (16, 16) thread block covers 16 rows (a tile's band) and 16 consecutive column blocks:
 // thread (tx, ty) casts block cb = blockIdx.x * 16 + tx of row r = blockIdx.y * 16 + ty. Under 2D
@@ -88,7 +123,8 @@ struct CastParams {
 __global__ void nvfp4_cast_kernel(const float* v, const float* amax, uint8_t* q, uint8_t* sf,
                                   int64_t cols, int64_t blocks, int64_t stride, CastParams p,
                                   unsigned long long* stats) {
-  __shared__ float row_amax[kBlock][kBlock];  // [row in band][column block in group]
+  __shared__ float row_amax[kBlock][kBlock];     // [row in band][column block in group]
+  __shared__ float tile_err[2][kBlock][kBlock];  // 4over6 under 2D tiles: [candidate][row][block]
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t cb = blockIdx.x * int64_t{kBlock} + tx;
   const int64_t r = blockIdx.y * int64_t{kBlock} + ty;
@@ -120,9 +156,11 @@ __global__ void nvfp4_cast_kernel(const float* v, const float* amax, uint8_t* q,
   }
   // No return before the end: every lane of a warp takes part in flush_warp.
   CastTally tally;
+  const NVFP4GlobalScale global = nvfp4_global_scale(amax[0], p.e4m3_max);
+  const uint8_t code =
+      p.four_over_six ? four_over_six_choice(x, inside, m, amax[0], global, p, tx, ty, tile_err)
+                      : nvfp4_block_scale(m, global.multiplier);
   if (inside) {
-    const NVFP4GlobalScale global = nvfp4_global_scale(amax[0]);
-    const uint8_t code = nvfp4_block_scale(m, global.multiplier);
     const float enc = nvfp4_block_encode(code, global.decode);
     sf[r * stride + cb] = code;  // a tile's 16 rows carry its one scale
     uint32_t bits[kBlock];
@@ -153,17 +191,18 @@ __global__ void nvfp4_cast_kernel(const float* v, const float* amax, uint8_t* q,
 }
 
 // out (rows, cols) = e2m1 value * its block's E4M3 scale, times amax / 2688 folded into the scale
-// as TE does (RN(RN(sf * amax) * RN(1 / 2688))) when amax is given; kVec values (two code bytes,
-// one scale: kVec divides the 16-wide block) per access when `vector`.
+// as TE does (RN(RN(sf * amax) * RN(1 / 2688)); 1536 = 6 * e4m3_max under the 256 bound) when
+// amax is given; kVec values (two code bytes, one scale: kVec divides the 16-wide block) per
+// access when `vector`.
 __global__ void expand_nvfp4_kernel(const uint8_t* q, const uint8_t* sf, const float* amax,
-                                    void* out, DType dout, int64_t cols, int64_t stride, int64_t n,
-                                    bool vector) {
+                                    float e4m3_max, void* out, DType dout, int64_t cols,
+                                    int64_t stride, int64_t n, bool vector) {
   static_assert(kBlock % kVec == 0 && kVec % 2 == 0);
-  const float inv_2688 = octet::detail::bits_to_float(0x39C30C31u);
+  const float inv_divisor = __fdiv_rn(1.f, kE2M1Max * e4m3_max);
   const int64_t half = cols / 2;  // bytes a row
   auto scale = [&](int64_t r, int64_t c) {
     const float s = from_e4m3(sf[r * stride + c / kBlock]);
-    return amax != nullptr ? mul_keep_nan(mul_keep_nan(s, amax[0]), inv_2688) : s;
+    return amax != nullptr ? mul_keep_nan(mul_keep_nan(s, amax[0]), inv_divisor) : s;
   };
   grid_stride_row_groups(
       n, cols, vector,
@@ -253,7 +292,8 @@ void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& cast, Tensor& data, T
               " is too large for one launch");
   const bool vector =
       vec_aligned(values.data(), sizeof(float)) && vec_aligned(data.data(), sizeof(uint16_t));
-  const CastParams p{cast.tiles_2d, cast.stochastic, cast.seed, cast.offset, vector};
+  const CastParams p{cast.tiles_2d, cast.stochastic,    cast.seed,          cast.offset,
+                     vector,        cast.four_over_six, cast.squared_error, cast.e4m3_max};
   nvfp4_cast_kernel<<<dim3(static_cast<unsigned>(groups), static_cast<unsigned>(bands)),
                       dim3(kBlock, kBlock), 0, stream>>>(
       values.data_as<float>(), amax.data_as<float>(), data.data_as<uint8_t>(),
@@ -261,14 +301,15 @@ void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& cast, Tensor& data, T
   OCTET_CUDA_LAUNCH_CHECK("nvfp4_cast_kernel");
 }
 
-void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax, Tensor& out) {
+void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax, float e4m3_max,
+                  Tensor& out) {
   const int64_t n = out.numel();
   if (n == 0) return;
   const bool vector = act_rows_vec_ok(out, out.cols());
   expand_nvfp4_kernel<<<vector ? vec_blocks_for(n) : blocks_for(n), kThreads, 0, stream_of(data)>>>(
       data.data_as<uint8_t>(), scales.data_as<uint8_t>(),
-      amax != nullptr ? amax->data_as<float>() : nullptr, out.data(), out.dtype(), out.cols(),
-      scales.size(1), n, vector);
+      amax != nullptr ? amax->data_as<float>() : nullptr, e4m3_max, out.data(), out.dtype(),
+      out.cols(), scales.size(1), n, vector);
   OCTET_CUDA_LAUNCH_CHECK("expand_nvfp4_kernel");
 }
 

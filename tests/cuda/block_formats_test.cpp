@@ -310,6 +310,52 @@ TEST(CudaNvfp4, AllZeroAndAllNaNInputsMatchCpu) {
   }
 }
 
+// 4over6 (each block keeps the nearer of its map-to-4 and map-to-6 casts): the device's choice,
+// scales and data equal the CPU's for both error modes, both bounds, 1x16 blocks and 16x16 tiles,
+// and its dequantization under the 256 bound equals the CPU's.
+TEST(CudaNvfp4, FourOverSixCastAndDequantizeMatchCpuBitForBit) {
+  OCTET_REQUIRE_CUDA();
+  for (const Shape& shape : {Shape{16, 16}, Shape{48, 272}, Shape{2, 8, 528}}) {
+    for (DType input : {DType::kF32, DType::kBF16}) {
+      const Tensor x = block_input(shape, input, 83);
+      const Tensor xg = on_gpu(x);
+      const int64_t rows = x.rows(), cols = x.cols();
+      for (bool tiles : {false, true}) {
+        for (bool mse : {false, true}) {
+          for (float bound : {448.f, 256.f}) {
+            SCOPED_TRACE(shape_str(shape) + " " + name_of(input) + (tiles ? " 16x16" : " 1x16") +
+                         (mse ? " mse" : " mae") + " bound " + std::to_string(bound));
+            ops::NVFP4Cast cast;
+            cast.tiles_2d = tiles;
+            cast.four_over_six = true;
+            cast.squared_error = mse;
+            cast.e4m3_max = bound;
+            NVFP4Out want = nvfp4_out(rows, cols, Device::cpu());
+            FP8CastCounts counts;
+            ops::quantize_nvfp4(x, cast, want.data, want.scales, want.amax, &counts);
+            NVFP4Out got = nvfp4_out(rows, cols, test::gpu());
+            FP8CastCounts on_device;
+            ops::quantize_nvfp4(xg, cast, got.data, got.scales, got.amax, &on_device);
+            EXPECT_TRUE(test::same_bits(got.amax, want.amax)) << "amax";
+            EXPECT_TRUE(test::same_bits(got.scales, want.scales)) << "scales";
+            EXPECT_TRUE(test::same_bits(got.data, want.data)) << "data";
+            settle_device_stats(on_device, nullptr);
+            EXPECT_EQ(on_device.total, counts.total);
+            EXPECT_EQ(on_device.saturated, counts.saturated) << "saturated";
+            EXPECT_EQ(on_device.flushed, counts.flushed) << "flushed";
+            for (DType out : {DType::kF32, DType::kBF16}) {
+              EXPECT_TRUE(test::same_bits(
+                  ops::dequantize_nvfp4(got.data, got.scales, got.amax, rows, cols, out, bound),
+                  ops::dequantize_nvfp4(want.data, want.scales, want.amax, rows, cols, out, bound)))
+                  << name_of(out);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaNvfp4, ExpandAndDequantizeMatchCpuBitForBit) {
   OCTET_REQUIRE_CUDA();
   for (const Shape& shape : {Shape{16, 16}, Shape{48, 272}, Shape{160, 1040}}) {

@@ -2,7 +2,7 @@
 // scale 2688 / amax, E4M3 block scales cast with CUDA's host FP8 conversion, E2M1 elements with
 // CUDA's host FP4 conversion (cuda_fp4.h); TE 2.14's discriminating vectors; 16x16 tiles; the
 // Hadamard transform against an f64 matrix product; stochastic rounding's statistics and
-// determinism; the GEMM against f64.
+// determinism; the GEMM against f64; 4over6's choice between map-to-4 and map-to-6 per block.
 #include "kernels/nvfp4.h"
 
 #include <gtest/gtest.h>
@@ -350,6 +350,209 @@ TEST(NVFP4Recipe, JsonKeysAndTheirRoles) {
                 ->describe()
                 .find("activation 1x16"),
             std::string::npos);
+}
+
+// ---- 4over6 (TE's nvfp4_4over6) ----
+
+float e2m1_value(uint8_t code) {
+  const float magnitudes[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+  return (code & 8) ? -magnitudes[code & 7] : magnitudes[code & 7];
+}
+
+// TE's 4over6 cast (reference_nvfp4.py's rule) in plain f32: the tensor scale from
+// 6 * e4m3_max / amax, per block the map-to-6 scale e4m3(min(RN(amax_b / 6) * s_enc, 448)) and the
+// map-to-4 one 1.5x that, each candidate cast, its error summed in element order (|d| or d^2 of
+// the value dequantized with amax / (6 * e4m3_max)), a tile's rows added pairwise (r + 8, + 4, +
+// 2, + 1); map-to-4 kept only when strictly nearer. `picked4` counts the blocks that took it.
+Expected reference_4over6(const std::vector<float>& x, int64_t rows, int64_t cols, bool tiles,
+                          bool mse, float e4m3_max, int64_t* picked4) {
+  Expected e{std::vector<uint8_t>(x.size()),
+             std::vector<uint8_t>(static_cast<size_t>(rows * (cols / kB)))};
+  for (float v : x) {
+    if (!std::isnan(v)) e.amax = std::max(e.amax, std::fabs(v));
+  }
+  float s_enc = (e4m3_max * 6.f) / e.amax;
+  s_enc = std::min(s_enc, FLT_MAX);
+  if (e.amax == 0.f || s_enc == 0.f) s_enc = 1.f;
+  const float s_dec = 1.f / s_enc;
+  const int64_t band = tiles ? kB : 1;
+  *picked4 = 0;
+  for (int64_t r0 = 0; r0 < rows; r0 += band) {
+    for (int64_t c0 = 0; c0 < cols; c0 += kB) {
+      float bamax = 0.f;
+      for (int64_t r = r0; r < r0 + band; ++r) {
+        for (int64_t c = c0; c < c0 + kB; ++c) {
+          const float a = std::fabs(x[static_cast<size_t>(r * cols + c)]);
+          if (!std::isnan(a)) bamax = std::max(bamax, a);
+        }
+      }
+      const float base = (bamax / 6.f) * s_enc;
+      const uint8_t sf[2] = {test::reference_cast(std::min(base * 1.5f, 448.f), DType::kE4M3),
+                             test::reference_cast(std::min(base, 448.f), DType::kE4M3)};
+      std::vector<uint8_t> codes[2];
+      float err[2][kB] = {};
+      for (int k = 0; k < 2; ++k) {
+        const float scale = from_e4m3(sf[k]);
+        const float enc = std::min(1.f / (scale * s_dec), FLT_MAX);
+        for (int64_t r = r0; r < r0 + band; ++r) {
+          for (int64_t c = c0; c < c0 + kB; ++c) {
+            const float xv = x[static_cast<size_t>(r * cols + c)];
+            const uint8_t code = test::reference_e2m1(xv * enc);
+            codes[k].push_back(code);
+            const float value = ((e2m1_value(code) * scale) * e.amax) / (6.f * e4m3_max);
+            const float d = value - xv;
+            err[k][r - r0] += mse ? d * d : std::fabs(d);
+          }
+        }
+      }
+      float total[2];
+      for (int k = 0; k < 2; ++k) {
+        float* rowerr = err[k];
+        if (band == 1) {
+          total[k] = rowerr[0];
+          continue;
+        }
+        float s8[8], s4[4], s2[2];
+        for (int i = 0; i < 8; ++i) s8[i] = rowerr[i] + rowerr[i + 8];
+        for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];
+        for (int i = 0; i < 2; ++i) s2[i] = s4[i] + s4[i + 2];
+        total[k] = s2[0] + s2[1];
+      }
+      const int kept = total[0] < total[1] ? 0 : 1;
+      *picked4 += kept == 0;
+      size_t i = 0;
+      for (int64_t r = r0; r < r0 + band; ++r) {
+        e.sf[static_cast<size_t>(r * (cols / kB) + c0 / kB)] = sf[kept];
+        for (int64_t c = c0; c < c0 + kB; ++c)
+          e.codes[static_cast<size_t>(r * cols + c)] = codes[kept][i++];
+      }
+    }
+  }
+  return e;
+}
+
+TEST(NVFP4FourOverSix, BlocksAndTilesMatchTheReference) {
+  const int64_t rows = 64, cols = 96;
+  const std::vector<float> x = mixed(rows, cols, 11);
+  for (bool tiles : {false, true}) {
+    for (bool mse : {false, true}) {
+      for (float bound : {448.f, 256.f}) {
+        SCOPED_TRACE(std::string(tiles ? "16x16" : "1x16") + (mse ? " MSE " : " MAE ") +
+                     std::to_string(bound));
+        ops::NVFP4Cast c;
+        c.tiles_2d = tiles;
+        c.four_over_six = true;
+        c.squared_error = mse;
+        c.e4m3_max = bound;
+        int64_t picked4 = 0;
+        const Expected want = reference_4over6(x, rows, cols, tiles, mse, bound, &picked4);
+        EXPECT_TRUE(matches(cast(x, rows, cols, c), want, rows, cols));
+        // Both candidates win somewhere, so the choice itself is checked.
+        const int64_t blocks = rows / (tiles ? kB : 1) * (cols / kB);
+        EXPECT_GT(picked4, 0);
+        EXPECT_LT(picked4, blocks);
+      }
+    }
+  }
+}
+
+TEST(NVFP4FourOverSix, MapToFourWinsWhereItsGridFitsTheBlock) {
+  // Tensor scale 1 (amax 2688 elsewhere, bound 448). The block {3, 4, 0...}: map6's scale
+  // e4m3(4 / 6) = 0.6875 casts 3 -> 4 (2.75) and 4 -> 6 (4.125); map4's e4m3(1) casts both
+  // exactly, so 4over6 keeps it; the plain cast keeps 0.6875.
+  std::vector<float> x(kB * 2 * kB, 0.f);
+  x[0] = 3.f;
+  x[1] = 4.f;
+  x[kB] = 2688.f;
+  ops::NVFP4Cast c;
+  const Cast plain = cast(x, kB, 2 * kB, c);
+  EXPECT_EQ(from_e4m3(plain.scales.data_as<uint8_t>()[0]), 0.6875f);
+  c.four_over_six = true;
+  c.e4m3_max = 448.f;
+  const Cast got = cast(x, kB, 2 * kB, c);
+  EXPECT_EQ(from_e4m3(got.scales.data_as<uint8_t>()[0]), 1.f);
+  EXPECT_EQ(e2m1_value(nibble(got.data, 2 * kB, 0, 0)), 3.f);
+  EXPECT_EQ(e2m1_value(nibble(got.data, 2 * kB, 0, 1)), 4.f);
+  // The block holding the tensor amax maps it to 6 (the 448 bound leaves map4 no room: its scale
+  // clamps to 448, both candidates are the same cast and the tie keeps map6).
+  EXPECT_EQ(e2m1_value(nibble(got.data, 2 * kB, 0, kB)), 6.f);
+}
+
+TEST(NVFP4FourOverSix, QuantizerDequantizesAndMultipliesWithItsBound) {
+  // Weights (16x16) and activations under 4over6 with the 256 bound: the tensor scale is
+  // amax / 1536, which the dequantization and the GEMM's alpha must use (amax / 2688 would be
+  // 1.75x off); the fprop GEMM against f64 of the dequantized operands.
+  const int64_t m = 32, n = 48, k = 64;
+  const Tensor x = test::random_tensor({m, k}, DType::kF32, 12);
+  const Tensor w = test::random_tensor({n, k}, DType::kF32, 13);
+  const NVFP4FourOverSix on{true, false, true};
+  const NVFP4Quantizer qx(NVFP4Role::kActivation, true, false, false, Tensor(), nullptr, on);
+  const NVFP4Quantizer qw(NVFP4Role::kWeight, true, false, false, Tensor(), nullptr, on);
+  auto a = qx.quantize(x, Usage::kRowwise, Ownership::kInternal, AmaxRecording::kSkip);
+  auto b = qw.quantize(w, Usage::kRowwise, Ownership::kInternal, AmaxRecording::kSkip);
+  EXPECT_EQ(dynamic_cast<const NVFP4Tensor&>(*b).layout().e4m3_max, 256.f);
+  EXPECT_NE(qw.describe().find("weight 16x16 4over6-mae e4m3-256"), std::string::npos)
+      << qw.describe();
+  const std::vector<float> av = ops::dequantize(*a, DType::kF32).to_floats();
+  const std::vector<float> bv = ops::dequantize(*b, DType::kF32).to_floats();
+  EXPECT_TRUE(test::all_close(av, test::to_doubles(x), {0.2, 0.2}));
+  EXPECT_TRUE(test::all_close(bv, test::to_doubles(w), {0.2, 0.2}));
+  const std::vector<float> got =
+      ops::fp8_gemm(*a, *b, ops::GemmLayout::kFprop, DType::kF32).to_floats();
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double want = 0, mag = 0;
+      for (int64_t t = 0; t < k; ++t) {
+        const double p = static_cast<double>(av[static_cast<size_t>(i * k + t)]) *
+                         bv[static_cast<size_t>(j * k + t)];
+        want += p;
+        mag += std::fabs(p);
+      }
+      ASSERT_LE(std::fabs(got[static_cast<size_t>(i * n + j)] - want), 1e-5 + 1e-5 * mag)
+          << "element (" << i << ", " << j << ")";
+    }
+  }
+  // Neither the transform nor stochastic rounding goes with it.
+  EXPECT_NE(test::error_of([&] {
+              NVFP4Quantizer(NVFP4Role::kActivation, false, true, false, Tensor(), nullptr, on);
+            }).find("4over6 goes with neither"),
+            std::string::npos);
+}
+
+TEST(NVFP4FourOverSix, RecipeKeysScopesAndTheTransformRule) {
+  const Recipe plain = parse_recipe(R"({"recipe": "nvfp4"})");
+  EXPECT_EQ(plain.four_over_six, NVFP4Scope::kNone);
+  EXPECT_EQ(recipe_to_json(plain)["nvfp4_4over6"], "none");
+  const Recipe w = parse_recipe(R"({"recipe": "nvfp4", "nvfp4_4over6": "weights"})");
+  EXPECT_EQ(recipe_from_json(recipe_to_json(w)), w);
+  EXPECT_NE(make_quantizer(w, nullptr, forward_slot(0, ForwardTensor::kWeight))
+                ->describe()
+                .find("4over6-mae e4m3-256"),
+            std::string::npos);
+  EXPECT_EQ(
+      make_quantizer(w, nullptr, forward_slot(0, ForwardTensor::kInput))->describe().find("4over6"),
+      std::string::npos);
+  const Recipe all = parse_recipe(
+      R"({"recipe": "nvfp4", "disable_rht": true, "nvfp4_4over6": "all",
+          "nvfp4_4over6_e4m3_use_256": "none", "nvfp4_4over6_err_mode": "MSE"})");
+  EXPECT_EQ(recipe_from_json(recipe_to_json(all)), all);
+  const std::string input =
+      make_quantizer(all, nullptr, forward_slot(0, ForwardTensor::kInput))->describe();
+  EXPECT_NE(input.find("activation 1x16 4over6-mse"), std::string::npos) << input;
+  EXPECT_EQ(input.find("e4m3-256"), std::string::npos) << input;
+  // Gradients never take it.
+  EXPECT_EQ(make_quantizer(all, nullptr, backward_slot(0, BackwardTensor::kGradOutput))
+                ->describe()
+                .find("4over6"),
+            std::string::npos);
+  const std::string rht =
+      test::error_of([] { parse_recipe(R"({"recipe": "nvfp4", "nvfp4_4over6": "activations"})"); });
+  EXPECT_NE(rht.find("recipe.nvfp4_4over6: \"activations\""), std::string::npos) << rht;
+  EXPECT_NE(rht.find("disable_rht"), std::string::npos) << rht;
+  const std::string bad =
+      test::error_of([] { parse_recipe(R"({"recipe": "nvfp4", "nvfp4_4over6": "inputs"})"); });
+  EXPECT_NE(bad.find("nvfp4_4over6"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("inputs"), std::string::npos) << bad;
 }
 
 TEST(NVFP4Gemm, ShapeRuleNamesTheShape) {
