@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -250,6 +251,28 @@ NVFP4Out nvfp4_out(int64_t rows, int64_t cols, Device device) {
           Tensor::empty({1}, DType::kF32, device)};
 }
 
+// Casts x on the CPU and xg (the same values) on the device; expects the same amax, scales, data
+// and counts; returns the two results (CPU first).
+std::pair<NVFP4Out, NVFP4Out> expect_nvfp4_cast_matches_cpu(const Tensor& x, const Tensor& xg,
+                                                            const ops::NVFP4Cast& cast) {
+  const int64_t rows = x.rows(), cols = x.cols();
+  NVFP4Out want = nvfp4_out(rows, cols, Device::cpu());
+  FP8CastCounts counts;
+  ops::quantize_nvfp4(x, cast, want.data, want.scales, want.amax, &counts);
+  NVFP4Out got = nvfp4_out(rows, cols, test::gpu());
+  FP8CastCounts on_device;
+  ops::quantize_nvfp4(xg, cast, got.data, got.scales, got.amax, &on_device);
+  EXPECT_TRUE(test::same_bits(got.amax, want.amax)) << "amax";
+  EXPECT_TRUE(test::same_bits(got.scales, want.scales)) << "scales";
+  EXPECT_TRUE(test::same_bits(got.data, want.data)) << "data";
+  EXPECT_EQ(counts.total, x.numel());
+  settle_device_stats(on_device, nullptr);
+  EXPECT_EQ(on_device.total, counts.total);
+  EXPECT_EQ(on_device.saturated, counts.saturated) << "saturated";
+  EXPECT_EQ(on_device.flushed, counts.flushed) << "flushed";
+  return {std::move(want), std::move(got)};
+}
+
 TEST(CudaNvfp4, QuantizeMatchesCpuBitForBit) {
   OCTET_REQUIRE_CUDA();
   const Shape shapes[] = {{16, 16}, {32, 48}, {48, 272}, {160, 1040}, {2, 8, 528}};
@@ -259,7 +282,6 @@ TEST(CudaNvfp4, QuantizeMatchesCpuBitForBit) {
     for (DType input : {DType::kF32, DType::kBF16}) {
       const Tensor x = block_input(shape, input, 81);
       const Tensor xg = on_gpu(x);
-      const int64_t rows = x.rows(), cols = x.cols();
       for (bool tiles : {false, true}) {
         for (bool rht : {false, true}) {
           for (bool sr : {false, true}) {
@@ -273,20 +295,7 @@ TEST(CudaNvfp4, QuantizeMatchesCpuBitForBit) {
               cast.stochastic = sr;
               cast.seed = 0x1234ABCDull;
               cast.offset = offset;
-              NVFP4Out want = nvfp4_out(rows, cols, Device::cpu());
-              FP8CastCounts counts;
-              ops::quantize_nvfp4(x, cast, want.data, want.scales, want.amax, &counts);
-              NVFP4Out got = nvfp4_out(rows, cols, test::gpu());
-              FP8CastCounts on_device;
-              ops::quantize_nvfp4(xg, cast, got.data, got.scales, got.amax, &on_device);
-              EXPECT_TRUE(test::same_bits(got.amax, want.amax)) << "amax";
-              EXPECT_TRUE(test::same_bits(got.scales, want.scales)) << "scales";
-              EXPECT_TRUE(test::same_bits(got.data, want.data)) << "data";
-              EXPECT_EQ(counts.total, x.numel());
-              settle_device_stats(on_device, nullptr);
-              EXPECT_EQ(on_device.total, counts.total);
-              EXPECT_EQ(on_device.saturated, counts.saturated) << "saturated";
-              EXPECT_EQ(on_device.flushed, counts.flushed) << "flushed";
+              expect_nvfp4_cast_matches_cpu(x, xg, cast);
             }
           }
         }
@@ -330,19 +339,7 @@ TEST(CudaNvfp4, FourOverSixCastAndDequantizeMatchCpuBitForBit) {
             cast.four_over_six = true;
             cast.squared_error = mse;
             cast.e4m3_max = bound;
-            NVFP4Out want = nvfp4_out(rows, cols, Device::cpu());
-            FP8CastCounts counts;
-            ops::quantize_nvfp4(x, cast, want.data, want.scales, want.amax, &counts);
-            NVFP4Out got = nvfp4_out(rows, cols, test::gpu());
-            FP8CastCounts on_device;
-            ops::quantize_nvfp4(xg, cast, got.data, got.scales, got.amax, &on_device);
-            EXPECT_TRUE(test::same_bits(got.amax, want.amax)) << "amax";
-            EXPECT_TRUE(test::same_bits(got.scales, want.scales)) << "scales";
-            EXPECT_TRUE(test::same_bits(got.data, want.data)) << "data";
-            settle_device_stats(on_device, nullptr);
-            EXPECT_EQ(on_device.total, counts.total);
-            EXPECT_EQ(on_device.saturated, counts.saturated) << "saturated";
-            EXPECT_EQ(on_device.flushed, counts.flushed) << "flushed";
+            const auto [want, got] = expect_nvfp4_cast_matches_cpu(x, xg, cast);
             for (DType out : {DType::kF32, DType::kBF16}) {
               EXPECT_TRUE(test::same_bits(
                   ops::dequantize_nvfp4(got.data, got.scales, got.amax, rows, cols, out, bound),
