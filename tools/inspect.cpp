@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "kernels/quantized_format.h"
 #include "tools/metrics.h"
@@ -70,6 +71,42 @@ nlohmann::ordered_json quantized_weights(const Checkpoint& c) {
   auto j = nlohmann::ordered_json::parse(it->second, nullptr, false);
   OCTET_CHECK(!j.is_discarded() && j.is_object(), "checkpoint ", c.path,
               ": __metadata__ \"quantized\" is not a JSON object");
+  // Each entry as octet writes it (train/checkpoint.cpp), so that the report reads its values
+  // with their types known: a file's bytes decide them.
+  const auto is_string = [](const nlohmann::ordered_json& v) { return v.is_string(); };
+  std::set<std::string> held;
+  for (const auto& [name, t] : c.tensors) held.insert(name);
+  for (const auto& [name, entry] : j.items()) {
+    const auto fail = [&](std::string_view expected) {
+      OCTET_FAIL("checkpoint ", c.path, ": __metadata__ \"quantized\" entry \"", name, "\" is ",
+                 entry.dump(), ", expected ", expected);
+    };
+    if (!entry.is_object()) fail("a JSON object");
+    for (const char* key : {"format", "dtype"}) {
+      if (!entry.contains(key) || !entry[key].is_string())
+        fail(fmt::format("a string \"{}\"", key));
+    }
+    const auto& shape = entry.contains("shape") ? entry["shape"] : nlohmann::ordered_json();
+    if (!shape.is_array() || !std::all_of(shape.begin(), shape.end(),
+                                          [](const auto& d) { return d.is_number_unsigned(); })) {
+      fail("\"shape\": an array of non-negative integers");
+    }
+    const auto& tensors = entry.contains("tensors") ? entry["tensors"] : nlohmann::ordered_json();
+    if (!tensors.is_array() || !std::all_of(tensors.begin(), tensors.end(), is_string)) {
+      fail("\"tensors\": an array of tensor names");
+    }
+    for (const auto& t : tensors) {
+      if (!held.contains(t.get<std::string>())) {
+        fail(fmt::format("tensors the file holds (it has no \"{}\")", t.get<std::string>()));
+      }
+    }
+    if (entry.contains("attributes")) {
+      const auto& a = entry["attributes"];
+      if (!a.is_object() || !std::all_of(a.begin(), a.end(), is_string)) {
+        fail("\"attributes\": an object of strings");
+      }
+    }
+  }
   return j;
 }
 

@@ -61,8 +61,10 @@ void check_recipes(const Checkpoint& c, modules::Module& model) {
     if (!state->has_recipe() || !saved.contains(name)) continue;
     const nlohmann::json live = recipe_to_json(state->recipe());
     // A recipe saved before a key existed compares with that key's default filled in.
+    // The file's bytes decide each value's type: "recipe" is compared, never read as a string.
     nlohmann::json recorded = saved[name];
-    if (recorded.is_object() && recorded.value("recipe", "") != "custom") {
+    if (recorded.is_object() && recorded.find("recipe") != recorded.end() &&
+        recorded["recipe"] != "custom") {
       recorded = recipe_to_json(
           recipe_from_json(recorded, "checkpoint " + c.path + " recipe of \"" + name + "\""));
     }

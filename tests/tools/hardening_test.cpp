@@ -487,6 +487,57 @@ TEST(HostileInput, CheckpointsAndTheirMetadata) {
       if (r.code != 0) throw Error(r.err.substr(0, r.err.find('\n')));
     });
   }
+  // A module's recorded recipe of any JSON shape, on --resume (which compares it with the
+  // model's): an error naming the checkpoint. The fuzzer's find: a "recipe" that is not a string
+  // escaped as the JSON library's type error.
+  const nlohmann::json recipes = nlohmann::json::parse(good.metadata.at("fp8_recipes"));
+  ASSERT_TRUE(recipes.is_object() && !recipes.empty()) << recipes.dump();
+  const std::string module = recipes.begin().key();
+  const std::string copy = scratch.file("resumed");
+  std::filesystem::copy(dir, copy, std::filesystem::copy_options::recursive);
+  const Args resume = {"train", "--quiet", "--resume", "--out", copy, "--set", "training.steps=4"};
+  ASSERT_EQ(octet(resume).code, 0) << "the unchanged checkpoint resumes";
+  for (const char* recorded :
+       {R"({"recipe": 5})", R"({"recipe": null})", R"({"recipe": ["delayed"]})",
+        R"({"recipe": {"recipe": "delayed"}})", R"({"recipe": "delayed", "margin": "1"})",
+        R"({"recipe": "delayed", "unknown": 1})", R"({"recipe": "nvfp4", "nvfp4_4over6": 1})",
+        R"({})", R"(7)", R"("delayed")"}) {
+    nlohmann::json changed = recipes;
+    changed[module] = nlohmann::json::parse(recorded);
+    SafetensorsMetadata metadata = good.metadata;
+    metadata["fp8_recipes"] = changed.dump();
+    const std::string saved = copy + "/checkpoint.safetensors";
+    save_safetensors(saved, good.tensors, metadata);
+    only_octet_errors(std::string("fp8_recipes[") + module + "]=" + recorded, saved, [&] {
+      const Outcome r = octet(resume);
+      if (r.code != 0) throw Error(r.err.substr(0, r.err.find('\n')));
+      ADD_FAILURE() << "a checkpoint whose recipe for " << module << " is " << recorded
+                    << " resumed";
+    });
+  }
+  // The FP8 primary weights' entries ("quantized") of any JSON shape, on inspect.
+  for (const char* entry :
+       {R"(5)", R"({"format": 5})", R"({"format": "fp8", "dtype": []})",
+        R"({"format": "fp8", "dtype": "F8_E4M3", "shape": "x"})",
+        R"({"format": "fp8", "dtype": "F8_E4M3", "shape": [1.5], "tensors": []})",
+        R"({"format": "fp8", "dtype": "F8_E4M3", "shape": [-2], "tensors": []})",
+        R"({"format": "fp8", "dtype": "F8_E4M3", "shape": [2], "tensors": 3})",
+        R"({"format": "fp8", "dtype": "F8_E4M3", "shape": [2], "tensors": [3]})",
+        R"({"format": "fp8", "dtype": "F8_E4M3", "shape": [2], "tensors": ["model.none"]})",
+        R"({"format": "fp8", "dtype": "F8_E4M3", "shape": [2], "tensors": [], "attributes": 1})"}) {
+    SafetensorsMetadata metadata = good.metadata;
+    metadata["quantized"] = nlohmann::json{{"model.w", nlohmann::json::parse(entry)}}.dump();
+    save_safetensors(path, good.tensors, metadata);
+    for (const bool json : {false, true}) {
+      only_octet_errors(std::string("quantized entry ") + entry, path, [&] {
+        Args args = {"inspect", path};
+        if (json) args.push_back("--json");
+        const Outcome r = octet(args);
+        if (r.code != 0) throw Error(r.err.substr(0, r.err.find('\n')));
+        ADD_FAILURE() << "inspect showed a checkpoint whose FP8 weight entry is " << entry;
+      });
+    }
+  }
   // A data position that does not fit the data, on --resume: names the checkpoint and the key.
   SafetensorsMetadata far = good.metadata;
   far["data_state"] = R"({"train": [7, 0], "validation": [0, 0]})";
