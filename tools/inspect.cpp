@@ -76,15 +76,18 @@ nlohmann::ordered_json quantized_weights(const Checkpoint& c) {
   const auto is_string = [](const nlohmann::ordered_json& v) { return v.is_string(); };
   std::set<std::string> held;
   for (const auto& [name, t] : c.tensors) held.insert(name);
-  for (const auto& [name, entry] : j.items()) {
+  for (auto e = j.begin(); e != j.end(); ++e) {  // no structured binding: the lambda uses both
+    const std::string& name = e.key();
+    const nlohmann::ordered_json& entry = e.value();
     const auto fail = [&](std::string_view expected) {
       OCTET_FAIL("checkpoint ", c.path, ": __metadata__ \"quantized\" entry \"", name, "\" is ",
                  entry.dump(), ", expected ", expected);
     };
     if (!entry.is_object()) fail("a JSON object");
     for (const char* key : {"format", "dtype"}) {
-      if (!entry.contains(key) || !entry[key].is_string())
+      if (!entry.contains(key) || !entry[key].is_string()) {
         fail(fmt::format("a string \"{}\"", key));
+      }
     }
     const auto& shape = entry.contains("shape") ? entry["shape"] : nlohmann::ordered_json();
     if (!shape.is_array() || !std::all_of(shape.begin(), shape.end(),
