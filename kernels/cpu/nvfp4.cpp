@@ -129,10 +129,12 @@ uint8_t four_over_six_block(const float* v, int64_t cols, int64_t band, float am
   const uint8_t codes[2] = {pair.map4, pair.map6};
   uint8_t q_cand[2][kBlock][kBlock / 2];
   float err[2][kBlock];
+  FP8CastCounts cand_counts[2];  // each candidate's saturated and flushed elements
   for (int k = 0; k < 2; ++k) {
     const float enc = nvfp4_block_encode(codes[k], global.decode);
     for (int64_t r = 0; r < band; ++r) {
-      encode_block(v + r * cols, enc, nullptr, q_cand[k][r], nullptr);
+      encode_block(v + r * cols, enc, nullptr, q_cand[k][r],
+                   counts != nullptr ? &cand_counts[k] : nullptr);
       err[k][r] = four_over_six_error(v + r * cols, q_cand[k][r], codes[k], amax, c.e4m3_max,
                                       c.squared_error);
     }
@@ -140,14 +142,10 @@ uint8_t four_over_six_block(const float* v, int64_t cols, int64_t band, float am
   const float e4 = band == 1 ? err[0][0] : nvfp4_4over6_tile_sum(err[0]);
   const float e6 = band == 1 ? err[1][0] : nvfp4_4over6_tile_sum(err[1]);
   const int kept = e4 < e6 ? 0 : 1;  // a tie keeps map6
-  const float enc = nvfp4_block_encode(codes[kept], global.decode);
   for (int64_t r = 0; r < band; ++r) {
-    if (counts != nullptr) {
-      encode_block(v + r * cols, enc, nullptr, q + r * q_stride, counts);
-    } else {
-      std::copy(q_cand[kept][r], q_cand[kept][r] + kBlock / 2, q + r * q_stride);
-    }
+    std::copy(q_cand[kept][r], q_cand[kept][r] + kBlock / 2, q + r * q_stride);
   }
+  if (counts != nullptr) *counts += cand_counts[kept];
   return codes[kept];
 }
 

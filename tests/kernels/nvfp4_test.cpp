@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -36,6 +37,7 @@ struct Expected {
   std::vector<uint8_t> codes;  // one E2M1 code per element
   std::vector<uint8_t> sf;     // one E4M3 code per row and block
   float amax = 0;
+  int64_t saturated = 0, flushed = 0;  // filled by reference_4over6 only
 };
 
 // TE's cast of x (rows, cols), 1x16 blocks or 16x16 tiles, in plain f32 arithmetic.
@@ -364,8 +366,10 @@ float e2m1_value(uint8_t code) {
 // map-to-4 one 1.5x that, each candidate cast, its error summed in element order (|d| or d^2 of
 // the value dequantized with amax / (6 * e4m3_max)), a tile's rows added pairwise (r + 8, + 4, +
 // 2, + 1); map-to-4 kept only when strictly nearer. `picked4` counts the blocks that took it.
+// `divide_first` false takes the plain cast's order instead, amax_b * (s_enc * RN(1 / 6)): what the
+// cast must not do (BaseScaleDividesTheBlockAmaxBySixFirst).
 Expected reference_4over6(const std::vector<float>& x, int64_t rows, int64_t cols, bool tiles,
-                          bool mse, float e4m3_max, int64_t* picked4) {
+                          bool mse, float e4m3_max, int64_t* picked4, bool divide_first = true) {
   Expected e{std::vector<uint8_t>(x.size()),
              std::vector<uint8_t>(static_cast<size_t>(rows * (cols / kB)))};
   for (float v : x) {
@@ -386,11 +390,12 @@ Expected reference_4over6(const std::vector<float>& x, int64_t rows, int64_t col
           if (!std::isnan(a)) bamax = std::max(bamax, a);
         }
       }
-      const float base = (bamax / 6.f) * s_enc;
+      const float base = divide_first ? (bamax / 6.f) * s_enc : bamax * (s_enc * (1.f / 6.f));
       const uint8_t sf[2] = {test::reference_cast(std::min(base * 1.5f, 448.f), DType::kE4M3),
                              test::reference_cast(std::min(base, 448.f), DType::kE4M3)};
       std::vector<uint8_t> codes[2];
       float err[2][kB] = {};
+      int64_t saturated[2] = {}, flushed[2] = {};
       for (int k = 0; k < 2; ++k) {
         const float scale = from_e4m3(sf[k]);
         const float enc = std::min(1.f / (scale * s_dec), FLT_MAX);
@@ -399,6 +404,8 @@ Expected reference_4over6(const std::vector<float>& x, int64_t rows, int64_t col
             const float xv = x[static_cast<size_t>(r * cols + c)];
             const uint8_t code = test::reference_e2m1(xv * enc);
             codes[k].push_back(code);
+            saturated[k] += std::fabs(xv * enc) > 6.f;
+            flushed[k] += xv != 0.f && !std::isnan(xv) && (code & 7) == 0;
             const float value = ((e2m1_value(code) * scale) * e.amax) / (6.f * e4m3_max);
             const float d = value - xv;
             err[k][r - r0] += mse ? d * d : std::fabs(d);
@@ -420,6 +427,8 @@ Expected reference_4over6(const std::vector<float>& x, int64_t rows, int64_t col
       }
       const int kept = total[0] < total[1] ? 0 : 1;
       *picked4 += kept == 0;
+      e.saturated += saturated[kept];
+      e.flushed += flushed[kept];
       size_t i = 0;
       for (int64_t r = r0; r < r0 + band; ++r) {
         e.sf[static_cast<size_t>(r * (cols / kB) + c0 / kB)] = sf[kept];
@@ -447,12 +456,68 @@ TEST(NVFP4FourOverSix, BlocksAndTilesMatchTheReference) {
         int64_t picked4 = 0;
         const Expected want = reference_4over6(x, rows, cols, tiles, mse, bound, &picked4);
         EXPECT_TRUE(matches(cast(x, rows, cols, c), want, rows, cols));
+        // The kept candidate's saturated and flushed elements are the ones counted.
+        Cast counted = cast(x, rows, cols, c);
+        FP8CastCounts counts;
+        ops::quantize_nvfp4(Tensor::from_floats(x, {rows, cols}), c, counted.data, counted.scales,
+                            counted.amax, &counts);
+        EXPECT_EQ(counts.total, rows * cols);
+        EXPECT_EQ(counts.saturated, want.saturated);
+        EXPECT_EQ(counts.flushed, want.flushed);
+        EXPECT_GT(want.flushed, 0);
         // Both candidates win somewhere, so the choice itself is checked.
         const int64_t blocks = rows / (tiles ? kB : 1) * (cols / kB);
         EXPECT_GT(picked4, 0);
         EXPECT_LT(picked4, blocks);
       }
     }
+  }
+}
+
+TEST(NVFP4FourOverSix, BaseScaleDividesTheBlockAmaxBySixFirst) {
+  // TE's 4over6 base scale is RN(amax_b / 6) * s_enc, the plain cast's amax_b * (s_enc * RN(1 /
+  // 6)). The two differ by an ulp at most, which changes the E4M3 code only next to a midpoint
+  // between two E4M3 values: block amaxes a few ulps either side of each midpoint's preimage are
+  // tried, and where the two rules keep different codes the cast must keep the first rule's.
+  const int64_t rows = kB, cols = 2 * kB;  // row 0 holds both blocks, the other rows zeros
+  const float amax = 3.7f;                 // the tensor amax, in the first block
+  for (float bound : {448.f, 256.f}) {
+    SCOPED_TRACE("bound " + std::to_string(bound));
+    const float s_enc = (bound * 6.f) / amax;
+    ops::NVFP4Cast c;
+    c.four_over_six = true;
+    c.e4m3_max = bound;
+    int found = 0;
+    for (int e = -6; e <= 8 && found < 8; ++e) {
+      for (int m = 0; m < 8 && found < 8; ++m) {
+        const double mid = std::ldexp(1.0 + (m + 0.5) / 8.0, e);  // between two E4M3 values
+        float b = static_cast<float>(mid * 6.0 / s_enc);
+        if (b >= amax) continue;
+        for (int step = 0; step < 64; ++step) b = std::nextafter(b, 0.f);
+        for (int step = 0; step < 128 && found < 8; ++step, b = std::nextafter(b, amax)) {
+          // Only a block amax where either candidate's code differs can keep different codes.
+          const float base[2] = {(b / 6.f) * s_enc, b * (s_enc * (1.f / 6.f))};
+          bool differ = false;
+          for (float f : {1.f, 1.5f}) {
+            differ |= test::reference_cast(std::min(base[0] * f, 448.f), DType::kE4M3) !=
+                      test::reference_cast(std::min(base[1] * f, 448.f), DType::kE4M3);
+          }
+          if (!differ) continue;
+          std::vector<float> x(static_cast<size_t>(rows * cols), 0.f);
+          x[0] = amax;
+          x[kB] = b;
+          int64_t picked4 = 0;
+          const Expected want = reference_4over6(x, rows, cols, false, false, bound, &picked4);
+          const Expected plain =
+              reference_4over6(x, rows, cols, false, false, bound, &picked4, false);
+          if (want.sf[1] == plain.sf[1]) continue;
+          ++found;
+          EXPECT_TRUE(matches(cast(x, rows, cols, c), want, rows, cols))
+              << "block amax " << b << " (bits " << std::bit_cast<uint32_t>(b) << ")";
+        }
+      }
+    }
+    EXPECT_EQ(found, 8) << "too few block amaxes tell the two rules apart";
   }
 }
 
