@@ -176,6 +176,14 @@ std::vector<nlohmann::ordered_json> parse_metrics(const std::string& text,
     auto json = nlohmann::ordered_json::parse(line, nullptr, false);
     OCTET_CHECK(!json.is_discarded() && json.is_object(), path, ":", n,
                 ": not a JSON object: ", printable(line.substr(0, 80)));
+    // What is read back (a resume's cut by step, loss.svg) has the types octet writes; a loss
+    // may be a number, null (NaN) or "nan"/"inf", which loss.svg leaves out.
+    const auto wrong = [&](std::string_view key, std::string_view expected) {
+      OCTET_FAIL(path, ":", n, ": \"", key, "\" is not ", expected, ": ",
+                 printable(line.substr(0, 80)));
+    };
+    if (json.contains("step") && !json["step"].is_number_integer()) wrong("step", "an integer");
+    if (json.contains("eval") && !json["eval"].is_object()) wrong("eval", "a JSON object");
     lines.push_back(std::move(json));
   }
   return lines;

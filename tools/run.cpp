@@ -105,7 +105,7 @@ void write_loss_curve(const std::string& metrics_path, const std::string& svg_pa
   const double per_nat = bits ? 1.0 / std::log(2.0) : 1.0;
   curve.unit = bits ? "bits per byte" : "loss (nats per token)";
   for (const auto& line : read_metrics(metrics_path)) {
-    const double step = line.value("step", 0.0);
+    const double step = line.contains("step") ? line["step"].get<double>() : 0.0;
     if (line.contains("loss") && line["loss"].is_number()) {
       curve.train.push_back({step, line["loss"].get<double>() * per_nat});
     }
@@ -114,7 +114,9 @@ void write_loss_curve(const std::string& metrics_path, const std::string& svg_pa
     if (e.contains("loss") && e["loss"].is_number()) {
       curve.heldout.push_back({step, e["loss"].get<double>() * per_nat});
     }
-    if (metric == data::Metric::kExactMatch) curve.metric.push_back({step, e.value("value", 0.0)});
+    if (metric == data::Metric::kExactMatch && e.contains("value") && e["value"].is_number()) {
+      curve.metric.push_back({step, e["value"].get<double>()});
+    }
   }
   if (metric == data::Metric::kExactMatch) curve.metric_label = "held-out accuracy (%)";
   write_text_file(svg_path, loss_curve_svg(curve));

@@ -184,6 +184,31 @@ TEST(Hardening, ResumeDropsATornLastMetricsLine) {
         }
       },
       Error);
+  // So is a line whose values have types octet never writes (they escaped as JSON type errors).
+  for (const char* bad :
+       {R"({"step": "1"})", R"({"step": 1.5})", R"({"step": 1e300})", R"({"step": null})",
+        R"({"step": 1, "eval": 3})", R"({"step": 1, "eval": [1]})"}) {
+    test::write_file_bytes(metrics, "{\"step\": 1}\n" + std::string(bad) + "\n");
+    for (const bool resume : {true, false}) {
+      try {
+        if (resume) {
+          MetricsLog(metrics, MetricsOpen::kResumeAt, 8);
+        } else {
+          read_metrics(metrics);
+        }
+        ADD_FAILURE() << bad << " was read";
+      } catch (const Error& e) {
+        EXPECT_THAT(e.what(), HasSubstr(metrics + ":2")) << bad;
+      }
+    }
+  }
+  // What octet writes for a non-finite loss reads back, and the cut keeps it.
+  test::write_file_bytes(metrics,
+                         "{\"step\": 1, \"loss\": \"nan\"}\n"
+                         "{\"step\": 2, \"eval\": {\"loss\": null, \"value\": 50}}\n"
+                         "{\"step\": 9, \"loss\": \"-inf\"}\n");
+  MetricsLog(metrics, MetricsOpen::kResumeAt, 8);
+  EXPECT_EQ(read_metrics(metrics).size(), 2u);
 }
 
 // Finding 6: bytes that are not UTF-8 and numbers past double range escaped as json.exception.
