@@ -11,7 +11,9 @@
 #     run after the ones above, e.g. a wider model: --set model.d_model=256
 #   TEXT_BENCH_RECIPES="delayed blockwise nvfp4" (the default) picks the recipes beside f32; an
 #     entry RECIPE@PATTERN runs RECIPE with the modules PATTERN matches kept in high precision
-#     (fp8.high_precision_modules), e.g. nvfp4@layers.*.attn.qkv.
+#     (fp8.high_precision_modules), e.g. nvfp4@layers.*.attn.qkv; an entry RECIPE,KEY=VALUE,...
+#     sets recipe keys (configs/README.md), e.g. nvfp4,disable_rht=true,nvfp4_4over6=all (true,
+#     false and numbers go in as JSON values, anything else as a string).
 #   TEXT_BENCH_SEEDS="1337" (the default) gives the training seeds (weight initialisation): each
 #     seed runs f32 and every recipe; a row gives the mean bits per byte and the mean, least and
 #     greatest of the per-seed ratios to f32 (one seed's run differs from another's by more than 1%).
@@ -38,6 +40,20 @@ common=(--quiet --set data.kind=text --set "data.path=$text" --set data.val_frac
   --set training.eval_batches=16 --set training.checkpoint_interval=0 --set training.log_interval=50
   --set optimizer.lr=0.002 --set schedule.warmup_steps=100)
 
+# recipe_json "RECIPE,KEY=VALUE,...": the fp8.recipe JSON of an entry's recipe part.
+recipe_json() {
+  local IFS=, parts kv key value json
+  read -ra parts <<<"$1"
+  json="{\"recipe\":\"${parts[0]}\""
+  for kv in "${parts[@]:1}"; do
+    key="${kv%%=*}"
+    value="${kv#*=}"
+    [[ $value =~ ^(true|false|-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?)$ ]] || value="\"$value\""
+    json+=",\"$key\":$value"
+  done
+  echo "$json}"
+}
+
 # run NAME ARGS...: one training; prints its final held-out bits per byte and wall seconds.
 run() {
   local name="$1" out="$work/$1"
@@ -63,9 +79,9 @@ for seed in $seeds; do
   echo "f32 $seed $bpb $secs" >>"$results"
   for entry in $recipes; do
     recipe="${entry%%@*}"
-    args=(--set "fp8.recipe={\"recipe\":\"$recipe\"}" --set "training.seed=$seed")
+    args=(--set "fp8.recipe=$(recipe_json "$recipe")" --set "training.seed=$seed")
     [ "$entry" != "$recipe" ] && args+=(--set "fp8.high_precision_modules=[\"${entry#*@}\"]")
-    read -r bpb secs < <(run "$recipe-$seed-$(echo "$entry" | tr -c 'a-z0-9\n' _)" "${args[@]}")
+    read -r bpb secs < <(run "$seed-$(echo "$entry" | tr -c 'a-z0-9\n' _)" "${args[@]}")
     echo "$entry $seed $bpb $secs" >>"$results"
   done
 done
