@@ -57,8 +57,11 @@ export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$root/tools/sanitize/lsan.supp
 
 summary=()
 # What a failed fuzzer printed, repeated after the phase times: the end of the output is what a
-# CI log keeps, and the fuzzers' own reports come minutes before it.
+# CI log keeps, and the fuzzers' own reports come minutes before it. The failing inputs (base64,
+# up to 22 KB of text each) come first and the reports last, so that a log cut to its last few
+# KB still says what failed.
 failure_report="$(mktemp)"
+failure_inputs="$(mktemp)"
 phase() {  # phase NAME COMMAND...: runs it, prints and records its wall time
   local name=$1 start end rc=0
   shift
@@ -73,11 +76,15 @@ phase() {  # phase NAME COMMAND...: runs it, prints and records its wall time
 print_summary() {
   echo "== sanitize: phase times ($(nproc) cores: $(lscpu | sed -n 's/^Model name: *//p'))"
   printf '   %s\n' "${summary[@]}"
+  if [ -s "$failure_inputs" ]; then
+    echo "== sanitize: the failing inputs"
+    cat "$failure_inputs"
+  fi
   if [ -s "$failure_report" ]; then
     echo "== sanitize: what failed"
     cat "$failure_report"
   fi
-  rm -f "$failure_report"
+  rm -f "$failure_report" "$failure_inputs"
 }
 trap print_summary EXIT
 
@@ -123,15 +130,15 @@ fuzz_one() {  # fuzz_one NAME: FUZZ_SECONDS of libFuzzer on a corpus kept in the
       else
         tail -30 "$dir/$name.log"
       fi
-      # The input itself, so that a failure on a machine whose build folder is gone (CI's clean
-      # clone) can be replayed: `base64 -d > input; <build-dir>/fuzz/octet_fuzz_NAME input`.
-      local input
-      for input in "$dir/crashes/$name-"*; do
-        [ -f "$input" ] || continue
-        echo "$(basename "$input") ($(stat -c %s "$input") bytes), base64 (first 16 KiB):"
-        head -c 16384 "$input" | base64 -w 100
-      done
     } | tee -a "$failure_report" >&2
+    # The input itself, so that a failure on a machine whose build folder is gone (CI's clean
+    # clone) can be replayed: `base64 -d > input; <build-dir>/fuzz/octet_fuzz_NAME input`.
+    local input
+    for input in "$dir/crashes/$name-"*; do
+      [ -f "$input" ] || continue
+      echo "fuzz $name: $(basename "$input") ($(stat -c %s "$input") bytes), base64 (first 16 KiB):"
+      head -c 16384 "$input" | base64 -w 100
+    done | tee -a "$failure_inputs" >&2
     return 1
   fi
 }
