@@ -40,28 +40,46 @@ struct Expected {
   int64_t saturated = 0, flushed = 0;  // filled by reference_4over6 only
 };
 
-// TE's cast of x (rows, cols), 1x16 blocks or 16x16 tiles, in plain f32 arithmetic.
-Expected reference(const std::vector<float>& x, int64_t rows, int64_t cols, bool tiles) {
+// An Expected sized for x (rows, cols) with its amax (NaNs left out).
+Expected sized_for(const std::vector<float>& x, int64_t rows, int64_t cols) {
   Expected e{std::vector<uint8_t>(x.size()),
              std::vector<uint8_t>(static_cast<size_t>(rows * (cols / kB)))};
   for (float v : x) {
     if (!std::isnan(v)) e.amax = std::max(e.amax, std::fabs(v));
   }
-  float s_enc = 2688.f / e.amax;
+  return e;
+}
+
+// The tensor's encode scale, 6 * e4m3_max / amax: FLT_MAX at most, 1 for an amax of 0.
+float tensor_encode(float amax, float e4m3_max) {
+  float s_enc = (e4m3_max * 6.f) / amax;
   s_enc = std::min(s_enc, FLT_MAX);
-  if (e.amax == 0.f || s_enc == 0.f) s_enc = 1.f;
+  if (amax == 0.f || s_enc == 0.f) s_enc = 1.f;
+  return s_enc;
+}
+
+// The amax of the block (band 1) or tile (band 16) at (r0, c0), NaNs left out.
+float block_amax(const std::vector<float>& x, int64_t cols, int64_t r0, int64_t c0, int64_t band) {
+  float bamax = 0.f;
+  for (int64_t r = r0; r < r0 + band; ++r) {
+    for (int64_t c = c0; c < c0 + kB; ++c) {
+      const float a = std::fabs(x[static_cast<size_t>(r * cols + c)]);
+      if (!std::isnan(a)) bamax = std::max(bamax, a);
+    }
+  }
+  return bamax;
+}
+
+// TE's cast of x (rows, cols), 1x16 blocks or 16x16 tiles, in plain f32 arithmetic.
+Expected reference(const std::vector<float>& x, int64_t rows, int64_t cols, bool tiles) {
+  Expected e = sized_for(x, rows, cols);
+  const float s_enc = tensor_encode(e.amax, 448.f);
   const float s_dec = 1.f / s_enc;
   const float mult = s_enc * (1.f / 6.f);
   const int64_t band = tiles ? kB : 1;
   for (int64_t r0 = 0; r0 < rows; r0 += band) {
     for (int64_t c0 = 0; c0 < cols; c0 += kB) {
-      float bamax = 0.f;
-      for (int64_t r = r0; r < r0 + band; ++r) {
-        for (int64_t c = c0; c < c0 + kB; ++c) {
-          const float a = std::fabs(x[static_cast<size_t>(r * cols + c)]);
-          if (!std::isnan(a)) bamax = std::max(bamax, a);
-        }
-      }
+      const float bamax = block_amax(x, cols, r0, c0, band);
       const uint8_t sf = test::reference_cast(std::min(bamax * mult, FLT_MAX), DType::kE4M3);
       const float enc = std::min(1.f / (from_e4m3(sf) * s_dec), FLT_MAX);
       for (int64_t r = r0; r < r0 + band; ++r) {
@@ -370,26 +388,14 @@ float e2m1_value(uint8_t code) {
 // cast must not do (BaseScaleDividesTheBlockAmaxBySixFirst).
 Expected reference_4over6(const std::vector<float>& x, int64_t rows, int64_t cols, bool tiles,
                           bool mse, float e4m3_max, int64_t* picked4, bool divide_first = true) {
-  Expected e{std::vector<uint8_t>(x.size()),
-             std::vector<uint8_t>(static_cast<size_t>(rows * (cols / kB)))};
-  for (float v : x) {
-    if (!std::isnan(v)) e.amax = std::max(e.amax, std::fabs(v));
-  }
-  float s_enc = (e4m3_max * 6.f) / e.amax;
-  s_enc = std::min(s_enc, FLT_MAX);
-  if (e.amax == 0.f || s_enc == 0.f) s_enc = 1.f;
+  Expected e = sized_for(x, rows, cols);
+  const float s_enc = tensor_encode(e.amax, e4m3_max);
   const float s_dec = 1.f / s_enc;
   const int64_t band = tiles ? kB : 1;
   *picked4 = 0;
   for (int64_t r0 = 0; r0 < rows; r0 += band) {
     for (int64_t c0 = 0; c0 < cols; c0 += kB) {
-      float bamax = 0.f;
-      for (int64_t r = r0; r < r0 + band; ++r) {
-        for (int64_t c = c0; c < c0 + kB; ++c) {
-          const float a = std::fabs(x[static_cast<size_t>(r * cols + c)]);
-          if (!std::isnan(a)) bamax = std::max(bamax, a);
-        }
-      }
+      const float bamax = block_amax(x, cols, r0, c0, band);
       const float base = divide_first ? (bamax / 6.f) * s_enc : bamax * (s_enc * (1.f / 6.f));
       const uint8_t sf[2] = {test::reference_cast(std::min(base * 1.5f, 448.f), DType::kE4M3),
                              test::reference_cast(std::min(base, 448.f), DType::kE4M3)};
@@ -483,7 +489,7 @@ TEST(NVFP4FourOverSix, BaseScaleDividesTheBlockAmaxBySixFirst) {
   const float amax = 3.7f;                 // the tensor amax, in the first block
   for (float bound : {448.f, 256.f}) {
     SCOPED_TRACE("bound " + std::to_string(bound));
-    const float s_enc = (bound * 6.f) / amax;
+    const float s_enc = tensor_encode(amax, bound);
     ops::NVFP4Cast c;
     c.four_over_six = true;
     c.e4m3_max = bound;
