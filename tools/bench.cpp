@@ -113,69 +113,79 @@ std::vector<std::string> split_names(const std::string& text) {
 
 std::vector<std::string> precision_names(Device device);
 
-// Returns nullopt when --help was asked for.
-std::optional<Options> parse_options(const std::vector<std::string>& args) {
-  Options o;
-  bool reps_set = false, warmup_set = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    bool is_group = false;
-    for (Group g : kAllGroups) {
-      if (a == group_name(g)) {
-        if (std::find(o.groups.begin(), o.groups.end(), g) == o.groups.end()) o.groups.push_back(g);
-        is_group = true;
-      }
-    }
-    if (is_group) continue;
-    if (a == "--json") {
-      o.json = true;
-    } else if (a == "--quick") {
-      o.quick = true;
-    } else if (a == "--reps") {
-      o.reps = parse_count(args, i, 1);
-      reps_set = true;
-    } else if (a == "--warmup") {
-      o.warmup = parse_count(args, i, 0);
-      warmup_set = true;
-    } else if (a == "--threads") {
-      set_num_threads(parse_count(args, i, 1));
-    } else if (a == "--device") {
-      OCTET_CHECK(i + 1 < args.size(), "bench: --device needs a device (cpu, cuda or cuda:N)");
-      o.device = parse_device(args[++i]);
-    } else if (a == "--precision") {
-      OCTET_CHECK(i + 1 < args.size(), "bench: --precision needs a name");
-      o.precisions = split_names(args[++i]);
-      OCTET_CHECK(!o.precisions.empty(), "bench: --precision needs a name");
-    } else if (a == "--d-model") {
-      o.layer.d_model = parse_count(args, i, 1);
-    } else if (a == "--heads") {
-      o.layer.heads = parse_count(args, i, 1);
-    } else if (a == "--seq") {
-      o.layer.seq = parse_count(args, i, 1);
-    } else if (a == "--batch") {
-      o.layer.batch = parse_count(args, i, 1);
-    } else if (a == "--help" || a == "-h") {
-      return std::nullopt;
-    } else {
-      OCTET_FAIL("bench: unknown argument '", a,
-                 "' (expected gemm, block, layer, model, --json, --reps N, --warmup N, --quick, "
-                 "--threads N, --device D, --precision NAMES, --d-model N, --heads N, --seq N, "
-                 "--batch N)");
+// Which counts the command line set, so that the device's and --quick's defaults leave them be.
+struct CountsSet {
+  bool reps = false;
+  bool warmup = false;
+};
+
+// Adds the group `a` names to o.groups (once); false when `a` names no group.
+bool take_group(Options& o, const std::string& a) {
+  bool is_group = false;
+  for (Group g : kAllGroups) {
+    if (a == group_name(g)) {
+      if (std::find(o.groups.begin(), o.groups.end(), g) == o.groups.end()) o.groups.push_back(g);
+      is_group = true;
     }
   }
-  // Before anything else is judged: without a usable device nothing else matters.
-  require_device(o.device);
-  if (o.device.is_cuda()) {
-    // The CUDA benches are the GEMMs and the layer step; block and model add nothing there.
-    for (Group g : o.groups) {
-      OCTET_CHECK(g == Group::kGemm || g == Group::kLayer, "bench: ", group_name(g),
-                  " runs on the CPU only (on ", o.device, ": gemm and layer)");
-    }
-    if (o.groups.empty()) o.groups = {Group::kGemm, Group::kLayer};
-    // GEMMs of a millisecond or less: more runs for a steady median, and clocks that settle.
-    if (!reps_set) o.reps = 20;
-    if (!warmup_set) o.warmup = 5;
+  return is_group;
+}
+
+// Reads the option args[i], and its value when it takes one (i then points at the value); false
+// when it is --help.
+bool take_option(Options& o, const std::vector<std::string>& args, size_t& i, CountsSet& set) {
+  const std::string& a = args[i];
+  if (a == "--json") {
+    o.json = true;
+  } else if (a == "--quick") {
+    o.quick = true;
+  } else if (a == "--reps") {
+    o.reps = parse_count(args, i, 1);
+    set.reps = true;
+  } else if (a == "--warmup") {
+    o.warmup = parse_count(args, i, 0);
+    set.warmup = true;
+  } else if (a == "--threads") {
+    set_num_threads(parse_count(args, i, 1));
+  } else if (a == "--device") {
+    OCTET_CHECK(i + 1 < args.size(), "bench: --device needs a device (cpu, cuda or cuda:N)");
+    o.device = parse_device(args[++i]);
+  } else if (a == "--precision") {
+    OCTET_CHECK(i + 1 < args.size(), "bench: --precision needs a name");
+    o.precisions = split_names(args[++i]);
+    OCTET_CHECK(!o.precisions.empty(), "bench: --precision needs a name");
+  } else if (a == "--d-model") {
+    o.layer.d_model = parse_count(args, i, 1);
+  } else if (a == "--heads") {
+    o.layer.heads = parse_count(args, i, 1);
+  } else if (a == "--seq") {
+    o.layer.seq = parse_count(args, i, 1);
+  } else if (a == "--batch") {
+    o.layer.batch = parse_count(args, i, 1);
+  } else if (a == "--help" || a == "-h") {
+    return false;
+  } else {
+    OCTET_FAIL("bench: unknown argument '", a,
+               "' (expected gemm, block, layer, model, --json, --reps N, --warmup N, --quick, "
+               "--threads N, --device D, --precision NAMES, --d-model N, --heads N, --seq N, "
+               "--batch N)");
   }
+  return true;
+}
+
+// The CUDA benches are the GEMMs and the layer step; block and model add nothing there.
+void apply_cuda_defaults(Options& o, const CountsSet& set) {
+  for (Group g : o.groups) {
+    OCTET_CHECK(g == Group::kGemm || g == Group::kLayer, "bench: ", group_name(g),
+                " runs on the CPU only (on ", o.device, ": gemm and layer)");
+  }
+  if (o.groups.empty()) o.groups = {Group::kGemm, Group::kLayer};
+  // GEMMs of a millisecond or less: more runs for a steady median, and clocks that settle.
+  if (!set.reps) o.reps = 20;
+  if (!set.warmup) o.warmup = 5;
+}
+
+void check_precisions(const Options& o) {
   const std::vector<std::string> known = precision_names(o.device);
   for (const std::string& name : o.precisions) {
     if (std::find(known.begin(), known.end(), name) == known.end()) {
@@ -184,9 +194,23 @@ std::optional<Options> parse_options(const std::vector<std::string>& args) {
       OCTET_FAIL("bench: unknown precision '", name, "' (on ", o.device, ": ", list, ")");
     }
   }
+}
+
+// Returns nullopt when --help was asked for.
+std::optional<Options> parse_options(const std::vector<std::string>& args) {
+  Options o;
+  CountsSet set;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (take_group(o, args[i])) continue;
+    if (!take_option(o, args, i, set)) return std::nullopt;
+  }
+  // Before anything else is judged: without a usable device nothing else matters.
+  require_device(o.device);
+  if (o.device.is_cuda()) apply_cuda_defaults(o, set);
+  check_precisions(o);
   if (o.groups.empty()) o.groups.assign(std::begin(kAllGroups), std::end(kAllGroups));
-  if (o.quick && !reps_set) o.reps = 1;
-  if (o.quick && !warmup_set) o.warmup = 1;
+  if (o.quick && !set.reps) o.reps = 1;
+  if (o.quick && !set.warmup) o.warmup = 1;
   return o;
 }
 
@@ -250,63 +274,87 @@ void measure(Result& r, const Options& o, const std::function<void()>& run) {
 
 // ---- gemm: Y (M, N) = X (M, K) · W (N, K)ᵀ and its two backward GEMMs ----
 
-void bench_gemm_cpu(const Options& o, const Emit& emit) {
-  struct Mnk {
-    int64_t m, n, k;
+using ops::GemmLayout;
+using ops::Transpose;
+
+struct Mnk {
+  int64_t m, n, k;
+};
+
+// The operands of one shape's GEMMs, drawn from the generator in this order.
+struct GemmOperands {
+  Tensor x;   // (M, K)
+  Tensor w;   // (N, K)
+  Tensor dy;  // (M, N)
+};
+
+std::string gemm_result_name(GemmLayout layout, const Mnk& s) {
+  return std::string("gemm.") + std::string(ops::gemm_layout_name(layout)) + "." +
+         std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+}
+
+// fprop: Y = X·Wᵀ (M, N); dgrad: dX = dY·W (M, K); wgrad: dW = dYᵀ·X (N, K).
+Shape gemm_out_shape(GemmLayout layout, const Mnk& s) {
+  return layout == GemmLayout::kFprop   ? Shape{s.m, s.n}
+         : layout == GemmLayout::kDgrad ? Shape{s.m, s.k}
+                                        : Shape{s.n, s.k};
+}
+
+void time_f32_gemm(Result& r, const Options& o, GemmLayout layout, const GemmOperands& t,
+                   Tensor& out) {
+  const Tensor& a = layout == GemmLayout::kFprop ? t.x : t.dy;
+  const Tensor& b = layout == GemmLayout::kWgrad ? t.x : t.w;
+  const Transpose ta = layout == GemmLayout::kWgrad ? Transpose::kYes : Transpose::kNo;
+  const Transpose tb = layout == GemmLayout::kFprop ? Transpose::kYes : Transpose::kNo;
+  measure(r, o, [&] { ops::gemm(a, ta, b, tb, out); });
+}
+
+// The operands in the usages this layout reads (DESIGN.md "GEMM operands"), quantized once
+// outside the timing: this times the GEMM, the blocks below time the casts too.
+void time_fp8_gemm(Result& r, const Options& o, const Recipe& recipe, GemmLayout layout,
+                   const GemmOperands& t, Tensor& out) {
+  // Only delayed scaling keeps per-slot state; the other recipes take no meta.
+  std::unique_ptr<FP8Meta> meta;
+  if (recipe.uses_fp8_meta()) meta = std::make_unique<FP8Meta>(recipe, 1);
+  auto quantize = [&](const Tensor& operand, SlotId slot, Usage usage) {
+    return make_quantizer(recipe, meta.get(), slot)
+        ->quantize(operand, usage, Ownership::kOwned, AmaxRecording::kSkip);
   };
+  const SlotId x_slot = forward_slot(0, ForwardTensor::kInput);
+  const SlotId w_slot = forward_slot(0, ForwardTensor::kWeight);
+  const SlotId dy_slot = backward_slot(0, BackwardTensor::kGradOutput);
+  std::shared_ptr<QuantizedTensor> a, b;
+  if (layout == GemmLayout::kFprop) {
+    a = quantize(t.x, x_slot, Usage::kRowwise);
+    b = quantize(t.w, w_slot, Usage::kRowwise);
+  } else if (layout == GemmLayout::kDgrad) {
+    a = quantize(t.dy, dy_slot, Usage::kRowwise);
+    b = quantize(t.w, w_slot, Usage::kColumnwise);
+  } else {
+    a = quantize(t.dy, dy_slot, Usage::kColumnwise);
+    b = quantize(t.x, x_slot, Usage::kColumnwise);
+  }
+  measure(r, o, [&] { ops::fp8_gemm(*a, *b, layout, out); });
+}
+
+void bench_gemm_cpu(const Options& o, const Emit& emit) {
   const std::vector<Mnk> shapes =
       o.quick ? std::vector<Mnk>{{64, 64, 64}}
               : std::vector<Mnk>{{768, 768, 768}, {1024, 3072, 768}, {1024, 768, 3072}};
-  using ops::GemmLayout;
-  using ops::Transpose;
   Generator gen(11);
   for (const Mnk& s : shapes) {
-    const Tensor x = random_tensor({s.m, s.k}, gen);   // (M, K)
-    const Tensor w = random_tensor({s.n, s.k}, gen);   // (N, K)
-    const Tensor dy = random_tensor({s.m, s.n}, gen);  // (M, N)
+    const GemmOperands t{random_tensor({s.m, s.k}, gen), random_tensor({s.n, s.k}, gen),
+                         random_tensor({s.m, s.n}, gen)};
     const double flops = 2.0 * s.m * s.n * s.k;
     for (GemmLayout layout : {GemmLayout::kFprop, GemmLayout::kDgrad, GemmLayout::kWgrad}) {
-      const std::string name = std::string("gemm.") + std::string(ops::gemm_layout_name(layout)) +
-                               "." + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
-                               std::to_string(s.k);
-      // fprop: Y = X·Wᵀ (M, N); dgrad: dX = dY·W (M, K); wgrad: dW = dYᵀ·X (N, K).
-      const Shape out_shape = layout == GemmLayout::kFprop   ? Shape{s.m, s.n}
-                              : layout == GemmLayout::kDgrad ? Shape{s.m, s.k}
-                                                             : Shape{s.n, s.k};
-      Tensor out = Tensor::empty(out_shape, DType::kF32);
+      const std::string name = gemm_result_name(layout, s);
+      Tensor out = Tensor::empty(gemm_out_shape(layout, s), DType::kF32);
       for (const Precision& p : precisions(o)) {
         Result r{name, Group::kGemm, p.name, 0, flops, 0, 0, {}};
         if (!p.recipe) {
-          const Tensor& a = layout == GemmLayout::kFprop ? x : dy;
-          const Tensor& b = layout == GemmLayout::kWgrad ? x : w;
-          const Transpose ta = layout == GemmLayout::kWgrad ? Transpose::kYes : Transpose::kNo;
-          const Transpose tb = layout == GemmLayout::kFprop ? Transpose::kYes : Transpose::kNo;
-          measure(r, o, [&] { ops::gemm(a, ta, b, tb, out); });
+          time_f32_gemm(r, o, layout, t, out);
         } else {
-          // The operands in the usages this layout reads (DESIGN.md "GEMM operands"), quantized
-          // once outside the timing: this times the GEMM, the blocks below time the casts too.
-          // Only delayed scaling keeps per-slot state; the other recipes take no meta.
-          std::unique_ptr<FP8Meta> meta;
-          if (p.recipe->uses_fp8_meta()) meta = std::make_unique<FP8Meta>(*p.recipe, 1);
-          auto quantize = [&](const Tensor& t, SlotId slot, Usage usage) {
-            return make_quantizer(*p.recipe, meta.get(), slot)
-                ->quantize(t, usage, Ownership::kOwned, AmaxRecording::kSkip);
-          };
-          const SlotId x_slot = forward_slot(0, ForwardTensor::kInput);
-          const SlotId w_slot = forward_slot(0, ForwardTensor::kWeight);
-          const SlotId dy_slot = backward_slot(0, BackwardTensor::kGradOutput);
-          std::shared_ptr<QuantizedTensor> a, b;
-          if (layout == GemmLayout::kFprop) {
-            a = quantize(x, x_slot, Usage::kRowwise);
-            b = quantize(w, w_slot, Usage::kRowwise);
-          } else if (layout == GemmLayout::kDgrad) {
-            a = quantize(dy, dy_slot, Usage::kRowwise);
-            b = quantize(w, w_slot, Usage::kColumnwise);
-          } else {
-            a = quantize(dy, dy_slot, Usage::kColumnwise);
-            b = quantize(x, x_slot, Usage::kColumnwise);
-          }
-          measure(r, o, [&] { ops::fp8_gemm(*a, *b, layout, out); });
+          time_fp8_gemm(r, o, *p.recipe, layout, t, out);
         }
         emit(r);
       }

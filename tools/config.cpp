@@ -55,8 +55,8 @@ Entry choice_key(const char* path, Accessor f, std::vector<std::string> choices,
   return {{path, KeyType::kChoice, {}, std::move(choices), std::move(doc)}, f};
 }
 
-const std::vector<Entry>& entries() {
-  static const std::vector<Entry> table = {
+std::vector<Entry> model_keys() {
+  return {
       int_key(OCTET_KEY(model.n_layer), 1, 128, "transformer layers"),
       int_key(OCTET_KEY(model.d_model), 8, 16384, "model width (a multiple of 16 for FP8 GEMMs)"),
       int_key(OCTET_KEY(model.n_head), 1, 256, "attention heads; must divide model.d_model"),
@@ -72,6 +72,11 @@ const std::vector<Entry>& entries() {
       bool_key(OCTET_KEY(model.tie_embeddings), "LM head shares the token embedding"),
       bool_key(OCTET_KEY(model.fp8_primary_weights),
                "weights stored in FP8 with f32 master copies in the optimizer"),
+  };
+}
+
+std::vector<Entry> fp8_keys() {
+  return {
       bool_key(OCTET_KEY(fp8.enabled), "run the GEMMs in FP8 (false: f32 throughout)"),
       {{"fp8.recipe",
         KeyType::kRecipe,
@@ -91,6 +96,11 @@ const std::vector<Entry>& entries() {
               "the first N transformer layers kept out of FP8"),
       int_key(OCTET_KEY(fp8.high_precision_last_layers), 0, 128,
               "the last N transformer layers kept out of FP8"),
+  };
+}
+
+std::vector<Entry> data_keys() {
+  return {
       choice_key(OCTET_KEY(data.kind), {"task", "text", "shards"},
                  "built-in task, a UTF-8 text file (bytes), or llm.c token shards"),
       string_key(OCTET_KEY(data.path),
@@ -105,6 +115,11 @@ const std::vector<Entry>& entries() {
               "sort: digits per sequence (3-16); add: digits per operand (2-8)"),
       int_key(OCTET_KEY(data.seed), 0, kMaxSeed,
               "which task problems are drawn and which are held out"),
+  };
+}
+
+std::vector<Entry> optimizer_keys() {
+  return {
       choice_key(OCTET_KEY(optimizer.kind), {"sgd", "adamw"}, "optimizer"),
       float_key(OCTET_KEY(optimizer.lr), {0, 10, Bound::kOpen, Bound::kClosed},
                 "peak learning rate"),
@@ -120,11 +135,21 @@ const std::vector<Entry>& entries() {
                 "SGD momentum"),
       float_key(OCTET_KEY(optimizer.grad_clip), {0, 1e6},
                 "clip the global gradient norm to this; 0: no clipping"),
+  };
+}
+
+std::vector<Entry> schedule_keys() {
+  return {
       int_key(OCTET_KEY(schedule.warmup_steps), 0, kMaxCount, "linear learning-rate warm-up"),
       int_key(OCTET_KEY(schedule.total_steps), 0, kMaxCount,
               "cosine decay length; 0: training.steps"),
       float_key(OCTET_KEY(schedule.min_lr_ratio), {0, 1},
                 "learning rate at the end of the decay, as a share of optimizer.lr"),
+  };
+}
+
+std::vector<Entry> training_keys() {
+  return {
       int_key(OCTET_KEY(training.steps), 1, kMaxCount, "optimizer steps"),
       int_key(OCTET_KEY(training.batch_size), 1, 65536, "sequences per micro-batch"),
       int_key(OCTET_KEY(training.grad_accum), 1, 4096, "micro-batches per optimizer step"),
@@ -152,8 +177,27 @@ const std::vector<Entry>& entries() {
       int_key(OCTET_KEY(training.grad_bucket_kb), 1, 1 << 20,
               "data parallel: KiB of f32 gradients per bucket, each reduced across the ranks as "
               "soon as the backward has produced it"),
+  };
+}
+
+std::vector<Entry> output_keys() {
+  return {
       string_key(OCTET_KEY(output.dir), "run directory: config, metrics, checkpoints, plots"),
   };
+}
+
+// Every key, section by section, in the order the resolved JSON lists them.
+const std::vector<Entry>& entries() {
+  static const std::vector<Entry> table = [] {
+    std::vector<Entry> all;
+    for (auto section : {model_keys, fp8_keys, data_keys, optimizer_keys, schedule_keys,
+                         training_keys, output_keys}) {
+      std::vector<Entry> keys = section();
+      all.insert(all.end(), std::make_move_iterator(keys.begin()),
+                 std::make_move_iterator(keys.end()));
+    }
+    return all;
+  }();
   return table;
 }
 
@@ -255,12 +299,55 @@ bool int_in_range(int64_t i, const Range& r) {
   return i >= static_cast<int64_t>(r.min) && i <= static_cast<int64_t>(r.max);
 }
 
+// The type and range check of a key's value: the message says what was expected and what came.
+void check_value(bool ok, const KeySpec& s, const Json& v, std::string_view source) {
+  OCTET_CHECK(ok, "config key \"", s.path, "\" (from ", printable(source), "): expected ",
+              expectation(s), ", got ", shown(v));
+}
+
+bool is_device_name(const Json& v) {
+  if (!v.is_string()) return false;
+  try {
+    parse_device(v.get<std::string>());
+  } catch (const Error&) {
+    return false;
+  }
+  return true;
+}
+
+// The recipe a (type-checked) fp8.recipe value stands for: a file's recipe, or the inline object.
+Json recipe_value(const KeySpec& s, const Json& v, std::string_view source) {
+  if (v.is_string()) {
+    // The run records the recipe itself, not the path: moving or editing the file later
+    // changes nothing about the run (eval, resume).
+    try {
+      return Json(recipe_to_json(load_recipe(v.get<std::string>())));
+    } catch (const Error& err) {
+      OCTET_FAIL("config key \"", s.path, "\" (from ", printable(source), "): ", err.what());
+    }
+  }
+  // Checked now, so that a bad recipe in a file or a checkpoint names where it came from.
+  try {
+    (void)recipe_from_json(nlohmann::json(v), s.path);
+  } catch (const Error& err) {
+    OCTET_FAIL("config key \"", s.path, "\" (from ", printable(source), "): ", err.what());
+  }
+  return v;
+}
+
+// A (type-checked) array of strings, each checked for UTF-8 as it is copied.
+void assign_strings(std::vector<std::string>& list, const KeySpec& s, const Json& v,
+                    std::string_view source) {
+  list.clear();
+  for (const Json& item : v) {
+    check_utf8(item.get<std::string>(), s.path, source);
+    list.push_back(item.get<std::string>());
+  }
+}
+
 void set_value(RunConfig& config, const Entry& e, const Json& v, std::string_view source) {
   const KeySpec& s = e.spec;
-  auto check = [&](bool ok) {
-    OCTET_CHECK(ok, "config key \"", s.path, "\" (from ", printable(source), "): expected ",
-                expectation(s), ", got ", shown(v));
-  };
+  auto check = [&](bool ok) { check_value(ok, s, v, source); };
   if (v.is_string()) check_utf8(v.get<std::string>(), s.path, source);
   const FieldRef field = e.field(config);
   switch (s.type) {
@@ -292,50 +379,19 @@ void set_value(RunConfig& config, const Entry& e, const Json& v, std::string_vie
             in_range(v[0].get<double>(), s.range) && in_range(v[1].get<double>(), s.range));
       *std::get<std::array<double, 2>*>(field) = {v[0].get<double>(), v[1].get<double>()};
       return;
-    case KeyType::kDevice: {
-      bool ok = v.is_string();
-      if (ok) {
-        try {
-          parse_device(v.get<std::string>());
-        } catch (const Error&) {
-          ok = false;
-        }
-      }
-      check(ok);
+    case KeyType::kDevice:
+      check(is_device_name(v));
       *std::get<std::string*>(field) = v.get<std::string>();
       return;
-    }
     case KeyType::kRecipe:
       check(v.is_object() || (v.is_string() && !v.get<std::string>().empty()));
-      if (v.is_string()) {
-        // The run records the recipe itself, not the path: moving or editing the file later
-        // changes nothing about the run (eval, resume).
-        try {
-          *std::get<Json*>(field) = Json(recipe_to_json(load_recipe(v.get<std::string>())));
-        } catch (const Error& err) {
-          OCTET_FAIL("config key \"", s.path, "\" (from ", printable(source), "): ", err.what());
-        }
-      } else {
-        // Checked now, so that a bad recipe in a file or a checkpoint names where it came from.
-        try {
-          (void)recipe_from_json(nlohmann::json(v), s.path);
-        } catch (const Error& err) {
-          OCTET_FAIL("config key \"", s.path, "\" (from ", printable(source), "): ", err.what());
-        }
-        *std::get<Json*>(field) = v;
-      }
+      *std::get<Json*>(field) = recipe_value(s, v, source);
       return;
-    case KeyType::kStringList: {
+    case KeyType::kStringList:
       check(v.is_array() &&
             std::all_of(v.begin(), v.end(), [](const Json& s) { return s.is_string(); }));
-      std::vector<std::string>& list = *std::get<std::vector<std::string>*>(field);
-      list.clear();
-      for (const Json& item : v) {
-        check_utf8(item.get<std::string>(), s.path, source);
-        list.push_back(item.get<std::string>());
-      }
+      assign_strings(*std::get<std::vector<std::string>*>(field), s, v, source);
       return;
-    }
   }
   OCTET_FAIL("unknown key type ", static_cast<int>(s.type));
 }
@@ -587,66 +643,64 @@ data::DataOptions data_options(const RunConfig& c) {
   return options;
 }
 
+namespace {
+
+constexpr const char* kKeysIntro =
+    "## Training config keys\n"
+    "\n"
+    "`octet train` starts from built-in defaults (the same values as\n"
+    "`configs/train/default.json`), applies the JSON file given with `--config` (an object of\n"
+    "sections; `//` comments allowed), then each `--set key=value`, which overrides one key by\n"
+    "its dotted path. The value is read as JSON, or else as a bare string: `--set "
+    "optimizer.lr=1e-3`,\n"
+    "`--set data.path=input.txt`, `--set optimizer.betas=[0.9,0.99]`, or a whole section with\n"
+    "`--set 'model={\"n_layer\":4}'`. Unknown keys, wrong types and out-of-range values are\n"
+    "errors naming the key. This table is generated from the schema in `tools/config.cpp`; a\n"
+    "test keeps the two equal.\n"
+    "\n"
+    "| key | type | default | allowed | meaning |\n"
+    "|---|---|---|---|---|\n";
+
+// The type and allowed-values columns of a key's row in the key reference.
+struct TypeColumns {
+  std::string type;
+  std::string allowed;
+};
+
+TypeColumns type_columns(const KeySpec& s) {
+  switch (s.type) {
+    case KeyType::kInt:
+      return {"integer", range_text(s.range)};
+    case KeyType::kFloat:
+      return {"number", range_text(s.range)};
+    case KeyType::kBool:
+      return {"boolean", "`true`, `false`"};
+    case KeyType::kString:
+      return {"string", "any"};
+    case KeyType::kChoice:
+      return {"string", choices_text(s.choices, "`")};
+    case KeyType::kFloatPair:
+      return {"[number, number]", "each in " + range_text(s.range)};
+    case KeyType::kDevice:
+      return {"string", "`cpu`, `cuda`, `cuda:N`"};
+    case KeyType::kRecipe:
+      return {"string or object", "a recipe file path or a recipe object"};
+    case KeyType::kStringList:
+      return {"[string, ...]", "any"};
+  }
+  return {};
+}
+
+}  // namespace
+
 std::string keys_markdown() {
   const RunConfig defaults;
-  std::string md =
-      "## Training config keys\n"
-      "\n"
-      "`octet train` starts from built-in defaults (the same values as\n"
-      "`configs/train/default.json`), applies the JSON file given with `--config` (an object of\n"
-      "sections; `//` comments allowed), then each `--set key=value`, which overrides one key by\n"
-      "its dotted path. The value is read as JSON, or else as a bare string: `--set "
-      "optimizer.lr=1e-3`,\n"
-      "`--set data.path=input.txt`, `--set optimizer.betas=[0.9,0.99]`, or a whole section with\n"
-      "`--set 'model={\"n_layer\":4}'`. Unknown keys, wrong types and out-of-range values are\n"
-      "errors naming the key. This table is generated from the schema in `tools/config.cpp`; a\n"
-      "test keeps the two equal.\n"
-      "\n"
-      "| key | type | default | allowed | meaning |\n"
-      "|---|---|---|---|---|\n";
+  std::string md = kKeysIntro;
   for (const Entry& e : entries()) {
     const KeySpec& s = e.spec;
-    std::string type, allowed;
-    switch (s.type) {
-      case KeyType::kInt:
-        type = "integer";
-        allowed = range_text(s.range);
-        break;
-      case KeyType::kFloat:
-        type = "number";
-        allowed = range_text(s.range);
-        break;
-      case KeyType::kBool:
-        type = "boolean";
-        allowed = "`true`, `false`";
-        break;
-      case KeyType::kString:
-        type = "string";
-        allowed = "any";
-        break;
-      case KeyType::kChoice:
-        type = "string";
-        allowed = choices_text(s.choices, "`");
-        break;
-      case KeyType::kFloatPair:
-        type = "[number, number]";
-        allowed = "each in " + range_text(s.range);
-        break;
-      case KeyType::kDevice:
-        type = "string";
-        allowed = "`cpu`, `cuda`, `cuda:N`";
-        break;
-      case KeyType::kRecipe:
-        type = "string or object";
-        allowed = "a recipe file path or a recipe object";
-        break;
-      case KeyType::kStringList:
-        type = "[string, ...]";
-        allowed = "any";
-        break;
-    }
-    md += "| `" + s.path + "` | " + type + " | `" + get_value(defaults, e).dump() + "` | " +
-          allowed + " | " + s.doc + " |\n";
+    const TypeColumns columns = type_columns(s);
+    md += "| `" + s.path + "` | " + columns.type + " | `" + get_value(defaults, e).dump() + "` | " +
+          columns.allowed + " | " + s.doc + " |\n";
   }
   return md;
 }

@@ -6,10 +6,10 @@
 #include "tools/commands.h"
 
 namespace octet::cli {
+namespace {
 
-std::string help_text(std::string_view command) {
-  if (command.empty()) {
-    return R"(usage: octet <command> [options]      (octet <command> --help for its options)
+constexpr const char* kOverviewHelp =
+    R"(usage: octet <command> [options]      (octet <command> --help for its options)
 
 FP8 training and inference for small GPT models on the CPU (and CUDA where present).
 
@@ -33,9 +33,9 @@ examples:
   octet generate --checkpoint runs/default/checkpoint.safetensors --prompt 931275'>'
   octet inspect runs/default/checkpoint.safetensors
 )";
-  }
-  if (command == "train") {
-    return R"(usage: octet train [--config FILE] [--set key=value ...] [--out DIR] [--resume | --overwrite] [--quiet]
+
+constexpr const char* kTrainHelp =
+    R"(usage: octet train [--config FILE] [--set key=value ...] [--out DIR] [--resume | --overwrite] [--quiet]
 
 Trains a GPT as the config says: built-in defaults (configs/train/default.json), then FILE,
 then each --set (a dotted key, e.g. --set optimizer.lr=1e-3; every key: configs/README.md).
@@ -56,9 +56,9 @@ Data parallel: mpirun -np N octet train ... trains on N ranks, each with trainin
 sequences of every global batch (training.zero_stage=1 shards the optimizer state); rank 0
 prints and writes DIR. A resume may use another N.
 )";
-  }
-  if (command == "eval") {
-    return R"(usage: octet eval --checkpoint PATH [--data FILE] [--examples N] [--set key=value ...] [--json]
+
+constexpr const char* kEvalHelp =
+    R"(usage: octet eval --checkpoint PATH [--data FILE] [--examples N] [--set key=value ...] [--json]
 
 Evaluates a checkpoint on held-out data in inference mode: exact-match accuracy of greedy answers
 (built-in task), bits per byte (text) or loss (token shards).
@@ -70,9 +70,9 @@ Evaluates a checkpoint on held-out data in inference mode: exact-match accuracy 
   --set key=value    override data.* or training.eval_* keys of the saved config
   --json             one JSON object instead of a sentence
 )";
-  }
-  if (command == "generate") {
-    return R"(usage: octet generate --checkpoint PATH --prompt TEXT [--max-new-tokens N] [--temperature T] [--seed S]
+
+constexpr const char* kGenerateHelp =
+    R"(usage: octet generate --checkpoint PATH --prompt TEXT [--max-new-tokens N] [--temperature T] [--seed S]
 
 Continues TEXT with the checkpoint's model in inference mode: FP8 weights row-wise only, no
 column-wise data, no optimizer state, no saved tensors. Ends with a one-line memory summary.
@@ -83,9 +83,8 @@ column-wise data, no optimizer state, no saved tensors. Ends with a one-line mem
   --temperature T      0 (default): greedy; > 0: sample from softmax(logits / T)
   --seed S             the sampling stream (default 0)
 )";
-  }
-  if (command == "inspect") {
-    return R"(usage: octet inspect PATH [--json]
+
+constexpr const char* kInspectHelp = R"(usage: octet inspect PATH [--json]
 
 Shows what a checkpoint holds: every tensor with dtype, shape and bytes; FP8 metas (scale, newest
 amax, head of the amax history per slot); bytes by usage (FP8 row-wise / column-wise, master
@@ -93,9 +92,9 @@ weights, optimizer state, FP8 metas); the trainer state and the config.
 
   --json   the same as one JSON document
 )";
-  }
-  if (command == "bench") {
-    return R"(usage: octet bench [gemm|layer|block|model] [--json] [--device cpu|cuda|cuda:N] ...
+
+constexpr const char* kBenchHelp =
+    R"(usage: octet bench [gemm|layer|block|model] [--json] [--device cpu|cuda|cuda:N] ...
 
 Times high precision (f32 on the CPU, bf16 on CUDA) and each FP8 recipe: GEMMs, a LayerNormMLP
 forward+backward, a transformer layer training step and a small model; prints ms, GFLOP/s,
@@ -105,6 +104,22 @@ a layer step at d 4096, 32 heads, seq 2048, batch 2. `octet bench --help` lists 
   --json     one JSON object per result (bench, precision, median_ms, gflops, peak_bytes, ...)
   --device   where to run (default cpu)
 )";
+
+struct CommandHelp {
+  std::string_view command;  // empty: the program's own help
+  const char* text;
+};
+
+constexpr CommandHelp kCommandHelp[] = {
+    {"", kOverviewHelp},         {"train", kTrainHelp},     {"eval", kEvalHelp},
+    {"generate", kGenerateHelp}, {"inspect", kInspectHelp}, {"bench", kBenchHelp},
+};
+
+}  // namespace
+
+std::string help_text(std::string_view command) {
+  for (const CommandHelp& h : kCommandHelp) {
+    if (command == h.command) return h.text;
   }
   OCTET_FAIL("no help for unknown command \"", command,
              "\"; the commands are train, eval, generate, bench and inspect");

@@ -204,54 +204,74 @@ nlohmann::ordered_json inspect_json(const Checkpoint& c) {
   return j;
 }
 
-std::string inspect_text(const Checkpoint& c) {
-  std::string out =
-      fmt::format("checkpoint {} ({})\n", c.path,
-                  format_bytes(static_cast<int64_t>(std::filesystem::file_size(c.path))));
-  out += fmt::format("trainer: step {}, {} skipped, rng seed {} offset {}, data {}\n", c.state.step,
-                     c.state.skipped_steps, c.state.rng.seed, c.state.rng.offset,
-                     data::encode_state(c.state.data));
+namespace {
+
+// The width of the name column: the longest tensor name, and at least the header's "name".
+size_t name_width(const Checkpoint& c) {
   size_t width = 4;
   for (const auto& [name, t] : c.tensors) width = std::max(width, name.size());
-  out += fmt::format("\ntensors ({}):\n  {:<{}}  {:<8} {:<14} {:>10}  {}\n", c.tensors.size(),
-                     "name", width, "dtype", "shape", "bytes", "usage");
+  return width;
+}
+
+std::string tensors_section(const Checkpoint& c, size_t width) {
+  std::string out =
+      fmt::format("\ntensors ({}):\n  {:<{}}  {:<8} {:<14} {:>10}  {}\n", c.tensors.size(), "name",
+                  width, "dtype", "shape", "bytes", "usage");
   for (const auto& [name, t] : c.tensors) {
     out += fmt::format("  {:<{}}  {:<8} {:<14} {:>10}  {}\n", name, width,
                        safetensors_dtype_name(t.dtype()), shape_str(t.shape()), t.nbytes(),
                        usage_of(c, name, t));
   }
-  const nlohmann::ordered_json quantized = quantized_weights(c);
-  if (!quantized.empty()) {
-    out += fmt::format("\nFP8 primary weights ({}), by format:\n", quantized.size());
-    std::vector<std::string> formats;
-    for (const auto& [name, entry] : quantized.items()) {
-      const std::string format = entry.value("format", "");
-      if (std::find(formats.begin(), formats.end(), format) == formats.end()) {
-        formats.push_back(format);
-      }
-    }
-    for (const std::string& format : formats) {
-      out += fmt::format("  {}: {}\n", format, format_layout(format));
-      for (const auto& [name, entry] : quantized.items()) {
-        if (entry.value("format", "") != format) continue;
-        Shape shape;
-        for (const auto& d : entry.value("shape", nlohmann::ordered_json::array())) {
-          shape.push_back(d.get<int64_t>());
-        }
-        std::string attributes;
-        const nlohmann::ordered_json listed =
-            entry.value("attributes", nlohmann::ordered_json::object());
-        for (const auto& [key, value] : listed.items()) {
-          attributes += fmt::format("  {}: {}", key, value.get<std::string>());
-        }
-        out += fmt::format("    {:<{}}  {} {}{}\n", name, width, entry.value("dtype", ""),
-                           shape_str(shape), attributes);
-      }
+  return out;
+}
+
+// The formats of the FP8 primary weights, in the order they first appear.
+std::vector<std::string> formats_of(const nlohmann::ordered_json& quantized) {
+  std::vector<std::string> formats;
+  for (const auto& [name, entry] : quantized.items()) {
+    const std::string format = entry.value("format", "");
+    if (std::find(formats.begin(), formats.end(), format) == formats.end()) {
+      formats.push_back(format);
     }
   }
+  return formats;
+}
+
+// One FP8 primary weight: name, dtype, shape and its attributes.
+std::string quantized_weight_line(const std::string& name, const nlohmann::ordered_json& entry,
+                                  size_t width) {
+  Shape shape;
+  for (const auto& d : entry.value("shape", nlohmann::ordered_json::array())) {
+    shape.push_back(d.get<int64_t>());
+  }
+  std::string attributes;
+  const nlohmann::ordered_json listed = entry.value("attributes", nlohmann::ordered_json::object());
+  for (const auto& [key, value] : listed.items()) {
+    attributes += fmt::format("  {}: {}", key, value.get<std::string>());
+  }
+  return fmt::format("    {:<{}}  {} {}{}\n", name, width, entry.value("dtype", ""),
+                     shape_str(shape), attributes);
+}
+
+// The FP8 primary weights grouped by format; nothing when the checkpoint holds none.
+std::string quantized_section(const Checkpoint& c, size_t width) {
+  const nlohmann::ordered_json quantized = quantized_weights(c);
+  if (quantized.empty()) return "";
+  std::string out = fmt::format("\nFP8 primary weights ({}), by format:\n", quantized.size());
+  for (const std::string& format : formats_of(quantized)) {
+    out += fmt::format("  {}: {}\n", format, format_layout(format));
+    for (const auto& [name, entry] : quantized.items()) {
+      if (entry.value("format", "") != format) continue;
+      out += quantized_weight_line(name, entry, width);
+    }
+  }
+  return out;
+}
+
+std::string metas_section(const Checkpoint& c) {
   const std::vector<MetaSlot> slots = meta_slots(c);
-  out += fmt::format("\nFP8 metas ({} slots): scale, newest amax, amax history[0:{}]\n",
-                     slots.size(), kHistoryHead);
+  std::string out = fmt::format("\nFP8 metas ({} slots): scale, newest amax, amax history[0:{}]\n",
+                                slots.size(), kHistoryHead);
   if (slots.empty()) out += "  none (FP8 off, or a recipe without state)\n";
   for (const MetaSlot& s : slots) {
     std::string head;
@@ -259,8 +279,12 @@ std::string inspect_text(const Checkpoint& c) {
     out += fmt::format("  {:<32} scale {:<12.6g} amax {:<10.4g} [{}]\n", s.name, s.scale, s.newest,
                        head);
   }
+  return out;
+}
+
+std::string usage_section(const Checkpoint& c) {
   const UsageBytes b = usage_bytes(c);
-  out += "\nbytes by usage:\n";
+  std::string out = "\nbytes by usage:\n";
   out += fmt::format("  FP8 weights, row-wise     {:>12}\n", format_bytes(b.fp8_rowwise));
   out += fmt::format(
       "  FP8 weights, column-wise  {:>12}  (never stored: rebuilt from row-wise "
@@ -269,6 +293,23 @@ std::string inspect_text(const Checkpoint& c) {
   out += fmt::format("  master weights            {:>12}\n", format_bytes(b.master));
   out += fmt::format("  optimizer state           {:>12}\n", format_bytes(b.optimizer));
   out += fmt::format("  FP8 metas and state       {:>12}\n", format_bytes(b.fp8_meta));
+  return out;
+}
+
+}  // namespace
+
+std::string inspect_text(const Checkpoint& c) {
+  std::string out =
+      fmt::format("checkpoint {} ({})\n", c.path,
+                  format_bytes(static_cast<int64_t>(std::filesystem::file_size(c.path))));
+  out += fmt::format("trainer: step {}, {} skipped, rng seed {} offset {}, data {}\n", c.state.step,
+                     c.state.skipped_steps, c.state.rng.seed, c.state.rng.offset,
+                     data::encode_state(c.state.data));
+  const size_t width = name_width(c);
+  out += tensors_section(c, width);
+  out += quantized_section(c, width);
+  out += metas_section(c);
+  out += usage_section(c);
   out += "\nconfig:\n" + config::to_json(c.state.config).dump(2) + "\n";
   return out;
 }

@@ -254,12 +254,32 @@ std::vector<double> log_ticks(double lo, double hi) {
   OCTET_FAIL("unreachable");
 }
 
-std::string loss_curve_svg(const LossCurve& c) {
-  constexpr double kW = 760, kH = 420, kLeft = 80, kRight = 80, kTop = 40, kBottom = 50;
-  const double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom;
-  double max_step = 1;
+namespace {
+
+// The SVG canvas and the margins around the plot area, in pixels.
+constexpr double kW = 760, kH = 420, kLeft = 80, kRight = 80, kTop = 40, kBottom = 50;
+constexpr double kPlotW = kW - kLeft - kRight, kPlotH = kH - kTop - kBottom;
+
+// The axes of a loss curve: steps from 0 to max_step across; losses on a log axis from the
+// lowest tick to the highest, and the metric (in [0, 1]) on a linear one, up.
+struct Axes {
+  double max_step;
+  std::vector<double> ticks;
+  double log_lowest;  // log10 of the lowest tick
+  double decades;     // from the lowest tick to the highest
+
+  double x_of(double step) const { return kLeft + kPlotW * step / max_step; }
+  double y_log(double v) const {
+    return kTop + kPlotH * (1 - (std::log10(v) - log_lowest) / decades);
+  }
+  double y_lin(double v) const { return kTop + kPlotH * (1 - v); }
+};
+
+Axes axes_for(const LossCurve& c) {
+  Axes axes;
+  axes.max_step = 1;
   for (const auto* pts : {&c.train, &c.heldout, &c.metric}) {
-    for (const auto& p : *pts) max_step = std::max(max_step, p.step);
+    for (const auto& p : *pts) axes.max_step = std::max(axes.max_step, p.step);
   }
   // The log axis covers every finite positive loss.
   double lo = INFINITY, hi = 0;
@@ -272,47 +292,49 @@ std::string loss_curve_svg(const LossCurve& c) {
     }
   }
   if (!(lo <= hi)) lo = 1, hi = 10;
-  const std::vector<double> ticks = log_ticks(lo, hi);
-  const double a = std::log10(ticks.front()), b = std::log10(ticks.back());
-  const double span = b > a ? b - a : 1;
-  auto x_of = [&](double step) { return kLeft + pw * step / max_step; };
-  auto y_log = [&](double v) { return kTop + ph * (1 - (std::log10(v) - a) / span); };
-  auto y_lin = [&](double v) { return kTop + ph * (1 - v); };
-  auto polyline = [&](const std::vector<CurvePoint>& pts, const char* colour, const char* dash,
-                      bool log_axis) {
-    std::string out = fmt::format(
-        R"(<polyline fill="none" stroke="{}" stroke-width="1.5"{} points=")", colour, dash);
-    for (const auto& p : pts) {
-      if (!std::isfinite(p.value) || (log_axis && p.value <= 0)) continue;
-      out +=
-          fmt::format("{:.1f},{:.1f} ", x_of(p.step), log_axis ? y_log(p.value) : y_lin(p.value));
-    }
-    return out + "\"/>\n";
-  };
+  axes.ticks = log_ticks(lo, hi);
+  axes.log_lowest = std::log10(axes.ticks.front());
+  const double log_highest = std::log10(axes.ticks.back());
+  axes.decades = log_highest > axes.log_lowest ? log_highest - axes.log_lowest : 1;
+  return axes;
+}
+
+// The opening tag, a white background and the plot area's frame.
+std::string svg_frame() {
   std::string svg = fmt::format(
       R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="12">)"
       "\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
       kW, kH);
   svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#888"/>)"
                      "\n",
-                     kLeft, kTop, pw, ph);
-  for (double t : ticks) {
-    const double y = y_log(t);
+                     kLeft, kTop, kPlotW, kPlotH);
+  return svg;
+}
+
+// The loss axis's grid lines and labels on the left; the metric's percentages on the right.
+std::string svg_value_ticks(const Axes& axes, bool with_metric) {
+  std::string svg;
+  for (double t : axes.ticks) {
+    const double y = axes.y_log(t);
     svg += fmt::format(R"(<line x1="{}" x2="{}" y1="{:.1f}" y2="{:.1f}" stroke="#eee"/>)"
                        "\n",
-                       kLeft, kLeft + pw, y, y);
+                       kLeft, kLeft + kPlotW, y, y);
     svg += fmt::format(R"(<text x="{}" y="{:.1f}" text-anchor="end">{:g}</text>)"
                        "\n",
                        kLeft - 6, y + 4, t);
   }
-  if (!c.metric.empty()) {
+  if (with_metric) {
     for (int pct = 0; pct <= 100; pct += 25) {
       svg += fmt::format(R"(<text x="{}" y="{:.1f}" fill="#2ca02c">{}%</text>)"
                          "\n",
-                         kW - kRight + 6, y_lin(pct / 100.0) + 4, pct);
+                         kW - kRight + 6, axes.y_lin(pct / 100.0) + 4, pct);
     }
   }
-  // Round step ticks: a 1, 2 or 5 times a power of ten apart, at most 6 intervals.
+  return svg;
+}
+
+// Round step ticks: a 1, 2 or 5 times a power of ten apart, at most 6 intervals.
+double step_tick_interval(double max_step) {
   double every = 1;
   for (double e = 1; every * 6 < max_step; e *= 10) {
     for (double m : {1.0, 2.0, 5.0}) {
@@ -320,18 +342,30 @@ std::string loss_curve_svg(const LossCurve& c) {
       if (every * 6 >= max_step) break;
     }
   }
-  for (double s = 0; s <= max_step + 1e-9; s += every) {
+  return every;
+}
+
+// The step axis's labels and its title.
+std::string svg_step_ticks(const Axes& axes) {
+  std::string svg;
+  const double every = step_tick_interval(axes.max_step);
+  for (double s = 0; s <= axes.max_step + 1e-9; s += every) {
     svg += fmt::format(R"(<text x="{:.1f}" y="{}" text-anchor="middle">{:g}</text>)"
                        "\n",
-                       x_of(s), kH - kBottom + 18, s);
+                       axes.x_of(s), kH - kBottom + 18, s);
   }
   svg += fmt::format(R"(<text x="{}" y="{}" text-anchor="middle">step</text>)"
                      "\n",
-                     kLeft + pw / 2, kH - 10);
-  svg += fmt::format(
+                     kLeft + kPlotW / 2, kH - 10);
+  return svg;
+}
+
+// The loss axis's title and the legend: training, held-out (when evaluated) and the metric.
+std::string svg_labels(const LossCurve& c) {
+  std::string svg = fmt::format(
       R"svg(<text x="16" y="{:.1f}" text-anchor="middle" transform="rotate(-90 16 {:.1f})">{} (log scale)</text>)svg"
       "\n",
-      kTop + ph / 2, kTop + ph / 2, c.unit);
+      kTop + kPlotH / 2, kTop + kPlotH / 2, c.unit);
   svg += fmt::format(R"(<text x="{}" y="16" fill="#1f77b4">training {}</text>)"
                      "\n",
                      kLeft, c.unit);
@@ -345,24 +379,56 @@ std::string loss_curve_svg(const LossCurve& c) {
                        "\n",
                        kW - kRight, c.metric_label);
   }
-  svg += polyline(c.train, "#1f77b4", "", true);
-  if (!c.heldout.empty()) svg += polyline(c.heldout, "#d62728", "", true);
-  if (!c.metric.empty()) svg += polyline(c.metric, "#2ca02c", R"( stroke-dasharray="4 3")", false);
-  // The evaluations are few: a dot at each.
+  return svg;
+}
+
+// One series as a line, leaving out the points its axis cannot show.
+std::string svg_polyline(const Axes& axes, const std::vector<CurvePoint>& pts, const char* colour,
+                         const char* dash, bool log_axis) {
+  std::string out = fmt::format(
+      R"(<polyline fill="none" stroke="{}" stroke-width="1.5"{} points=")", colour, dash);
+  for (const auto& p : pts) {
+    if (!std::isfinite(p.value) || (log_axis && p.value <= 0)) continue;
+    out += fmt::format("{:.1f},{:.1f} ", axes.x_of(p.step),
+                       log_axis ? axes.y_log(p.value) : axes.y_lin(p.value));
+  }
+  return out + "\"/>\n";
+}
+
+// The evaluations are few: a dot at each.
+std::string svg_eval_dots(const Axes& axes, const LossCurve& c) {
+  std::string svg;
   for (const auto& p : c.heldout) {
     if (std::isfinite(p.value) && p.value > 0) {
       svg += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="3" fill="#d62728"/>)"
                          "\n",
-                         x_of(p.step), y_log(p.value));
+                         axes.x_of(p.step), axes.y_log(p.value));
     }
   }
   for (const auto& p : c.metric) {
     if (std::isfinite(p.value)) {
       svg += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="3" fill="#2ca02c"/>)"
                          "\n",
-                         x_of(p.step), y_lin(p.value));
+                         axes.x_of(p.step), axes.y_lin(p.value));
     }
   }
+  return svg;
+}
+
+}  // namespace
+
+std::string loss_curve_svg(const LossCurve& c) {
+  const Axes axes = axes_for(c);
+  std::string svg = svg_frame();
+  svg += svg_value_ticks(axes, !c.metric.empty());
+  svg += svg_step_ticks(axes);
+  svg += svg_labels(c);
+  svg += svg_polyline(axes, c.train, "#1f77b4", "", true);
+  if (!c.heldout.empty()) svg += svg_polyline(axes, c.heldout, "#d62728", "", true);
+  if (!c.metric.empty()) {
+    svg += svg_polyline(axes, c.metric, "#2ca02c", R"( stroke-dasharray="4 3")", false);
+  }
+  svg += svg_eval_dots(axes, c);
   return svg + "</svg>\n";
 }
 
