@@ -6,8 +6,8 @@
 #   (defaults: build/octet, 5, 2, 5). PEER_AVX2=0 skips the emulated AVX2 machine.
 # Settings:
 #   octet                  as detected (no environment variable)
-#   torch SkylakeX         OPENBLAS_CORETYPE=SkylakeX (Debian's OpenBLAS 0.3.21 takes Zen 4 for
-#                          "Prescott" otherwise)
+#   torch SkylakeX         OPENBLAS_CORETYPE=SkylakeX (Debian's OpenBLAS 0.3.21 can take a
+#                          recent AVX-512 processor for "Prescott" otherwise)
 #   torch detected         OpenBLAS's own choice
 #   octet avx2             ONEDNN_MAX_CPU_ISA=AVX2 (octet's GEMM and kernels held to AVX2)
 #   torch avx2             OPENBLAS_CORETYPE=Haswell

@@ -1,7 +1,8 @@
 // The health a slot's casts leave behind, for metrics: what saturated and flushed (FP8CastCounts),
-// and for block-scaled formats the spread of the block scales they chose (TE issue #2801 asks
-// for more than min and max): log2 of each block's dequantization scale, bucketed in 1/8 octave
-// (exact for the power-of-two scales of MXFP8 and blockwise FP8), with the exact extremes.
+// and for block-scaled formats the spread of the block scales they chose (more than min and max,
+// as TransformerEngine's users asked in github.com/NVIDIA/TransformerEngine/issues/2801): log2
+// of each block's dequantization scale, bucketed in 1/8 octave (exact for the power-of-two scales
+// of MXFP8 and blockwise FP8), with the exact extremes.
 #pragma once
 
 #include <cstdint>

@@ -560,7 +560,7 @@ void print_row(std::ostream& out, const Result& r, const Options& o) {
   out << std::flush;
 }
 
-// "octet bench on the CPU: 16 threads, ..." or "octet bench on cuda:0 (NVIDIA H200, sm_90), ...".
+// "octet bench on the CPU: 16 threads, ..." or "octet bench on cuda:0 (<GPU name>, sm_90), ...".
 std::string where(const Options& o) {
   if (!o.device.is_cuda()) return "on the CPU: " + std::to_string(num_threads()) + " threads";
   std::string text = "on " + o.device.str();

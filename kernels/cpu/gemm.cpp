@@ -95,10 +95,9 @@ void check_dnnl(dnnl_status_t status, int64_t m, int64_t n, int64_t k) {
               " for M=", m, " N=", n, " K=", k);
 }
 
-// oneDNN's sgemm is fastest with neither operand transposed. Measured on 2 Zen 4 cores with the
-// register-transpose copy below: a transposed B costs more than copying it untransposed (768^3:
-// 198 -> 222 GFLOP/s; the FP8 modules' GEMMs all read B transposed), while a transposed A pays
-// off only for a long K (176 vs 226 GFLOP/s at M=1024, N=768, K=3072).
+// oneDNN's sgemm is fastest with neither operand transposed: a transposed B costs more than
+// copying it untransposed with the register-transpose copy below (the FP8 modules' GEMMs all read
+// B transposed), while a transposed A pays off only for a long K (docs/perf/2026-12-cpu-gemm.md).
 constexpr int64_t kUntransposeAFromK = 2048;
 
 struct Operand {
@@ -109,10 +108,8 @@ struct Operand {
 // The tile grid of an (m, n) output with inner dimension k: rows and columns split in halves until
 // there are enough tiles (about kTileFlops of work each, at most kMaxTiles: some to spare for
 // threads that fall behind) or a tile would be thinner than kMinTileSide. From the shape only.
-// Measured on 2 Zen 4 cores: 64 tiles at (1024, 3072, 768) ran 0.80-0.90x the untiled sgemm on
-// oneDNN's 2 threads (build/bench/octet_gemm_bench), 16 within noise of it; 2 MFLOP tiles rather
-// than 64 split the default model's small GEMMs too (1000 training steps: 7.0-8.5 s against
-// 8.8-9.6 s).
+// More tiles cost more than they balance; 2 MFLOP tiles also split the default model's small
+// GEMMs (docs/perf/2026-12-cpu-gemm.md).
 constexpr double kTileFlops = 2e6;
 constexpr int64_t kMaxTiles = 16;
 constexpr int64_t kMinTileSide = 64;
@@ -158,9 +155,8 @@ void tiled_sgemm(char transa, char transb, int64_t m, int64_t n, int64_t k, floa
     const float* bt = transb == 'T' ? b + c0 * ldb : b + c0;
     // A tile of a row-major operand's columns (B's, or a transposed A's) is read from a
     // contiguous copy. oneDNN's AVX2 sgemm (2.6) reads a 32-byte aligned operand in place, and at
-    // a long row stride that runs at half speed (512 x 384 x 768 tiles of a 3072-wide B on one
-    // Zen 4 core, oneDNN held to AVX2: 47 GFLOP/s in place, 102 with the copy; 108 and 110 on
-    // AVX-512). The products are the same, bit for bit.
+    // a long row stride that runs at about half speed (docs/perf/2026-12-cpu-gemm.md). The
+    // products are the same, bit for bit.
     const auto packed_columns = [&](int slot, const float* src, int64_t ld, int64_t width) {
       float* packed = t_workspace.get(slot, k * width);
       for (int64_t row = 0; row < k; ++row) {

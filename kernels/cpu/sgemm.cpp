@@ -263,13 +263,9 @@ std::atomic<SimdPath>& gemm_path_slot() {
 // changes no bits: each element is summed over a K block in order whatever the tile.
 constexpr int kAvx2Mr = 4, kAvx2Nv = 3, kAvx2Nr = 8 * kAvx2Nv;
 // How far ahead (in floats) the AVX2 kernel prefetches its B micro-panel. A K block of 768 makes
-// the panel 72 KiB (48 KiB for the 6 x 16 tile before), more than a 32 KiB L1, so every call of a
-// sliver reads it from L2 again, and the hardware prefetcher fell behind. Measured by one session
-// on a Zen 3 with the 6 x 16 tile (cpu-clock samples only, not re-measured since): about a fifth
-// of the kernel's samples sat on B's loads; with the prefetch (and the K loop unrolled by two) the
-// own GEMM over the layer shapes went from about 0.92-0.93x to 0.94-0.96x OpenBLAS on one thread
-// (256 to 1024 floats ahead within noise of each other; prefetching A as well was slower). A step
-// of the 4 x 24 tile reads a line and a half of B, so it prefetches two (one of them often again).
+// the panel 72 KiB, more than a 32 KiB L1, so every call of a sliver reads it from L2 again,
+// where the hardware prefetcher falls behind. A step of the 4 x 24 tile reads a line and a half
+// of B, so it prefetches two (one of them often again). Measurements: docs/perf.
 constexpr int64_t kAvx2PrefetchB = 1024;
 constexpr int kAvx512Mr = 8, kAvx512Nv = 3, kAvx512Nr = 16 * kAvx512Nv;
 
@@ -316,12 +312,9 @@ void kernel_scalar(int64_t kc, const float* a, int64_t lda, const float* b, floa
 
 #if OCTET_GEMM_X86
 // AVX2 + FMA: kMr rows x kNv vectors of 8 columns, kMr * kNv ymm accumulators. 4 x 24 rather than
-// 6 x 16 (the tile until 2026-12-05): the same 12 FMAs a step of K from 4 broadcasts and 3 loads
-// of B, not 6 and 2; on a 2-core Zen 1 (family 23) the own GEMM over the layer GEMMs went from
-// 0.95-0.96x to 0.96-0.99x oneDNN on one thread in paired rounds (README, "A 4 x 24 AVX2 tile").
-// 12 accumulators, 3 B vectors and the broadcast take all 16 ymm registers. The K loop is not
-// unrolled: unrolled by two it measured within the noise (with alpha still in a register it
-// spilled an accumulator and fell to 0.87x).
+// 6 x 16: the same 12 FMAs a step of K from 4 broadcasts and 3 loads of B, not 6 and 2. 12
+// accumulators, 3 B vectors and the broadcast take all 16 ymm registers, so alpha comes by address
+// and the K loop is not unrolled (unrolling gained nothing measurable; docs/perf).
 template <int kMr, int kNv, bool kInPlace>
 __attribute__((target("avx2,fma"))) void kernel_avx2(int64_t kc, const float* a, int64_t lda,
                                                      const float* b, float* c, int64_t ldc,
@@ -385,8 +378,8 @@ __attribute__((target("avx2,fma"))) void kernel_avx2(int64_t kc, const float* a,
   }
 }
 
-// AVX-512: kMr rows x kNv vectors of 16 columns, kMr * kNv zmm accumulators (Zen 4 runs a zmm
-// FMA as two 256-bit halves: the same FMA rate as AVX2, with half the instructions).
+// AVX-512: kMr rows x kNv vectors of 16 columns, kMr * kNv zmm accumulators (a core that runs a
+// zmm FMA as two 256-bit halves still issues half the instructions of AVX2).
 // kBStride: the packed B's row length (a narrower kernel serves the ragged last sliver of a
 // wider one: the same products in the same order, so the same bits).
 template <int kMr, int kNv, bool kInPlace, int kBStride = 16 * kNv>
@@ -453,12 +446,9 @@ using KernelFn = void (*)(int64_t, const float*, int64_t, const float*, float*, 
 
 // A path's micro-kernel and block sizes: kc, the K block (a B micro-panel kc x nr, read from L2
 // or L1 by every micro-kernel call of a sliver); mc, the rows of an A block (kc x mc of it in
-// L2); group, the slivers whose part of C (mc x group x nr) stays in L2 over all of K. Chosen on
-// one Zen 4 core from sweeps over the layer GEMMs, interleaved with oneDNN (the machine's noise,
-// +-5% a run, hides smaller differences): AVX-512 384 / 384 / 1 measured 0.95x oneDNN against
-// 0.92-0.94x for 192 / 256 / 2; AVX2 kc 768 with mc 240-336 0.95-0.96x against 0.92-0.94x for
-// kc 256-640 (a C tile is reloaded K / kc times); with the 4 x 24 tile on a Zen 1, kc 384, 512
-// and 1024 measured within the noise of 768. Only kc changes bits; AVX2's mc follows the L2 size
+// L2); group, the slivers whose part of C (mc x group x nr) stays in L2 over all of K. Chosen
+// from sweeps over the layer GEMMs against oneDNN (docs/perf/2026-12-cpu-gemm.md); a larger kc
+// reloads each C tile fewer times (K / kc). Only kc changes bits; AVX2's mc follows the L2 size
 // so that its A block fits.
 struct Kernels {
   KernelFn full;
@@ -477,8 +467,8 @@ struct Path {
   int64_t mc, kc, group;
 };
 
-// The A block's rows for a K block of kc on AVX2: three quarters of L2 (1 MiB on Zen 4: 252
-// rows; 512 KiB on Zen 2 and 3: 126), in whole micro-panels.
+// The A block's rows for a K block of kc on AVX2: three quarters of L2 (at kc 768: 252 rows of a
+// 1 MiB L2, 126 of a 512 KiB one), in whole micro-panels.
 int64_t avx2_block_rows(int64_t kc) {
   static const int64_t l2 = [] {
 #ifdef _SC_LEVEL2_CACHE_SIZE
@@ -657,10 +647,9 @@ constexpr int64_t kPrefetchRows = 4;
 
 // pack_a for f32 A stored (K, M), with kMr a constant. A strip of kStrip stored columns (whole
 // panels and whole cache lines of a stored row) at a time, down all of the block's K: every line
-// of A is read once and every panel written front to back. (Row by row across all the panels, as
-// before, wrote lines kb * kMr * 4 bytes apart, a multiple of 4 KiB at kb = 384 or 768: all in
-// one L1 set, evicting each other between the two halves of a line: on a Zen 5 core the wgrad
-// GEMMs ran 10-15% slower.)
+// of A is read once and every panel written front to back. (Row by row across all the panels
+// would write lines kb * kMr * 4 bytes apart, a multiple of 4 KiB at kb = 384 or 768: all in one
+// L1 set, evicting each other between the two halves of a line.)
 template <int kMr>
 void pack_a_transposed_f32(const float* src, int64_t ld, int64_t rows, int64_t kb, float* dst) {
   constexpr int64_t kStrip = std::lcm<int64_t>(kMr, 16);
@@ -698,7 +687,7 @@ void pack_a_transposed_f32(const float* src, int64_t ld, int64_t rows, int64_t k
 // The A block of logical rows [i0, i0 + rows), K columns [k0, k0 + kb): micro-panels (kb, mr), one
 // per mr rows, the rows past the block's end zero.
 // dst[p * kMr + r] = src[p * src_stride + r] for p < kb, r < kMr: a full panel out of a decoded
-// group (a fixed-size copy a row; element by element it took 1.4% of an FP8 layer step on Zen 1).
+// group (a fixed-size copy a row, not element by element).
 template <int kMr>
 void copy_panel(const float* src, int64_t src_stride, int64_t kb, float* dst) {
   for (int64_t p = 0; p < kb; ++p)
@@ -860,8 +849,8 @@ void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const GemmOperand& a, c
   // Packs rows [c0, c0 + rows) of A: block by block, each (K blocks, panels, kb, mr), the block
   // starting at i * k for its first row i (relative to the chunk), tasks of one (block, K block).
   // A row-major f32 A is read in place by the micro-kernels: nothing to convert, and its rows are
-  // what a packed panel would hold, read as kMr streams (packing its panels took about 3% of the
-  // layer GEMMs' time on a Zen 5 core, and wrote a copy of A through memory).
+  // what a packed panel would hold, read as kMr streams (packing them would write a copy of A
+  // through memory).
   const bool a_in_place = a.dtype == DType::kF32 && !a.transposed;
   const Kernels& kernels = a_in_place ? path.in_place : path.packed;
   float* packed_a =

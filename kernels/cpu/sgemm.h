@@ -41,13 +41,8 @@ SimdPath set_gemm_simd_path(SimdPath path);
 // What ops::gemm runs on the CPU: octet's own sgemm above (the default; OCTET_CPU_GEMM=octet),
 // or oneDNN's sgemm in shape-fixed tiles on operands converted to f32 first
 // (OCTET_CPU_GEMM=onednn); the setter changes it and returns the choice before. Another value of
-// OCTET_CPU_GEMM is an error at the first GEMM. Over the layer GEMMs on a 2-core Zen 4 the own one
-// measured 0.98-0.99x the best of oneDNN and OpenBLAS with AVX-512 and 0.93-1.03x held to AVX2,
-// the tiles 0.95-0.97x and 0.86-0.97x; on a real AVX2 machine (a 2-core Zen 3) 0.91-0.92x, the
-// tiles 0.79-0.83x; on a 2-core Zen 5 0.977x on one thread and 0.943-0.977x on two (busy, quiet);
-// on a 2-core Zen 1 (AVX2) with the 4 x 24 tile 1.00-1.05x on one thread and 1.06-1.09x on two
-// (README, "Side by side", "A 4 x 24 AVX2 tile"). It decodes FP8 and bf16 operands while it packs
-// them.
+// OCTET_CPU_GEMM is an error at the first GEMM. The own sgemm decodes FP8 and bf16 operands while
+// it packs them; how it compares with oneDNN and OpenBLAS is in docs/perf.
 enum class CpuGemmLibrary { kOctet, kOnednn };
 CpuGemmLibrary cpu_gemm_library();
 CpuGemmLibrary set_cpu_gemm_library(CpuGemmLibrary library);

@@ -1,6 +1,6 @@
 // Function multiversioning for hot CPU loops: an AVX-512 clone (x86-64-v4) chosen at load time
-// where the processor has it, an AVX2 + FMA clone (x86-64-v3: Haswell and later, Zen 1-3) where it
-// has that, the baseline x86-64 build (SSE2) elsewhere. The loops are written plainly so that GCC
+// where the processor has it, an AVX2 + FMA clone (x86-64-v3) where it has that, the baseline
+// x86-64 build (SSE2) elsewhere. The loops are written plainly so that GCC
 // vectorises each clone for its target. kernels/ builds with -ffp-contract=off, so no clone fuses
 // a multiply and an add that the source keeps apart; an `omp simd` reduction keeps one partial sum
 // per lane, so its order (and bits) follow the clone's vector width: fixed for a machine, whatever

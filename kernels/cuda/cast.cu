@@ -202,9 +202,8 @@ __global__ void dequantize_kernel(const uint8_t* q, const float* scale_inv, void
 // One block scale per entry of rows [0, rows) step row_step, `blocks` per row, `stride` apart,
 // into the spread (add_scale_to_spread's rule), summed per thread block first: the buckets in a
 // shared histogram, the count, smallest and largest scale over the block, then one global atomic
-// per touched bucket and per word. (One set of global atomics per scale made this kernel 60% of
-// an MXFP8 layer step on an H200: every scale hit the same few words.) Integer sums and bit
-// maxima, so the words are the same whatever the grid.
+// per touched bucket and per word (global atomics per scale would all hit the same few words).
+// Integer sums and bit maxima, so the words are the same whatever the grid.
 constexpr int kSpreadThreads = 256;  // a multiple of the warp: whole warps reduce
 constexpr unsigned kSpreadMaxBlocks = 1024;
 

@@ -411,8 +411,7 @@ __device__ __forceinline__ void grid_stride_row_groups(int64_t n, int64_t cols, 
 // kept), and for an invalid product of numbers (0 * inf) its default NaN 0xFFC00000, while GPU
 // arithmetic returns the canonical NaN 0x7FFFFFFF for both; a NaN operand is therefore passed
 // through here and a new NaN is x86's, so bit-for-bit comparisons hold for the NaN codes of FP8
-// data and E8M0 and for a zero scale times an infinite amax (NVFP4's dequantization; seen on an
-// H200).
+// data and E8M0 and for a zero scale times an infinite amax (NVFP4's dequantization).
 __device__ __forceinline__ float mul_keep_nan(float v, float s) {
   if (isnan(v)) return __uint_as_float(__float_as_uint(v) | 0x00400000u);
   if (isnan(s)) return __uint_as_float(__float_as_uint(s) | 0x00400000u);

@@ -1,9 +1,9 @@
 // cuBLASLt, loaded when first used: the cublasLt* functions the CUDA backend calls, each one
 // forwarding to the library that the first call opens with dlopen. Linked directly, libcublasLt
-// ran its static initializers in every process that links octet, with a GPU or without one:
-// 0.4-0.8 s before main on a 2-core Zen 5, paid by every `octet` command and by each of the
-// ctest suite's ~900 test processes. The signatures are cublasLt.h's; a mismatch is a compile
-// error, since the header declares every one of them.
+// ran its static initializers in every process that links octet, with a GPU or without one,
+// before main: in every `octet` command and in each of the ctest suite's test processes. The
+// signatures are cublasLt.h's; a mismatch is a compile error, since the header declares every one
+// of them.
 #include <cublasLt.h>
 #include <dlfcn.h>
 

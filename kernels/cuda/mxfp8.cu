@@ -78,7 +78,7 @@ __global__ void mxfp8_rowwise_kernel(const In* x, uint8_t* q, uint8_t* scales, i
 // Row-wise for rows of whole blocks (cols % 32 == 0) and buffers aligned for kVec values: the
 // (row, block) pairs are then consecutive runs of 32 values, pair g at element 32 g, and each lane
 // takes kVec of them, 8 lanes a block (their max over 3 shuffles), so a warp moves 4 blocks per
-// access instead of one. (One value a lane kept too few bytes in flight: ~280 GB/s on an H200.)
+// access instead of one (one value a lane keeps too few bytes in flight).
 // The exponent and bytes are cast_block_lane's: the same max, block_exponent and cast_value.
 template <typename In, bool kE4M3>
 __global__ void mxfp8_rowwise_vec_kernel(const In* x, uint8_t* q, uint8_t* scales, int64_t groups,

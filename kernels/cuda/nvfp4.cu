@@ -116,10 +116,8 @@ __device__ uint8_t four_over_six_choice(const float* x, bool inside, float block
 // thread (tx, ty) casts block cb = blockIdx.x * 16 + tx of row r = blockIdx.y * 16 + ty. Under 2D
 // tiles the tile's amax is the max of its 16 rows' block amaxes (exact in any order). The block's
 // 16 values are read once, into registers, with 16-byte loads where aligned, and the counts leave
-// with one atomic per warp: on an H200 this kernel took 3.5 ms for a 4096 x 16384 cast (most of
-// an NVFP4 layer step) when each value was read twice, 4 bytes at a time, and each thread added
-// its counts itself; the loads alone gained 6% of the step, and nearly every thread has a value
-// flushed to 0, so its two same-address atomics are the likelier cost (not measured yet).
+// with one atomic per warp: nearly every thread has a value flushed to 0, so per-thread atomics
+// would all hit the same two words.
 __global__ void nvfp4_cast_kernel(const float* v, const float* amax, uint8_t* q, uint8_t* sf,
                                   int64_t cols, int64_t blocks, int64_t stride, CastParams p,
                                   unsigned long long* stats) {

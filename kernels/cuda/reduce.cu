@@ -14,7 +14,8 @@
 namespace octet::cuda {
 namespace {
 
-// Partials of the first pass: enough blocks to fill an H200, few enough for one block to finish.
+// Partials of the first pass: enough blocks to fill a large GPU (over a hundred SMs), few enough
+// for one block to finish.
 constexpr unsigned kMaxPartials = 1024;
 constexpr int kFinalThreads = 1024;
 

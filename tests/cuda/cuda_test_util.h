@@ -70,9 +70,9 @@ inline Tolerance parity_tolerance(DType dtype) {
 //   between promotions to f32 (DeepSeek-V3 report, section 3.3.2; the forward's fast
 //   accumulation does not promote at all, and the block-scaled modes promote once per 128-wide
 //   K-block, where the block scales are applied); errors of ~2^-13 relative per addition add up
-//   like a random walk, sqrt(K). 4 sqrt(K) 2^-13 leaves several times the worst case seen on an
-//   H200 (2^-13 of the sum for K = 128, tools/gpu-check's first run) and still fails a wrong
-//   layout, a missing scale or a missing bias by orders of magnitude. The emulation build's
+//   like a random walk, sqrt(K). 4 sqrt(K) 2^-13 leaves several times the worst case seen on a
+//   Hopper GPU (2^-13 of the sum for K = 128; docs/perf) and still fails a wrong layout, a
+//   missing scale or a missing bias by orders of magnitude. The emulation build's
 //   cuBLASLt sums in f32, so there the f32 row holds (fp8_tensor_cores() is false).
 inline double gemm_accumulation_bound(bool fp8_tensor_cores, int64_t k) {
   const double kd = static_cast<double>(k);

@@ -1,4 +1,4 @@
-// FP8 health counted on the GPU (issue 15, point 7): every CUDA cast that records counts what
+// FP8 health counted on the GPU: every CUDA cast that records counts what
 // saturated and flushed on the device, and the stateless recipes' block-scale spread too
 // (runtime/fp8_stats.h, DeviceCastStats), read back only when the counts are taken. For the same
 // inputs the counts and the spread must equal the CPU's exactly, for every recipe that reports

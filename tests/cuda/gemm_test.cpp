@@ -75,8 +75,8 @@ double accumulation_bound(bool fp8, int64_t k) { return test::gemm_accumulation_
 // and accumulation each round once), or for a bf16 output one bf16 step (2^-7 relative) where the
 // f32 values differ slightly between the backends, plus one bf16 rounding (2^-8) of the sum of
 // the terms: cuBLASLt's bf16 epilogue may round the product to bf16 before it adds C and the
-// bias (seen on an H200: results 2 bf16 steps from the CPU's where C and the bias cancel most of
-// the product), where the CPU rounds once.
+// bias (results 2 bf16 steps from the CPU's where C and the bias cancel most of the product),
+// where the CPU rounds once.
 ::testing::AssertionResult within_bound(const Tensor& got, const Tensor& want,
                                         const std::vector<double>& mag, double per_magnitude) {
   if (got.shape() != want.shape() || got.dtype() != want.dtype()) {

@@ -95,11 +95,9 @@ TEST(CudaHostSync, TrainingStepMakesNoStreamWaitOrBlockingUpload) {
     for (int64_t i = 1; i <= 3; ++i) step(i);
     const cuda::HostSyncCounts per3 = minus(cuda::host_sync_counts(), before);
     SCOPED_TRACE("over 3 steps: " + text(per3));
-    // Before issue 15: table uploads (scale update, AdamW) waited 2-3 times a step, zeros/full
-    // uploaded from the host, and 7 copies back a step checked ids and targets on the host (4
-    // embedding, 2 cross-entropy) and read dloss with item() (1), plus one per parameter in
-    // clip_grad_norm. Now the kernels check ids (runtime/cuda.h's deferred checks), dloss and the
-    // target count stay on the device, and so do the norm and the clip factor.
+    // No table upload waits, zeros/full fill on the device, the kernels check ids and targets
+    // (runtime/cuda.h's deferred checks), dloss and the target count stay on the device, and so
+    // do the norm and the clip factor.
     EXPECT_EQ(per3.total(), 0);
     // The log interval's read: the loss (1 copy, which also raises a bad id: 1 more for the
     // check record, read once after the embeddings ran) and the gradient norm (1).

@@ -1,4 +1,4 @@
-// Edge cases of the CUDA kernels found by review (issue 15), each against the CPU: an amax slot
+// Edge cases of the CUDA kernels found by review, each against the CPU: an amax slot
 // that starts at -0.0 or below zero, the FP8 casts of negative NaNs, norms of empty rows, and the
 // grid-stride (row, column) walk that replaced a 64-bit divide per element.
 #include <gtest/gtest.h>

@@ -43,7 +43,7 @@ struct Case {
   // weights that differ from one process's in their last f32 bits (the gradients are summed in
   // another order), and an element that sits that close to an E4M3 rounding boundary takes the
   // neighbouring value, 2^-4 to 2^-3 of itself away (an estimate: a few elements in 10^6 a step;
-  // seen on a Zen 3: 2.5e-5 at the sixth step): 1e-4. Current scaling takes each rank's own
+  // 2.5e-5 has been seen at the sixth step): 1e-4. Current scaling takes each rank's own
   // tensor's amax, and bf16 gradients are rounded once per rank before the sum: both differ from
   // one process by design, within what those roundings allow.
   double loss_tolerance = 1e-5;

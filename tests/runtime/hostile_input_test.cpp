@@ -1,4 +1,4 @@
-// Issue 16, point 2, for the runtime's parsers: hostile safetensors files and recipes end as
+// The runtime's parsers under hostile input: hostile safetensors files and recipes end as
 // octet::Error naming the file (and the key or offset), never as another exception.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

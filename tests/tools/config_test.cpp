@@ -164,7 +164,7 @@ TEST(Config, OverrideValuesAreJsonOrBareStrings) {
   EXPECT_EQ(c.training.steps, 2000);
   EXPECT_EQ(c.training.device, "cuda:1");
   EXPECT_EQ(c.data.val_path, "quoted.bin");
-  // A recipe file is read at once: the run records the recipe, not the path (issue 16).
+  // A recipe file is read at once: the run records the recipe, not the path.
   EXPECT_EQ(c.fp8.recipe, Json({{"fp8_format", "e4m3"}, {"recipe", "mxfp8"}}));
   EXPECT_EQ(c.fp8.high_precision_modules, std::vector<std::string>{"layers.0.mlp"});
 

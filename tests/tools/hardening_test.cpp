@@ -1,6 +1,6 @@
-// Issue 16, point 1: what a new user tried that lost a run or ended in an unclear message, each
-// with the test that would have caught it; and point 2: hostile input to every parser of the
-// tools layer ends as one octet::Error naming the file and the key or offset.
+// What a new user did that lost a run or ended in an unclear message, each with the test that
+// would have caught it; and hostile input to every parser of the tools layer, which ends as one
+// octet::Error naming the file and the key or offset.
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -43,7 +43,7 @@ using test_cli::tiny_train;
 
 std::string read(const std::string& path) { return test::read_file_bytes(path); }
 
-// ---- point 1 ----
+// ---- a new user's runs and messages ----
 
 // Finding 1: a finished run was replaced by a new one without a word.
 TEST(Hardening, ARunDirectoryIsRefusedWithoutResumeOrOverwrite) {
@@ -342,7 +342,7 @@ TEST(Hardening, Fp8WidthIsCheckedWhenTheConfigIsRead) {
   expect_one_clear_line(part, "train", "model.d_model");
 }
 
-// ---- point 2: hostile input to the tools' parsers ----
+// ---- hostile input to the tools' parsers ----
 
 // Calls `fn` and expects it to succeed or to throw octet::Error whose message holds `names`.
 template <typename Fn>
