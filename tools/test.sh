@@ -24,6 +24,7 @@ timed() {  # timed NAME COMMAND...
   echo "== test: $name took $(($(date +%s) - start)) s"
 }
 trap 'echo "== test: phase times"; printf "   %s\n" "${times[@]}"' EXIT
+timed "docs check (tools/check_docs.sh)" "$root/tools/check_docs.sh"
 
 # One GPU architecture for the CUDA kernels (H200's 90a, the GPU gpu-check runs on): they have no
 # per-architecture code, so a second one (CMakeLists.txt's default adds 89) doubles nvcc's time
