@@ -1,4 +1,4 @@
-# Sanitizer and fuzzing builds (tools/sanitize.sh drives both; README "Sanitizers and fuzzers").
+# Sanitizer and fuzzing builds (tools/sanitize.sh drives both; docs/dev/testing.md).
 #
 # OCTET_SANITIZE: a -fsanitize= list ("address,undefined", "thread"; empty: off) added to the
 # compile and link of every target. UBSan findings are made fatal (-fno-sanitize-recover), so a

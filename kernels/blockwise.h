@@ -1,4 +1,4 @@
-// Blockwise FP8 (TE's Float8BlockScaling, DeepSeek-V3's recipe; README "Block-scaled recipes"):
+// Blockwise FP8 (TE's Float8BlockScaling, DeepSeek-V3's recipe; docs/recipes.md):
 // the 1x128 / 128x128 block cast and its inverse, the K-block-scaled GEMM, the quantizer, and the
 // format's entry in the format table. Scales are power-of-two by default, stored as f32 scale_inv.
 #pragma once

@@ -1,4 +1,4 @@
-// NVFP4 (TE's NVFP4BlockScaling; README "Block-scaled recipes"): E2M1 values with an E4M3
+// NVFP4 (TE's NVFP4BlockScaling; docs/recipes.md): E2M1 values with an E4M3
 // scale per 16 values and an f32 tensor scale, 16x16 tiles for weights, stochastic rounding of
 // gradients from octet's Philox stream, the 16-point random Hadamard transform on the wgrad
 // GEMM's operands; the cast, the expansion a GEMM multiplies, the quantizer and the format's

@@ -2,7 +2,7 @@
 // and any format added later, in the library or in a test) behind one interface, found by the
 // name a QuantizedTensor's format() returns. The generic operations in kernels/quantized.h
 // (dequantize, update_usage, fp8_gemm, the shape rule) only look a format up and call it, so a
-// new format is one entry here, never a branch to add elsewhere (README "Adding a recipe").
+// new format is one entry here, never a branch to add elsewhere (docs/dev/adding-a-recipe.md).
 #pragma once
 
 #include <memory>

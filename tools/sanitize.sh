@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sanitizers and fuzzers (README "Sanitizers and fuzzers"), run by tools/test.sh after the other
+# Sanitizers and fuzzers (docs/dev/testing.md), run by tools/test.sh after the other
 # suites:
 #   1. a clang build with ASan + UBSan (OCTET_SANITIZE=address,undefined), no CUDA and no MPI,
 #      with the libFuzzer harnesses (OCTET_FUZZ=ON): the library, the CPU test suite, the fuzzers;

@@ -265,7 +265,7 @@ TEST(CudaHostSync, TrainerStepsWaitOnlyWhenTheirResultsAreRead) {
       EXPECT_EQ(got[i].skipped, i == 3);
       EXPECT_EQ(got[i].skipped, want[i].skipped);
       // After the skip only f32 agrees bit for bit: the NaN step's backward ran under deferred
-      // reads and its amaxes reached delayed scaling's history (README, "CUDA backend").
+      // reads and its amaxes reached delayed scaling's history (docs/cuda.md).
       if (!want[i].skipped && (i < 3 || recipe == nullptr)) {
         EXPECT_EQ(got[i].loss, want[i].loss);
         EXPECT_EQ(got[i].grad_norm, want[i].grad_norm);
