@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "data/dataset.h"
+#include "data/token_data.h"
 #include "fuzz/fuzz_support.h"
-#include "tools/data.h"
-#include "tools/token_data.h"
 
 namespace {
 

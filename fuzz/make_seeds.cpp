@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "data/dataset.h"
+#include "data/token_data.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/recipe.h"
 #include "runtime/safetensors.h"
 #include "tools/commands.h"
-#include "tools/data.h"
-#include "tools/token_data.h"
 
 namespace octet::fuzz {
 namespace {

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "data/dataset.h"
+#include "data/token_data.h"
 #include "fuzz/fuzz_support.h"
-#include "tools/data.h"
-#include "tools/token_data.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   octet::fuzz::quiet_library();

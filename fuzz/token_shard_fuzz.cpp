@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "data/token_data.h"
 #include "fuzz/fuzz_support.h"
-#include "tools/token_data.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   octet::fuzz::quiet_library();

@@ -9,9 +9,9 @@
 #include <string>
 #include <string_view>
 
+#include "data/dataset.h"
 #include "runtime/rng.h"
 #include "tools/config.h"
-#include "tools/data.h"
 #include "train/checkpoint.h"
 
 namespace octet::cli {

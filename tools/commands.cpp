@@ -13,6 +13,7 @@
 #include <regex>
 
 #include "autograd/grad_mode.h"
+#include "data/task_data.h"
 #include "runtime/comm.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
@@ -23,7 +24,6 @@
 #include "tools/inspect.h"
 #include "tools/metrics.h"
 #include "tools/run.h"
-#include "tools/task_data.h"
 
 namespace octet::cli {
 namespace {
@@ -322,8 +322,8 @@ int run_generate(const Args& args, std::ostream& out, std::ostream& err) {
   const Tensor prompts =
       Tensor::from_bytes(ids.data(), {1, static_cast<int64_t>(ids.size())}, DType::kI32);
   Generator gen(seed);
-  const Tensor tokens = cli::generate_tokens(*m.model, cli::run_recipe(m.config), prompts,
-                                             new_tokens, static_cast<float>(temperature), &gen);
+  const Tensor tokens = train::generate_tokens(*m.model, cli::run_recipe(m.config), prompts,
+                                               new_tokens, static_cast<float>(temperature), &gen);
   const auto* t = tokens.data_as<int32_t>();
   out << prompt << m.dataset->decode(std::vector<int32_t>(t, t + tokens.numel())) << '\n';
   // stdout is only the text, so it can be piped; the memory summary is for the person.

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tools/data.h"
+#include "data/dataset.h"
 
 namespace octet::config {
 

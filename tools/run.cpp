@@ -1,4 +1,5 @@
-// The training loop, evaluation and generation helpers of `octet train` / `eval` / `generate`.
+// `octet train` as wiring: the config into a dataset, a GPT and a Trainer, whose fit() runs the
+// loop with the run directory (progress, metrics.jsonl, loss.svg, checkpoints) as its observer.
 #include "tools/run.h"
 
 #include <fmt/format.h>
@@ -12,13 +13,11 @@
 #include <filesystem>
 #include <fstream>
 #include <ostream>
+#include <string_view>
 
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
 #include "autograd/ops/arithmetic.h"
 #include "kernels/quantized_format.h"
 #include "kernels/quantizer.h"
-#include "modules/fp8_autocast.h"
 #include "modules/optimizer.h"
 #include "runtime/comm_nccl.h"
 #include "runtime/device.h"
@@ -28,7 +27,6 @@
 #include "runtime/parallel.h"
 #include "tools/checkpoint.h"
 #include "tools/metrics.h"
-#include "tools/task_data.h"
 #include "train/fp8_health.h"
 #include "train/trainer.h"
 
@@ -48,17 +46,6 @@ std::string format_duration(double s) {
   if (total < 3600) return fmt::format("{}m{:02}s", total / 60, total % 60);
   return fmt::format("{}h{:02}m", total / 3600, (total % 3600) / 60);
 }
-
-// An FP8 scope when the run has a recipe; nothing otherwise.
-class MaybeAutocast {
- public:
-  explicit MaybeAutocast(const std::optional<Recipe>& recipe) {
-    if (recipe) scope_.emplace(*recipe);
-  }
-
- private:
-  std::optional<modules::FP8Autocast> scope_;
-};
 
 void write_text_file(const std::string& path, const std::string& text) {
   // Temporary file and rename, like checkpoints: a reader never sees half a file.
@@ -193,98 +180,7 @@ modules::GPTConfig gpt_config(const config::RunConfig& c, const data::Dataset& d
   return g;
 }
 
-// ---- evaluation ----
-
-std::string EvalResult::name() const {
-  switch (metric) {
-    case data::Metric::kExactMatch:
-      return "accuracy";
-    case data::Metric::kBitsPerByte:
-      return "bits_per_byte";
-    case data::Metric::kLoss:
-      return "loss";
-  }
-  OCTET_FAIL("unknown metric ", static_cast<int>(metric));
-}
-
-std::string EvalResult::text() const {
-  switch (metric) {
-    case data::Metric::kExactMatch:
-      return fmt::format("accuracy {:.1f}%", 100.0 * value);
-    case data::Metric::kBitsPerByte:
-      return fmt::format("bits per byte {:.4f}", value);
-    case data::Metric::kLoss:
-      return fmt::format("loss {:.4f}", value);
-  }
-  OCTET_FAIL("unknown metric ", static_cast<int>(metric));
-}
-
-Tensor generate_tokens(modules::GPT& model, const std::optional<Recipe>& recipe,
-                       const Tensor& prompts, int64_t new_tokens, float temperature,
-                       Generator* gen) {
-  MaybeAutocast fp8(recipe);
-  return model.generate(prompts, new_tokens, temperature, gen);  // (N, new_tokens)
-}
-
-// The mean loss over the first eval_batches validation batches; the validation cursor is left where
-// it was, so an evaluation changes nothing a checkpoint records.
-// Data parallel: rank r takes batches r, r + N, ... and the ranks add up their sums.
-double heldout_loss(modules::GPT& model, data::Dataset& dataset, const config::RunConfig& c,
-                    const std::optional<Recipe>& recipe, Communicator* comm) {
-  autograd::NoGradGuard no_grad;
-  const int64_t seq_len = run_seq_len(c, dataset);
-  const data::DataState before = dataset.state();
-  dataset.rewind(data::Split::kValidation);
-  const int ranks = comm != nullptr ? comm->size() : 1;
-  const int rank = comm != nullptr ? comm->rank() : 0;
-  double sum = 0.0;
-  for (int64_t b = 0; b < c.training.eval_batches; ++b) {
-    const data::Batch batch =
-        dataset.next_batch(data::Split::kValidation, c.training.batch_size, seq_len);
-    if (b % ranks != rank) continue;
-    MaybeAutocast fp8(recipe);
-    sum += model.loss(batch.inputs, batch.targets).item();
-  }
-  dataset.set_state(before);
-  if (ranks > 1) comm->all_reduce(std::span<double>(&sum, 1), ReduceOp::kSum);
-  return sum / static_cast<double>(c.training.eval_batches);
-}
-
-EvalResult evaluate(modules::GPT& model, data::Dataset& dataset, const config::RunConfig& c,
-                    Communicator* comm) {
-  const std::optional<Recipe> recipe = run_recipe(c);
-  const bool was_training = model.training();
-  model.eval();
-  EvalResult result;
-  result.metric = dataset.metric();
-  result.loss = heldout_loss(model, dataset, c, recipe, comm);
-  if (auto* task = dynamic_cast<data::AlgorithmicTask*>(&dataset)) {
-    const int ranks = comm != nullptr ? comm->size() : 1;
-    data::ExactMatch match = task->evaluate(
-        c.training.eval_examples, 256,
-        [&](const Tensor& prompts, int64_t answer_len) {
-          return generate_tokens(model, recipe, prompts, answer_len, 0.f, nullptr);
-        },
-        ranks > 1 ? comm->rank() : 0, ranks);
-    if (ranks > 1) {
-      double counts[2] = {static_cast<double>(match.correct), static_cast<double>(match.total)};
-      comm->all_reduce(std::span<double>(counts, 2), ReduceOp::kSum);
-      match.correct = static_cast<int64_t>(counts[0]);
-      match.total = static_cast<int64_t>(counts[1]);
-    }
-    result.value = match.accuracy();
-    result.examples = match.total;
-    result.mistakes = match.mistakes;
-  } else {
-    result.value =
-        result.metric == data::Metric::kBitsPerByte ? result.loss / std::log(2.0) : result.loss;
-    result.examples = c.training.eval_batches * c.training.batch_size * run_seq_len(c, dataset);
-  }
-  if (was_training) model.train();
-  return result;
-}
-
-// ---- training ----
+// ---- the run ----
 
 namespace {
 
@@ -293,6 +189,9 @@ class Progress {
  public:
   Progress(std::ostream& out, ProgressStyle style, int64_t total, int64_t every)
       : out_(out), style_(style), total_(total), every_(every) {}
+  ~Progress() { finish(); }  // a run that throws leaves no half line behind
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
 
   void step(int64_t step, double loss, double lr, double tokens_per_s, double eta_s) {
     if (style_ == ProgressStyle::kQuiet) return;
@@ -324,6 +223,12 @@ class Progress {
   int64_t total_, every_;
   bool live_ = false;
 };
+
+// Plain progress lines: about 40 a run, at multiples of the log interval.
+int64_t print_every(const config::RunConfig& c) {
+  const int64_t log = c.training.log_interval, total = c.training.steps;
+  return std::max<int64_t>(log, (total / 40 + log - 1) / log * log);
+}
 
 }  // namespace
 
@@ -360,253 +265,269 @@ train::TrainerOptions trainer_options(const config::RunConfig& c) {
   o.recipe = run_recipe(c);
   o.grad_accum = c.training.grad_accum;
   o.grad_clip = c.optimizer.grad_clip;
-  o.max_nonfinite_steps = 0;  // the run stops itself, naming its config key and checkpoint
+  o.max_nonfinite_steps = c.training.max_nonfinite_steps;
   o.zero_stage =
       c.training.zero_stage == 1 ? train::ZeroStage::kOptimizerState : train::ZeroStage::kNone;
   o.grad_bucket_bytes = c.training.grad_bucket_kb * 1024;
   return o;
 }
 
-TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, ProgressStyle style,
-                  const TrainHooks& hooks) {
-  const auto t0 = Clock::now();
-  namespace fs = std::filesystem;
-  TrainResult result;
-  result.run_dir = c.output.dir;
-  const std::string ckpt_path = (fs::path(c.output.dir) / kCheckpointFile).string();
-  const std::string metrics_path = (fs::path(c.output.dir) / "metrics.jsonl").string();
-  const std::string svg_path = (fs::path(c.output.dir) / "loss.svg").string();
+// ---- evaluation ----
 
+train::EvalOptions eval_options(const config::RunConfig& c, const data::Dataset& dataset) {
+  return {c.training.batch_size, run_seq_len(c, dataset), c.training.eval_batches,
+          c.training.eval_examples};
+}
+
+EvalResult evaluate(modules::GPT& model, data::Dataset& dataset, const config::RunConfig& c,
+                    Communicator* comm) {
+  return train::evaluate(model, dataset, eval_options(c, dataset), run_recipe(c), comm);
+}
+
+// ---- training ----
+
+namespace {
+
+// The run directory as fit() fills it: progress on `out`, metrics.jsonl, loss.svg, and the run
+// state every checkpoint carries. Rank 0 alone writes (`lead`).
+class RunDirectory final : public train::FitObserver {
+ public:
+  RunDirectory(const config::RunConfig& c, Progress& progress, const train::Trainer& trainer,
+               modules::GPT& model, const data::Dataset& dataset, const TrainHooks& hooks)
+      : c_(c),
+        progress_(progress),
+        trainer_(trainer),
+        model_(model),
+        dataset_(dataset),
+        hooks_(hooks),
+        lead_(trainer.rank() == 0),
+        rng_(static_cast<uint64_t>(c.training.seed)) {
+    state_.config = c;
+  }
+
+  // The metrics file, opened for a fresh run or cut at the resumed step (rank 0 only).
+  void open(Resume resume, int64_t step) {
+    metrics_.emplace(metrics_path(),
+                     resume == Resume::kYes ? MetricsOpen::kResumeAt : MetricsOpen::kFresh, step);
+  }
+  void set_rng(const RngState& state) { rng_.set_state(state); }
+  std::string metrics_path() const { return path("metrics.jsonl"); }
+  std::string svg_path() const { return path("loss.svg"); }
+  void write_curve() const { write_loss_curve(metrics_path(), svg_path(), dataset_.metric()); }
+
+  void on_step(const train::StepResult& r, const train::FitProgress& p) override {
+    progress_.step(r.step, r.loss, r.lr, p.tokens_per_s, p.eta_s);
+  }
+  void on_log(const train::StepResult& r, double tokens_per_s) override {
+    if (!lead_) return;  // the FP8 health is rank 0's (identical on every rank under reduce_amax)
+    const StepRecord record{r.step,
+                            r.loss,
+                            r.lr,
+                            r.grad_norm,
+                            tokens_per_s,
+                            trainer_.skipped_steps(),
+                            trainer_.world_size(),
+                            r.comm};
+    const bool fp8 = trainer_.recipe().has_value();
+    metrics_->append(
+        step_json(record, train::fp8_slot_health(model_),
+                  fp8 ? train::fp8_weight_health(model_) : std::vector<train::WeightHealth>{},
+                  c_.training.log_fp8_slots ? Fp8Detail::kPerSlot : Fp8Detail::kSummary));
+  }
+  void on_eval(int64_t step, const EvalResult& e) override {
+    progress_.note(fmt::format("step {}/{}: held-out {}", step, c_.training.steps, e.text()));
+    if (!lead_) return;
+    metrics_->append({{"step", step},
+                      {"world_size", trainer_.world_size()},
+                      {"eval", {{"metric", e.name()}, {"value", e.value}, {"loss", e.loss}}}});
+    // The curve is rewritten at every evaluation, so it can be watched while the run goes on.
+    write_curve();
+  }
+  SafetensorsMetadata checkpoint_metadata() override {
+    state_.rng = rng_.state();
+    SafetensorsMetadata metadata = run_metadata(state_);
+    metadata.erase(train::kDataStateKey);  // fit() writes the data position itself
+    return metadata;
+  }
+  bool interrupt_after(int64_t step) override {
+    return hooks_.interrupt_after_step > 0 && step == hooks_.interrupt_after_step;
+  }
+
+ private:
+  std::string path(const char* name) const {
+    return (std::filesystem::path(c_.output.dir) / name).string();
+  }
+
+  const config::RunConfig& c_;
+  Progress& progress_;
+  const train::Trainer& trainer_;
+  modules::GPT& model_;
+  const data::Dataset& dataset_;
+  const TrainHooks& hooks_;
+  bool lead_;
+  Generator rng_;  // the run's generator, carried by checkpoints
+  TrainerState state_;
+  std::optional<MetricsLog> metrics_;
+};
+
+// The process's part of the run: the launch, this rank's device and threads.
+struct Launch {
+  LaunchInfo info;
+  std::shared_ptr<Communicator> world;
+  Device device;
+};
+
+Launch start_launch(const config::RunConfig& c) {
   // Data parallel when a launcher started several processes; MPI is never touched otherwise.
-  const LaunchInfo launch = launch_info();
-  const std::shared_ptr<Communicator> world = world_communicator();
-  const int rank = world->rank(), ranks = world->size();
-  const bool lead = rank == 0;  // prints and writes the run directory
+  Launch l{launch_info(), world_communicator(), Device::cpu()};
   // A bad launch (ranks with different configs) stops here, before anything runs.
-  require_same_on_all_ranks(*world, config_items(c), "configs");
-  if (!lead) style = ProgressStyle::kQuiet;
-
+  require_same_on_all_ranks(*l.world, config_items(c), "configs");
   // A CUDA device the machine lacks is "no CUDA device (reason)", never a silent CPU run.
-  const Device device = rank_device(c, launch);
-  require_device(device);
+  l.device = rank_device(c, l.info);
+  require_device(l.device);
   if (c.training.threads > 0) {
     set_num_threads(static_cast<int>(c.training.threads));
-  } else if (launch.local_size > 1) {
+  } else if (l.info.local_size > 1) {
     // The cores this rank may run on, shared with the other ranks on the machine.
-    set_num_threads(std::max(1, available_cpus() / launch.local_size));
+    set_num_threads(std::max(1, available_cpus() / l.info.local_size));
   }
-  std::unique_ptr<data::Dataset> dataset = data::open_dataset(config::data_options(c));
-  const int64_t seq_len = run_seq_len(c, *dataset);
-  const std::optional<Recipe> recipe = run_recipe(c);
-  reset_peak_memory(device);
+  return l;
+}
 
-  modules::GPT model(gpt_config(c, *dataset));
-  model.to(device);  // before the trainer's optimizer, whose state is made where parameters live
-  train::TrainerOptions options = trainer_options(c);
-  if (ranks > 1) options.comm = device.is_cuda() ? make_nccl_communicator(world, device) : world;
-  train::Trainer trainer(model, options);
-  Generator rng(static_cast<uint64_t>(c.training.seed));
-
-  TrainerState state;
-  state.config = c;
-  int64_t saved_ranks = ranks;
-  if (resume == Resume::kYes) {
-    OCTET_CHECK(fs::exists(ckpt_path), "--resume: no checkpoint at ", ckpt_path, " (output.dir is ",
-                c.output.dir, ")");
-    Checkpoint ckpt;
-    run_collectively(*world, [&] {
-      ckpt = read_checkpoint(ckpt_path);
-      check_resumable(ckpt.state.config, c, ckpt_path);
-    });
-    trainer.load(ckpt);
-    saved_ranks = train::checkpoint_world_size(ckpt);
-    try {
-      dataset->set_state(ckpt.state.data);
-    } catch (const Error& e) {
-      OCTET_FAIL("--resume: checkpoint ", ckpt_path, ": __metadata__ \"data_state\" does not fit ",
-                 dataset->describe(), ": ", e.what());
-    }
-    rng.set_state(ckpt.state.rng);
-    state.step = ckpt.state.step;
-    state.skipped_steps = ckpt.state.skipped_steps;
-    OCTET_CHECK(state.step <= c.training.steps, "--resume: checkpoint ", ckpt_path, " is at step ",
-                state.step, ", past training.steps ", c.training.steps);
-  }
-  // Rank 0 writes the run directory; the others write nothing (and wait for no file).
-  std::optional<MetricsLog> metrics;
-  run_collectively(*world, [&] {
-    if (!lead) return;
-    fs::create_directories(c.output.dir);
-    remove_stale_checkpoint_files(c.output.dir);
-    write_text_file((fs::path(c.output.dir) / "config.json").string(),
-                    config::to_json(c).dump(2) + "\n");
-    metrics.emplace(metrics_path,
-                    resume == Resume::kYes ? MetricsOpen::kResumeAt : MetricsOpen::kFresh,
-                    state.step);
+// Restores the trainer, the data position and the run's generator from the run directory's
+// checkpoint; returns how many ranks wrote it.
+int64_t resume_run(const config::RunConfig& c, Communicator& world, train::Trainer& trainer,
+                   data::Dataset& dataset, RunDirectory& dir) {
+  const std::string path = (std::filesystem::path(c.output.dir) / kCheckpointFile).string();
+  OCTET_CHECK(std::filesystem::exists(path), "--resume: no checkpoint at ", path,
+              " (output.dir is ", c.output.dir, ")");
+  Checkpoint ckpt;
+  run_collectively(world, [&] {
+    ckpt = read_checkpoint(path);
+    check_resumable(ckpt.state.config, c, path);
   });
-  result.start_step = state.step;
+  trainer.resume(ckpt, dataset);
+  dir.set_rng(ckpt.state.rng);
+  OCTET_CHECK(trainer.steps_done() <= c.training.steps, "--resume: checkpoint ", path,
+              " is at step ", trainer.steps_done(), ", past training.steps ", c.training.steps);
+  return train::checkpoint_world_size(ckpt);
+}
 
-  const int64_t total = c.training.steps;
-  // The global batch: every rank's rows of it together.
-  const int64_t tokens_per_step =
-      c.training.batch_size * seq_len * c.training.grad_accum * static_cast<int64_t>(ranks);
-  const int64_t print_every = std::max<int64_t>(
-      c.training.log_interval, (total / 40 + c.training.log_interval - 1) /
-                                   c.training.log_interval * c.training.log_interval);
-  Progress progress(out, style, total, print_every);
+// The run directory's files before the first step (rank 0 writes; the others wait for no file).
+void prepare_run_dir(const config::RunConfig& c, Communicator& world, Resume resume, int64_t step,
+                     RunDirectory& dir) {
+  run_collectively(world, [&] {
+    if (world.rank() != 0) return;
+    std::filesystem::create_directories(c.output.dir);
+    remove_stale_checkpoint_files(c.output.dir);
+    write_text_file((std::filesystem::path(c.output.dir) / "config.json").string(),
+                    config::to_json(c).dump(2) + "\n");
+    dir.open(resume, step);
+  });
+}
+
+// The opening lines: what trains on what, and where a resumed run goes on from.
+void announce(const config::RunConfig& c, train::Trainer& trainer, const data::Dataset& data,
+              int64_t saved_ranks, Resume resume, std::string_view backend, Progress& progress) {
+  const int64_t ranks = trainer.world_size();
+  const std::optional<Recipe>& recipe = trainer.recipe();
   progress.note(fmt::format(
       "training {} ({} parameters) on {}, {} steps of {} tokens, {}{}",
       c.model.n_layer == 1 ? "a 1-layer GPT" : fmt::format("a {}-layer GPT", c.model.n_layer),
-      model.num_parameters(), dataset->describe(), total, tokens_per_step,
+      trainer.model().num_parameters(), data.describe(), c.training.steps,
+      c.training.batch_size * run_seq_len(c, data) * c.training.grad_accum * ranks,
       recipe ? "FP8 " + describe(*recipe) : std::string("f32 (FP8 off)"),
-      ranks > 1 ? fmt::format("; data parallel over {} ranks ({}{})", ranks, world->backend(),
+      ranks > 1 ? fmt::format("; data parallel over {} ranks ({}{})", ranks, backend,
                               c.training.zero_stage == 1 ? ", ZeRO-1" : "")
                 : std::string()));
-  if (resume == Resume::kYes) {
-    progress.note(fmt::format(
-        "resumed from {} at step {}{}", ckpt_path, state.step,
-        saved_ranks == ranks
-            ? std::string()
-            : fmt::format(" (written by {} rank{}, continued by {}: the data stream goes on from "
-                          "the same position, the global batch is now {} sequences)",
-                          saved_ranks, saved_ranks == 1 ? "" : "s", ranks,
-                          c.training.batch_size * ranks)));
-  }
+  if (resume == Resume::kNo) return;
+  progress.note(fmt::format(
+      "resumed from {} at step {}{}",
+      (std::filesystem::path(c.output.dir) / kCheckpointFile).string(), trainer.steps_done(),
+      saved_ranks == ranks
+          ? std::string()
+          : fmt::format(" (written by {} rank{}, continued by {}: the data stream goes on from "
+                        "the same position, the global batch is now {} sequences)",
+                        saved_ranks, saved_ranks == 1 ? "" : "s", ranks,
+                        c.training.batch_size * ranks)));
+}
 
-  auto save = [&] {
-    state.rng = rng.state();
-    state.data = dataset->state();
-    trainer.save(ckpt_path, run_metadata(state));
-  };
-  int64_t last_saved = resume == Resume::kYes ? state.step : -1;
-  auto run_eval = [&](int64_t step) {
-    const EvalResult e = evaluate(model, *dataset, c, world.get());
-    progress.note(fmt::format("step {}/{}: held-out {}", step, total, e.text()));
-    run_collectively(*world, [&] {
-      if (!lead) return;
-      metrics->append({{"step", step},
-                       {"world_size", ranks},
-                       {"eval", {{"metric", e.name()}, {"value", e.value}, {"loss", e.loss}}}});
-      // The curve is rewritten at every evaluation, so it can be watched while the run goes on.
-      write_loss_curve(metrics_path, svg_path, dataset->metric());
-    });
-    return e;
-  };
-
-  auto interval_start = Clock::now();
-  int64_t interval_tokens = 0;
-  const auto loop_start = Clock::now();
-  const int64_t loop_first = state.step;
-  // One step's result, as the trainer reads it: under deferred reads (a GPU) several at once, at
-  // the steps below that need them; in step order either way.
-  auto take = [&](const train::StepResult& r) {
-    result.losses.emplace_back(r.step, r.loss);
-    if (r.skipped) {
-      OCTET_LOG_WARN("step {}: skipped ({} in a row, training.max_nonfinite_steps {})", r.step,
-                     r.nonfinite_run, c.training.max_nonfinite_steps);
-    }
-    if (r.nonfinite_run >= c.training.max_nonfinite_steps) {
-      progress.finish();
-      OCTET_FAIL("training stopped at step ", r.step, ": the loss was NaN or inf for ",
-                 r.nonfinite_run, " steps in a row (training.max_nonfinite_steps ",
-                 c.training.max_nonfinite_steps, "); try a lower optimizer.lr or grad clipping. ",
-                 last_saved >= 0 ? fmt::format("The last good checkpoint, {} (step {}), is kept",
-                                               ckpt_path, last_saved)
-                                 : std::string("No checkpoint was written yet"));
-    }
-    const double elapsed = seconds_since(loop_start);
-    const double rate =
-        static_cast<double>((r.step - loop_first) * tokens_per_step) / std::max(elapsed, 1e-9);
-    const double eta =
-        elapsed / static_cast<double>(r.step - loop_first) * static_cast<double>(total - r.step);
-    progress.step(r.step, r.loss, r.lr, rate, eta);
-    if (r.step % c.training.log_interval == 0 || r.step == total) {
-      StepRecord record{
-          r.step,
-          r.loss,
-          r.lr,
-          r.grad_norm,
-          static_cast<double>(interval_tokens) / std::max(seconds_since(interval_start), 1e-9),
-          trainer.skipped_steps(),
-          ranks,
-          r.comm};
-      // The FP8 health is rank 0's (every rank's under reduce_amax, where they are identical).
-      if (lead) {
-        metrics->append(
-            step_json(record, train::fp8_slot_health(model),
-                      recipe ? train::fp8_weight_health(model) : std::vector<train::WeightHealth>{},
-                      c.training.log_fp8_slots ? Fp8Detail::kPerSlot : Fp8Detail::kSummary));
-      }
-      interval_start = Clock::now();
-      interval_tokens = 0;
-    }
-  };
-  while (state.step < total) {
-    const int64_t step = state.step + 1;  // 1-based: the step being run
-    trainer.run_step([&](int64_t, modules::FirstMicrobatch first) {
-      // This rank's rows of the global batch; every rank's cursor moves past all of it.
-      const int64_t rows = c.training.batch_size;
-      const data::Batch batch =
-          dataset->next_rows(data::Split::kTrain, rows * ranks, seq_len, rank * rows, rows);
-      Tensor loss = model.loss(batch.inputs, batch.targets, first);
-      if (hooks.poison_loss && hooks.poison_loss(step)) loss = autograd::scale(loss, NAN);
-      return loss;
-    });
-    state.step = step;
-    interval_tokens += tokens_per_step;
-    const bool evaluates =
-        c.training.eval_interval > 0 && step % c.training.eval_interval == 0 && step != total;
-    const bool checkpoints = c.training.checkpoint_interval > 0 &&
-                             step % c.training.checkpoint_interval == 0 && step != total;
-    const bool interrupts = hooks.interrupt_after_step > 0 && step == hooks.interrupt_after_step;
-    // Deferred reads wait for the log interval (or a step that needs its result): the host
-    // queues the next step while the device runs this one.
-    if (trainer.deferred_reads() && step % c.training.log_interval != 0 && step != total &&
-        !evaluates && !checkpoints && !interrupts) {
-      continue;
-    }
-    bool skipped = false;
-    for (const train::StepResult& r : trainer.results()) {
-      take(r);
-      skipped = r.skipped;  // the last one is this step's
-    }
-    state.skipped_steps = trainer.skipped_steps();
-    if (interrupts) {
-      progress.finish();
-      result.end_step = step;
-      result.skipped_steps = state.skipped_steps;
-      result.seconds = seconds_since(t0);
-      result.summary = fmt::format("interrupted after step {}", step);
-      return result;
-    }
-    if (evaluates) run_eval(step);
-    if (checkpoints && !skipped) {
-      save();
-      last_saved = step;
-    }
+// fit()'s options from the config; the loss takes the test hook that poisons chosen steps.
+train::FitOptions fit_options(const config::RunConfig& c, const data::Dataset& dataset,
+                              modules::GPT& model, const train::Trainer& trainer,
+                              const TrainHooks& hooks) {
+  train::FitOptions o;
+  o.steps = c.training.steps;
+  o.batch_size = c.training.batch_size;
+  o.seq_len = run_seq_len(c, dataset);
+  o.log_interval = c.training.log_interval;
+  o.eval_interval = c.training.eval_interval;
+  o.checkpoint_interval = c.training.checkpoint_interval;
+  o.checkpoint_path = (std::filesystem::path(c.output.dir) / kCheckpointFile).string();
+  o.eval = eval_options(c, dataset);
+  if (hooks.poison_loss) {
+    o.loss = [&model, &trainer, &hooks](const data::Batch& b, modules::FirstMicrobatch first) {
+      const Tensor loss = model.loss(b.inputs, b.targets, first);
+      return hooks.poison_loss(trainer.steps_done() + 1) ? autograd::scale(loss, NAN) : loss;
+    };
   }
-  progress.finish();
-  const EvalResult final_eval = run_eval(state.step);
-  save();
-  if (lead) write_loss_curve(metrics_path, svg_path, dataset->metric());
-  result.end_step = state.step;
-  result.final_eval = final_eval;
-  result.skipped_steps = state.skipped_steps;
-  result.seconds = seconds_since(t0);
-  for (const std::string& m : final_eval.mistakes) progress.note("  e.g. " + m);
+  return o;
+}
+
+// The closing lines and the run's result.
+TrainResult finish_run(const config::RunConfig& c, const train::FitResult& fit, Device device,
+                       int64_t ranks, double seconds, Progress& progress) {
+  TrainResult r{fit.start_step,    fit.end_step, fit.losses,   fit.final_eval,
+                fit.skipped_steps, seconds,      c.output.dir, ""};
+  if (fit.interrupted) {
+    r.summary = fmt::format("interrupted after step {}", fit.end_step);
+    return r;
+  }
+  const EvalResult& e = *fit.final_eval;
+  for (const std::string& m : e.mistakes) progress.note("  e.g. " + m);
   progress.note(memory_summary(memory_stats(device)) +
                 (ranks > 1 ? fmt::format(" (rank 0 of {})", ranks) : std::string()));
-  result.summary = fmt::format(
-      "done: {} steps in {} ({} this run), {} on {} held-out {}{}; "
-      "run directory {}",
-      state.step, format_duration(result.seconds), state.step - result.start_step,
-      final_eval.text(), final_eval.examples,
-      final_eval.metric == data::Metric::kExactMatch ? "examples" : "tokens",
-      state.skipped_steps > 0 ? fmt::format(", {} steps skipped (non-finite)", state.skipped_steps)
-                              : std::string(),
+  r.summary = fmt::format(
+      "done: {} steps in {} ({} this run), {} on {} held-out {}{}; run directory {}", fit.end_step,
+      format_duration(seconds), fit.end_step - fit.start_step, e.text(), e.examples,
+      e.metric == data::Metric::kExactMatch ? "examples" : "tokens",
+      fit.skipped_steps > 0 ? fmt::format(", {} steps skipped (non-finite)", fit.skipped_steps)
+                            : std::string(),
       c.output.dir);
-  if (lead) out << result.summary << '\n' << std::flush;
-  return result;
+  return r;
+}
+
+}  // namespace
+
+TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, ProgressStyle style,
+                  const TrainHooks& hooks) {
+  const auto t0 = Clock::now();
+  const Launch launch = start_launch(c);
+  Communicator& world = *launch.world;
+  if (world.rank() != 0) style = ProgressStyle::kQuiet;
+  std::unique_ptr<data::Dataset> dataset = data::open_dataset(config::data_options(c));
+  reset_peak_memory(launch.device);
+  modules::GPT model(gpt_config(c, *dataset));
+  model.to(launch.device);  // before the trainer's optimizer, made where the parameters live
+  train::TrainerOptions options = trainer_options(c);
+  if (world.size() > 1) {
+    options.comm = launch.device.is_cuda() ? make_nccl_communicator(launch.world, launch.device)
+                                           : launch.world;
+  }
+  train::Trainer trainer(model, options);
+  Progress progress(out, style, c.training.steps, print_every(c));
+  RunDirectory dir(c, progress, trainer, model, *dataset, hooks);
+  const int64_t saved_ranks =
+      resume == Resume::kYes ? resume_run(c, world, trainer, *dataset, dir) : world.size();
+  prepare_run_dir(c, world, resume, trainer.steps_done(), dir);
+  announce(c, trainer, *dataset, saved_ranks, resume, world.backend(), progress);
+  const train::FitResult fit =
+      trainer.fit(*dataset, fit_options(c, *dataset, model, trainer, hooks), &dir);
+  progress.finish();
+  if (world.rank() == 0 && !fit.interrupted) dir.write_curve();
+  TrainResult r = finish_run(c, fit, launch.device, world.size(), seconds_since(t0), progress);
+  if (world.rank() == 0 && !fit.interrupted) out << r.summary << '\n' << std::flush;
+  return r;
 }
 
 }  // namespace octet::cli

@@ -1,6 +1,6 @@
-// The training loop of `octet train`: config -> dataset -> GPT (FP8 per the recipe) -> optimizer,
-// with gradient accumulation, clipping, skipped non-finite steps, evaluation, checkpoints, exact
-// resume, and the run directory (config, metrics.jsonl, loss curve, memory summary).
+// `octet train`, `eval` and `generate` from a config: the dataset, the GPT (FP8 per the recipe)
+// and the Trainer it describes; train() hands the loop to Trainer::fit with the run directory
+// (config, metrics.jsonl, loss curve, checkpoints, memory summary) as its observer.
 #pragma once
 
 #include <cstdint>
@@ -11,10 +11,11 @@
 #include <utility>
 #include <vector>
 
+#include "data/dataset.h"
 #include "modules/gpt.h"
 #include "runtime/comm.h"
 #include "tools/config.h"
-#include "tools/data.h"
+#include "train/evaluate.h"
 #include "train/trainer.h"
 
 namespace octet::cli {
@@ -33,32 +34,14 @@ train::TrainerOptions trainer_options(const config::RunConfig& config);
 
 // ---- evaluation ----
 
-struct EvalResult {
-  data::Metric metric = data::Metric::kLoss;
-  double value = 0.0;  // accuracy in [0, 1], bits per byte, or loss
-  // The mean cross-entropy (nats per token) over the first eval_batches validation batches, for
-  // every dataset: the held-out counterpart of the training loss.
-  double loss = 0.0;
-  int64_t examples = 0;  // held-out problems (tasks) or validation tokens
-  std::vector<std::string> mistakes;
-  std::string name() const;  // "accuracy", "bits_per_byte", "loss"
-  std::string text() const;  // "accuracy 99.7%", "bits per byte 1.234", "loss 3.210"
-};
+using train::EvalResult;
+using train::generate_tokens;
 
-// Held-out evaluation of `model` on `dataset` with the config's training.eval_* keys: the mean loss
-// over the first eval_batches validation batches, and exact match of greedy answers (tasks) or
-// that loss as is or in bits per byte (text)
-// (loss, bits per byte for text). Runs with gradients disabled, so no FP8 scale moves.
-// Data parallel (`comm` of several ranks): each rank evaluates its share of the batches and the
-// ranks add up the counts and losses (the examples of mistakes are this rank's).
+// The config's training.eval_* keys as train::evaluate's options.
+train::EvalOptions eval_options(const config::RunConfig& config, const data::Dataset& dataset);
+// train::evaluate of `model` on `dataset` under the run's recipe with the config's eval keys.
 EvalResult evaluate(modules::GPT& model, data::Dataset& dataset, const config::RunConfig& config,
                     Communicator* comm = nullptr);
-
-// Greedy (temperature 0) or sampled continuation of (N, P) prompts under the run's FP8 recipe, as
-// the model was trained; returns (N, new_tokens). GPT::generate runs in inference mode.
-Tensor generate_tokens(modules::GPT& model, const std::optional<Recipe>& recipe,
-                       const Tensor& prompts, int64_t new_tokens, float temperature,
-                       Generator* gen);
 
 // ---- training ----
 

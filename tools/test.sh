@@ -26,7 +26,7 @@ timed() {  # timed NAME COMMAND...
 trap 'echo "== test: phase times"; printf "   %s\n" "${times[@]}"' EXIT
 timed "docs check (tools/check_docs.sh)" "$root/tools/check_docs.sh"
 
-# One GPU architecture for the CUDA kernels (H200's 90a, the GPU gpu-check runs on): they have no
+# One GPU architecture for the CUDA kernels (90a, Hopper, the GPU gpu-check has run on): they have no
 # per-architecture code, so a second one (CMakeLists.txt's default adds 89) doubles nvcc's time
 # and checks nothing more. A build folder configured before keeps its architectures.
 timed "setup and build ($build)" env OCTET_CUDA_ARCHITECTURES="${OCTET_CUDA_ARCHITECTURES:-90a}" \
@@ -44,7 +44,6 @@ timed "CUDA emulation build ($emu)" emu_build
 timed "CUDA emulation ctest -L cuda" bash -c "cd '$emu' && ctest -j $jobs -L cuda --output-on-failure --timeout 900"
 
 # ASan + UBSan of the CPU suite, the fuzzers, TSan of the threaded tests (prints its own phases).
-# 20 s per fuzzer: the eight take about 80 s two at a time. 60 s took 4 minutes and put CI over
-# its 25 minutes; 30 s left a Zen 3's run at 24m49s (README "Sanitizers and fuzzers").
+# 20 s per fuzzer keeps CI within its time (docs/perf/2026-12-ci-times.md).
 timed "sanitizers and fuzzers (tools/sanitize.sh)" \
   env FUZZ_SECONDS="${FUZZ_SECONDS:-20}" "$root/tools/sanitize.sh" "${build}-san"

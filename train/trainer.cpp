@@ -101,9 +101,14 @@ void Trainer::check_same_on_all_ranks() {
 }
 
 StepResult Trainer::step(const MicroBatchLoss& loss_of) {
-  if (!deferred_) return step_now(loss_of);
+  if (!deferred_) {
+    const StepResult r = step_now(loss_of);
+    check_nonfinite(r);
+    return r;
+  }
   run_deferred(loss_of);
   read_waiting();
+  check_ready();
   StepResult r = ready_.back();
   ready_.pop_back();
   return r;
@@ -112,6 +117,7 @@ StepResult Trainer::step(const MicroBatchLoss& loss_of) {
 int64_t Trainer::run_step(const MicroBatchLoss& loss_of) {
   if (!deferred_) {
     ready_.push_back(step_now(loss_of));
+    check_nonfinite(ready_.back());
   } else {
     if (static_cast<int64_t>(waiting_.size()) == kMaxWaitingSteps) read_waiting();
     run_deferred(loss_of);
@@ -121,6 +127,7 @@ int64_t Trainer::run_step(const MicroBatchLoss& loss_of) {
 
 std::vector<StepResult> Trainer::results() {
   read_waiting();
+  check_ready();
   return std::exchange(ready_, {});
 }
 
@@ -134,10 +141,29 @@ void Trainer::count(StepResult& r) {
     nonfinite_run_ = 0;
   }
   r.nonfinite_run = nonfinite_run_;
-  OCTET_CHECK(options_.max_nonfinite_steps == 0 || nonfinite_run_ < options_.max_nonfinite_steps,
-              "training stopped at step ", r.step, ": the loss was NaN or inf for ", nonfinite_run_,
-              " steps in a row (max_nonfinite_steps ", options_.max_nonfinite_steps,
-              "); try a lower learning rate or grad clipping");
+}
+
+void Trainer::check_nonfinite(const StepResult& r) const {
+  const int64_t max = options_.max_nonfinite_steps;
+  if (max == 0 || r.nonfinite_run < max) return;
+  OCTET_FAIL("training stopped at step ", r.step, ": the loss was NaN or inf for ", r.nonfinite_run,
+             " steps in a row (max_nonfinite_steps ", max,
+             "); try a lower learning rate or grad clipping. ",
+             last_checkpoint_step_ >= 0
+                 ? fmt::format("The last good checkpoint, {} (step {}), is kept", last_checkpoint_,
+                               last_checkpoint_step_)
+                 : std::string("No checkpoint was written yet"));
+}
+
+void Trainer::check_ready() {
+  for (const StepResult& r : ready_) {
+    try {
+      check_nonfinite(r);
+    } catch (...) {
+      ready_.clear();
+      throw;
+    }
+  }
 }
 
 Tensor Trainer::forward(const MicroBatchLoss& loss_of, int64_t micro) {
@@ -310,11 +336,16 @@ void Trainer::save(const std::string& path, const SafetensorsMetadata& metadata)
                 "\" is the trainer's own");
     all.emplace(key, std::to_string(value));
   }
-  if (dp_ == nullptr) return save_checkpoint(path, model_, &optimizer_, all);
-  const NamedTensors optimizer_state = dp_->optimizer_state(optimizer_);  // a collective
-  run_collectively(dp_->comm(), [&] {
-    if (rank() == 0) save_checkpoint(path, model_, optimizer_state, all);
-  });
+  if (dp_ == nullptr) {
+    save_checkpoint(path, model_, &optimizer_, all);
+  } else {
+    const NamedTensors optimizer_state = dp_->optimizer_state(optimizer_);  // a collective
+    run_collectively(dp_->comm(), [&] {
+      if (rank() == 0) save_checkpoint(path, model_, optimizer_state, all);
+    });
+  }
+  last_checkpoint_ = path;
+  last_checkpoint_step_ = step_;
 }
 
 SafetensorsMetadata Trainer::load(const std::string& path) {
@@ -348,6 +379,8 @@ void Trainer::load(const Checkpoint& c) {
   step_ = step;
   skipped_ = skipped;
   nonfinite_run_ = nonfinite;
+  last_checkpoint_ = c.path;
+  last_checkpoint_step_ = step;
 }
 
 int64_t checkpoint_world_size(const Checkpoint& c) {

@@ -1,10 +1,19 @@
-// The training loop as a library class: one optimizer step from gradient-accumulated
-// micro-batches under the recipe's FP8 scope (weights cached across micro-batches), global
-// gradient clipping, NaN/inf steps skipped (too many in a row stop the run), the learning-rate
-// schedule, evaluation with gradients off, and checkpoints that restore all of it exactly.
-// `octet train` is a caller of this class; so is an application that embeds octet.
+// The training loop as a library class. fit() runs a whole run on a dataset: the steps, the
+// held-out evaluations, checkpoints and log points at their intervals, the non-finite stop, and
+// the host reads of each step's results; an observer hears of each. `octet train` is fit() with
+// the run directory as its observer; an application calls it the same way:
 //
-//   train::Trainer trainer(model, options);
+//   train::Trainer trainer(model, options);                 // model: a modules::GPT
+//   train::FitOptions fit;  fit.steps = 1000; fit.batch_size = 8; fit.seq_len = 256;
+//   fit.checkpoint_path = "run/checkpoint.safetensors"; fit.checkpoint_interval = 100;
+//   trainer.resume(fit.checkpoint_path, dataset);           // to continue a run, exactly
+//   const train::FitResult r = trainer.fit(dataset, fit);
+//
+// Underneath, step() is one optimizer step from gradient-accumulated micro-batches under the
+// recipe's FP8 scope (weights cached across micro-batches), global gradient clipping, NaN/inf
+// steps skipped (too many in a row stop the run) and the learning-rate schedule; a loop of its own
+// can call it for any module:
+//
 //   for (...) {
 //     const train::StepResult r = trainer.step([&](int64_t micro, modules::FirstMicrobatch first) {
 //       return model.loss(inputs[micro], targets[micro], first);  // inside the FP8 scope
@@ -32,6 +41,8 @@
 #include "runtime/safetensors.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
+#include "train/fit.h"
+#include "train/step.h"
 
 namespace octet::train {
 
@@ -70,16 +81,6 @@ struct TrainerOptions {
   StepReads reads = StepReads::kAuto;
 };
 
-struct StepResult {
-  int64_t step = 0;           // 1-based: the step just run
-  double loss = 0.0;          // mean over the micro-batches; NaN when the step was skipped
-  double grad_norm = 0.0;     // before clipping; NaN when the step was skipped
-  float lr = 0.f;             // the learning rate the step used (or would have)
-  bool skipped = false;       // the loss or the gradient norm was NaN/inf: no update
-  int64_t nonfinite_run = 0;  // skipped steps in a row, this one included
-  CommBytes comm;             // data parallel: what the step communicated (zeros alone)
-};
-
 class Trainer {
  public:
   // The loss of micro-batch `micro` of the step (0-based), called inside the FP8 scope; `first`
@@ -100,6 +101,17 @@ class Trainer {
   // Under deferred reads it runs the step and reads it (with every step run before it: their
   // results wait in results()).
   StepResult step(const MicroBatchLoss& loss);
+
+  // Trains on `data` until steps_done() reaches options.steps (FitOptions, train/fit.h): each
+  // step draws this rank's rows of a global batch of batch_size x world_size() sequences (every
+  // rank's cursor moves past all of it); evaluations, checkpoints (with the data position) and
+  // log points come at their intervals, and the last step is always evaluated and checkpointed.
+  // max_nonfinite_steps non-finite steps in a row throw, naming the last good checkpoint, which
+  // stays in place. Deferred reads are read at log points, evaluations, checkpoints and the end.
+  FitResult fit(data::Dataset& data, const FitOptions& options, FitObserver* observer = nullptr);
+  // load() and the checkpoint's data position into `data`, to continue a fit() exactly.
+  void resume(const std::string& path, data::Dataset& data);
+  void resume(const Checkpoint& checkpoint, data::Dataset& data);
   // The same step without reading anything (deferred reads; with reads every step it is step()
   // and keeps the result for results()). Returns the step's number.
   int64_t run_step(const MicroBatchLoss& loss);
@@ -149,8 +161,16 @@ class Trainer {
   void run_deferred(const MicroBatchLoss& loss);
   // The waiting steps' results into ready_ (deferred reads).
   void read_waiting();
-  // After a step's result is known: the skipped-step counts and the max_nonfinite_steps check.
+  // After a step's result is known: the skipped-step counts.
   void count(StepResult& r);
+  // Throws when `r` ends max_nonfinite_steps non-finite steps in a row, naming the last good
+  // checkpoint; check_ready() does it for every read result, in step order.
+  void check_nonfinite(const StepResult& r) const;
+  void check_ready();
+  // fit()'s parts: one step on this rank's rows, the results read and reported, the evaluation.
+  void fit_step(data::Dataset& data, const FitOptions& o, const BatchLoss& loss);
+  EvalResult fit_evaluate(data::Dataset& data, const FitOptions& o);
+  void fit_save(data::Dataset& data, const FitOptions& o, FitObserver* observer);
 
   modules::Module& model_;
   TrainerOptions options_;
@@ -161,6 +181,9 @@ class Trainer {
   int64_t step_ = 0;
   int64_t skipped_ = 0;
   int64_t nonfinite_run_ = 0;
+  // The checkpoint last written or loaded, named when too many non-finite steps stop the run.
+  std::string last_checkpoint_;
+  int64_t last_checkpoint_step_ = -1;
   bool deferred_ = false;
   // Deferred reads: the waiting steps (number, lr, bytes sent; the rest filled when read), and
   // their values on the model's device: per step, every rank's grad_accum f32 losses (rank

@@ -1,14 +1,15 @@
-// Uses octet as a library: trains a LayerNormMLP under FP8 delayed scaling with AdamW to map random
-// inputs onto fixed random targets with train::Trainer, saves a checkpoint half way, restores it
-// into a fresh module and finishes there, and fails unless the loss fell and the resumed run's
-// losses equal the uninterrupted run's bit for bit. Alone it is one process; under
-// `mpirun -np 2` the same program trains data-parallel: each rank takes its own rows of the
+// Uses octet as a library: writes two small llm.c token shards, trains a 2-layer GPT on them under
+// FP8 delayed scaling with train::Trainer::fit, and fails unless the loss fell and a run that was
+// stopped after step 25 and resumed from its step-20 checkpoint (a fresh model, trainer and
+// dataset) gives the uninterrupted run's losses bit for bit. Alone it is one process; under
+// `mpirun -np 2` the same program trains data-parallel: each rank reads its own rows of every
 // batch and the trainer keeps the ranks' weights and FP8 state identical.
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "octet/octet.h"
@@ -17,39 +18,83 @@ using namespace octet;
 
 namespace {
 
-constexpr int64_t kTokens = 64, kHidden = 64, kFfn = 256;  // FP8 GEMMs: rows % 8, cols % 16
-constexpr int kSteps = 30, kSaveAt = 15;
+constexpr int64_t kSteps = 40, kCheckpointEvery = 10, kStopAfter = 25;
+constexpr int64_t kVocab = 96, kSeqLen = 32, kBatch = 8;  // FP8 GEMMs: rows % 8, cols % 16
 
-modules::LayerNormMLPOptions mlp_options(const Recipe& recipe) {
-  modules::LayerNormMLPOptions options;
-  options.linear.recipe = recipe;
-  options.linear.seed = 1;
-  return options;
+// Runs of consecutive token ids from random starts: a stream a small model learns quickly.
+std::vector<uint16_t> token_stream(int64_t count, uint64_t seed) {
+  Generator gen(seed);
+  std::vector<uint16_t> tokens;
+  while (static_cast<int64_t>(tokens.size()) < count) {
+    const uint32_t start = gen.next_u32() % kVocab, length = 4 + gen.next_u32() % 12;
+    for (uint32_t i = 0; i < length; ++i) tokens.push_back((start + i) % kVocab);
+  }
+  tokens.resize(static_cast<size_t>(count));
+  return tokens;
+}
+
+modules::GPTConfig gpt_config(const Recipe& recipe) {
+  modules::GPTConfig config;
+  config.vocab_size = kVocab;
+  config.max_seq_len = kSeqLen;
+  config.n_layer = 2;
+  config.d_model = 64;
+  config.n_head = 4;
+  config.recipe = recipe;
+  config.seed = 1;
+  return config;
 }
 
 train::TrainerOptions trainer_options(const Recipe& recipe) {
   train::TrainerOptions options;  // AdamW, clipping at 1.0
   options.recipe = recipe;
   options.schedule.base_lr = 3e-3f;
+  options.schedule.warmup_steps = 5;
   options.schedule.total_steps = kSteps;
   // Every process the launcher started (one without a launcher: then MPI is never touched).
   options.comm = world_communicator();
   return options;
 }
 
-// Steps [from, to) of `trainer`, the loss of each step.
-std::vector<double> run(train::Trainer& trainer, modules::LayerNormMLP& mlp, const Tensor& x,
-                        const Tensor& target, int from, int to) {
-  std::vector<double> losses;
-  for (int step = from; step < to; ++step) {
-    const train::StepResult r = trainer.step([&](int64_t, modules::FirstMicrobatch first) {
-      const Tensor diff = autograd::sub(mlp.forward(x, first), target);  // inside the FP8 scope
-      return autograd::mean(autograd::mul(diff, diff));
-    });
-    if (trainer.rank() == 0) std::printf("step %2d  loss %.5f\n", step, r.loss);
-    losses.push_back(r.loss);
+// Prints rank 0's progress and can stop the run after a step, as a killed process would.
+class Printer final : public train::FitObserver {
+ public:
+  Printer(int rank, int64_t stop_after) : rank_(rank), stop_after_(stop_after) {}
+  void on_log(const train::StepResult& r, double) override {
+    if (rank_ == 0) std::printf("step %2lld  loss %.5f\n", static_cast<long long>(r.step), r.loss);
   }
-  return losses;
+  void on_checkpoint(int64_t step, const std::string& path) override {
+    if (rank_ == 0)
+      std::printf("checkpoint at step %lld: %s\n", static_cast<long long>(step), path.c_str());
+  }
+  bool interrupt_after(int64_t step) override { return step == stop_after_; }
+
+ private:
+  int rank_;
+  int64_t stop_after_;
+};
+
+// One run: a fresh model, trainer and dataset; resumed from `resume_from` when it is not empty.
+train::FitResult run(const std::string& shards, const std::string& checkpoint,
+                     const std::string& resume_from, int64_t stop_after) {
+  const Recipe recipe = Recipe::delayed(FP8Format::kHybrid);  // e4m3 forward, e5m2 gradients
+  auto data = data::open_dataset({.kind = data::DataKind::kShards,
+                                  .path = shards + "/train_*.bin",
+                                  .val_path = shards + "/val_*.bin"});
+  modules::GPT model(gpt_config(recipe));
+  train::Trainer trainer(model, trainer_options(recipe));
+  if (!resume_from.empty()) trainer.resume(resume_from, *data);  // model, optimizer, FP8, data
+  train::FitOptions fit;
+  fit.steps = kSteps;
+  fit.batch_size = kBatch / trainer.world_size();  // each rank's rows of a global batch of 8
+  fit.seq_len = kSeqLen;
+  fit.log_interval = 5;
+  fit.checkpoint_interval = kCheckpointEvery;
+  fit.checkpoint_path = checkpoint;
+  fit.eval.batch_size = kBatch;
+  fit.eval.batches = 4;
+  Printer printer(trainer.rank(), stop_after);
+  return trainer.fit(*data, fit, &printer);
 }
 
 }  // namespace
@@ -57,53 +102,52 @@ std::vector<double> run(train::Trainer& trainer, modules::LayerNormMLP& mlp, con
 int main() {
   const std::shared_ptr<Communicator> world = world_communicator();
   try {
-    const Recipe recipe = Recipe::delayed(FP8Format::kHybrid);  // e4m3 forward, e5m2 gradients
-    Generator gen(7);
-    Tensor all_x = Tensor::empty({kTokens, kHidden}, DType::kF32);       // (tokens, hidden)
-    Tensor all_target = Tensor::empty({kTokens, kHidden}, DType::kF32);  // (tokens, hidden)
-    gen.fill_normal(all_x, 0.f, 1.f);
-    gen.fill_normal(all_target, 0.f, 0.5f);
-    // This rank's rows (all of them in one process).
-    const int64_t rows = kTokens / world->size(), first_row = world->rank() * rows;
-    const Tensor x = all_x.slice(first_row, first_row + rows);
-    const Tensor target = all_target.slice(first_row, first_row + rows);
-    const std::string checkpoint =
-        (std::filesystem::temp_directory_path() / "octet_consumer_checkpoint.safetensors").string();
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path() /
+        ("octet_consumer_" + std::to_string(world->size()) + "_ranks");
+    const std::string shards = (dir / "shards").string();
+    run_collectively(*world, [&] {  // rank 0 writes the data; every rank reads it after
+      if (world->rank() != 0) return;
+      std::filesystem::create_directories(shards);
+      data::write_token_shard(shards + "/train_000.bin", token_stream(40000, 1));
+      data::write_token_shard(shards + "/train_001.bin", token_stream(30000, 2));
+      data::write_token_shard(shards + "/val_000.bin", token_stream(8000, 3));
+    });
 
-    // The whole run, with a checkpoint (module, optimizer, every FP8 meta, the step) half way.
-    modules::LayerNormMLP mlp(kHidden, kFfn, mlp_options(recipe));
-    train::Trainer trainer(mlp, trainer_options(recipe));
-    std::vector<double> straight = run(trainer, mlp, x, target, 0, kSaveAt);
-    trainer.save(checkpoint);
-    const std::vector<double> rest = run(trainer, mlp, x, target, kSaveAt, kSteps);
-    straight.insert(straight.end(), rest.begin(), rest.end());
+    const train::FitResult straight = run(shards, (dir / "straight.safetensors").string(), "", 0);
+    const std::string checkpoint = (dir / "checkpoint.safetensors").string();
+    const train::FitResult stopped = run(shards, checkpoint, "", kStopAfter);
+    const train::FitResult resumed =
+        run(shards, (dir / "resumed.safetensors").string(), checkpoint, 0);  // from step 20
+    world->barrier();
+    if (world->rank() == 0) std::filesystem::remove_all(dir);
 
-    // A fresh module and trainer restored from the checkpoint finish the run exactly.
-    modules::LayerNormMLP resumed(kHidden, kFfn, mlp_options(recipe));
-    train::Trainer resumed_trainer(resumed, trainer_options(recipe));
-    resumed_trainer.load(checkpoint);  // every rank has read it when load returns
-    if (world->rank() == 0) {
-      std::filesystem::remove(checkpoint);
-      std::printf("resumed at step %lld\n", static_cast<long long>(resumed_trainer.steps_done()));
+    if (!stopped.interrupted ||
+        resumed.start_step != kStopAfter / kCheckpointEvery * kCheckpointEvery) {
+      std::fprintf(stderr, "the stopped run's checkpoint is not at step 20 (resumed at %lld)\n",
+                   static_cast<long long>(resumed.start_step));
+      return 1;
     }
-    const std::vector<double> again = run(resumed_trainer, resumed, x, target, kSaveAt, kSteps);
-
-    for (size_t i = 0; i < again.size(); ++i) {
-      if (again[i] != straight[kSaveAt + i]) {
-        std::fprintf(stderr, "step %zu: resumed loss %.9g != %.9g\n", kSaveAt + i, again[i],
-                     straight[kSaveAt + i]);
+    for (const auto& [step, loss] : resumed.losses) {
+      const double want = straight.losses[static_cast<size_t>(step - 1)].second;
+      if (loss != want) {
+        std::fprintf(stderr, "step %lld: resumed loss %.9g != %.9g\n", static_cast<long long>(step),
+                     loss, want);
         return 1;
       }
     }
-    const double first = straight.front(), last = straight.back();
-    if (!(last < 0.8 * first)) {
-      std::fprintf(stderr, "loss did not fall: %.5f -> %.5f\n", first, last);
+    const double first = straight.losses.front().second, last = straight.losses.back().second;
+    if (!(last < 0.8 * first) || !(straight.final_eval->loss < 0.8 * first)) {
+      std::fprintf(stderr, "loss did not fall: %.5f -> %.5f (held-out %.5f)\n", first, last,
+                   straight.final_eval->loss);
       return 1;
     }
     if (world->rank() == 0) {
       std::printf(
-          "loss fell from %.5f to %.5f on %d rank(s); the resumed run matched bit for bit\n", first,
-          last, world->size());
+          "loss fell from %.5f to %.5f (held-out %s) on %d rank(s); the run resumed at step %lld "
+          "matched bit for bit\n",
+          first, last, straight.final_eval->text().c_str(), world->size(),
+          static_cast<long long>(resumed.start_step));
     }
     return 0;
   } catch (const std::exception& e) {

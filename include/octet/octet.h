@@ -1,8 +1,8 @@
 // octet's public API in one include: `#include "octet/octet.h"`. Tensors and FP8 formats
 // (runtime), the operations on them (kernels: ops, nn, optimizers, quantized tensors and their
-// formats), autograd, the FP8 modules and GPT (modules), and the training loop with checkpoints
-// (train). The backends' internals (kernels/cpu, kernels/cuda) and the command-line layer are not
-// part of it and are not installed.
+// formats), autograd, the FP8 modules and GPT (modules), datasets (data), and the training loop
+// with evaluation and checkpoints (train). The backends' internals (kernels/cpu, kernels/cuda) and
+// the command-line layer are not part of it and are not installed.
 #pragma once
 
 // runtime: tensors, dtypes and FP8 numbers, devices and memory accounting, recipes, checkpoints.
@@ -49,7 +49,14 @@
 #include "modules/norm.h"
 #include "modules/optimizer.h"
 
-// train: the training loop, checkpoints, FP8 health.
+// data: built-in tasks, text files and llm.c token shards as batches of token ids.
+#include "data/dataset.h"
+#include "data/task_data.h"
+#include "data/token_data.h"
+
+// train: the training loop (Trainer::fit), evaluation, checkpoints, FP8 health.
 #include "train/checkpoint.h"
+#include "train/evaluate.h"
+#include "train/fit.h"
 #include "train/fp8_health.h"
 #include "train/trainer.h"

@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "data/dataset.h"
+#include "data/token_data.h"
 #include "runtime/error.h"
 #include "runtime/rng.h"
 #include "runtime/safetensors.h"
@@ -23,9 +25,7 @@
 #include "tools/checkpoint.h"
 #include "tools/commands.h"
 #include "tools/config.h"
-#include "tools/data.h"
 #include "tools/metrics.h"
-#include "tools/token_data.h"
 
 namespace octet::cli {
 namespace {

@@ -1,6 +1,6 @@
 // llm.c token shards and byte-level text: file checks, the train/validation split and the
 // contiguous-window batches with their cursor.
-#include "tools/token_data.h"
+#include "data/token_data.h"
 
 #include <fcntl.h>
 #include <glob.h>

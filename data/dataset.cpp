@@ -1,13 +1,13 @@
 // What every dataset shares: split and kind names, the cursor state and its checkpoint form, and
 // the factory that opens the dataset a run asks for.
-#include "tools/data.h"
+#include "data/dataset.h"
 
 #include <nlohmann/json.hpp>
 
+#include "data/task_data.h"
+#include "data/token_data.h"
 #include "runtime/error.h"
 #include "runtime/text_file.h"
-#include "tools/task_data.h"
-#include "tools/token_data.h"
 
 namespace octet::data {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/data.h"
+#include "data/dataset.h"
 
 namespace octet::data {
 

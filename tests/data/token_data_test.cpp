@@ -1,6 +1,6 @@
 // Token shards (layout, every header error), shard patterns, the contiguous-window batches with
 // their cursor, train/validation splits, and byte-level UTF-8 text.
-#include "tools/token_data.h"
+#include "data/token_data.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

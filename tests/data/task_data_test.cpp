@@ -1,6 +1,6 @@
 // The built-in algorithmic tasks: determinism, answers checked by an independent computation,
 // answer-only targets, disjoint held-out problems, resumable cursors and exact-match scoring.
-#include "tools/task_data.h"
+#include "data/task_data.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "data/token_data.h"
 #include "tests/support/scratch_dir.h"
 #include "tests/support/test_util.h"
-#include "tools/token_data.h"
 
 namespace octet::data {
 namespace {

@@ -1,6 +1,6 @@
 // Digit sorting and addition problems drawn from a counter-based stream per split, the held-out
 // partition, batch layout with answer-only targets, and exact-match scoring.
-#include "tools/task_data.h"
+#include "data/task_data.h"
 
 #include <algorithm>
 
