@@ -943,6 +943,38 @@ BpeTokenizer BpeTokenizer::from_vocab_merges(const std::string& vocab_json,
   });
 }
 
+BpeTokenizer BpeTokenizer::from_merges(
+    SplitPattern pattern, const std::vector<std::pair<std::string, std::string>>& merges,
+    const std::vector<std::string>& added) {
+  const std::string context = "tokenizer made from merges";
+  Draft draft;
+  draft.pattern = pattern;
+  StringMap<int32_t> ids;
+  auto add_model = [&](const std::string& bytes) {
+    const auto id = static_cast<int32_t>(draft.model.size());
+    draft.model.emplace(id, bytes);
+    ids.emplace(bytes, id);
+  };
+  for (int b = 0; b < 256; ++b) add_model(std::string(1, static_cast<char>(b)));
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const auto& [a, b] = merges[i];
+    const auto left = ids.find(std::string_view(a));
+    const auto right = ids.find(std::string_view(b));
+    OCTET_CHECK(left != ids.end() && right != ids.end(), context, ": merge ", i, " (\"",
+                printable(a), "\" \"", printable(b), "\") names a token not made before it");
+    draft.merges.emplace_back(left->second, right->second);
+    if (ids.find(std::string_view(a + b)) == ids.end()) add_model(a + b);
+  }
+  for (const std::string& content : added) {
+    const auto id = static_cast<int32_t>(draft.model.size() + draft.added.size());
+    draft.added.emplace_back(id, content);
+    if (std::find(kEosNames.begin(), kEosNames.end(), content) != kEosNames.end() && !draft.eos) {
+      draft.eos = id;
+    }
+  }
+  return BpeTokenizer(Impl::build(std::move(draft), context));
+}
+
 // ---- the serialized form ----
 
 std::string BpeTokenizer::serialize() const {

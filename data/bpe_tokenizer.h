@@ -46,6 +46,13 @@ class BpeTokenizer {
   static BpeTokenizer from_vocab_merges(const std::string& vocab_json,
                                         const std::string& merges_txt);
 
+  // Made in code: the 256 byte tokens (id = the byte), then one token per merge of two earlier
+  // tokens' bytes (in rank order, ids from 256 on), then the added tokens; "<|endoftext|>" among
+  // them is the end-of-sequence token. Listed merges only, as from_hf_json.
+  static BpeTokenizer from_merges(SplitPattern pattern,
+                                  const std::vector<std::pair<std::string, std::string>>& merges,
+                                  const std::vector<std::string>& added = {});
+
   std::vector<int32_t> encode(std::string_view text) const;
   // The bytes of the ids in order; an id outside the vocabulary is an error naming it.
   std::string decode(std::span<const int32_t> ids) const;

@@ -4,16 +4,44 @@
 //                                       int32; "<|endoftext|>" in the text is the special token
 //   node encode_gpt2.js --time IN REPS  encodes IN REPS times and prints
 //                                       {"bytes": N, "seconds": best of the REPS runs}
+//   node encode_gpt2.js --split ENCODING IN OUT
+//                                       writes the UTF-8 byte lengths of the pieces that
+//                                       ENCODING's split pattern (js-tiktoken's pat_str of gpt2
+//                                       or cl100k_base, the pattern Llama-3 took over) cuts IN's
+//                                       text into, as little-endian int32
 'use strict';
 const fs = require('fs');
 const { getEncoding } = require('js-tiktoken');
 
 function usage() {
-  process.stderr.write('usage: node encode_gpt2.js IN OUT | node encode_gpt2.js --time IN REPS\n');
+  process.stderr.write('usage: node encode_gpt2.js IN OUT | --time IN REPS | ' +
+                       '--split gpt2|cl100k_base IN OUT\n');
   process.exit(2);
 }
 
+function writeInt32s(path, values) {
+  const out = Buffer.alloc(values.length * 4);
+  values.forEach((v, i) => out.writeInt32LE(v, i * 4));
+  fs.writeFileSync(path, out);
+}
+
 const args = process.argv.slice(2);
+if (args[0] === '--split') {
+  if (args.length !== 4 || !['gpt2', 'cl100k_base'].includes(args[1])) usage();
+  const ranks = require('js-tiktoken/ranks/' + args[1]);
+  const pattern = new RegExp((ranks.default || ranks).pat_str, 'ug');
+  const text = fs.readFileSync(args[2]).toString('utf8');
+  const lengths = [];
+  let covered = 0;
+  for (const match of text.matchAll(pattern)) {
+    // The pattern matches everywhere; a gap would mean the text was not split in full.
+    if (match.index !== covered) throw new Error('unmatched text at ' + covered);
+    covered += match[0].length;
+    lengths.push(Buffer.byteLength(match[0], 'utf8'));
+  }
+  writeInt32s(args[3], lengths);
+  process.exit(0);
+}
 const encoding = getEncoding('gpt2');
 if (args[0] === '--time') {
   if (args.length !== 3) usage();
@@ -29,8 +57,5 @@ if (args[0] === '--time') {
   process.stdout.write(JSON.stringify({ bytes: bytes.length, seconds: best }) + '\n');
 } else {
   if (args.length !== 2) usage();
-  const ids = encoding.encode(fs.readFileSync(args[0]).toString('utf8'), 'all');
-  const out = Buffer.alloc(ids.length * 4);
-  ids.forEach((id, i) => out.writeInt32LE(id, i * 4));
-  fs.writeFileSync(args[1], out);
+  writeInt32s(args[1], encoding.encode(fs.readFileSync(args[0]).toString('utf8'), 'all'));
 }
