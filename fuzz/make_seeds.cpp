@@ -1,7 +1,7 @@
 // Writes the fuzzers' starting corpora with octet's own code, so no binary file is kept in the
 // repository: checkpoints of a tiny run under every recipe (f32, delayed, current, MXFP8,
 // blockwise, NVFP4, with and without FP8 primary weights), the configs those runs wrote, --set
-// lines, recipes, token shards, text and data states.
+// lines, recipes, token shards, text, data states and BPE inputs.
 //   octet_fuzz_seeds OUT_DIR     (OUT_DIR/<harness>/<seed>, for the harnesses in fuzz/)
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "data/bpe_tokenizer.h"
 #include "data/dataset.h"
 #include "data/token_data.h"
 #include "runtime/error.h"
@@ -68,7 +69,7 @@ void train_tiny(const fs::path& dir, const Run& run) {
 
 void make_seeds(const fs::path& root) {
   for (const char* harness : {"checkpoint", "safetensors", "config", "set", "recipe", "token_shard",
-                              "text_data", "data_state"}) {
+                              "text_data", "data_state", "bpe"}) {
     fs::create_directories(root / harness);
   }
   const fs::path runs = root / "runs";
@@ -169,6 +170,23 @@ void make_seeds(const fs::path& root) {
   write_file(root / "text_data" / "utf8.txt",
              "gr\xC3\xBC\xC3\x9F\x65 \xE2\x82\xAC \xF0\x9F\x98\x80 ok");
   write_file(root / "text_data" / "short.txt", "abc");
+
+  // BPE: text that stresses the split patterns, broken UTF-8, and a small tokenizer's serialized
+  // form (the harness reads each input both ways).
+  write_file(root / "bpe" / "english.txt",
+             "It's 2024; they'RE here--aren't they? 'Tis    the   season!\n\n\tx = 12345\r\n"
+             "<|endoftext|>next");
+  write_file(
+      root / "bpe" / "unicode.txt",
+      "\xE4\xBD\xA0\xE5\xA5\xBD caf\xC3\xA9 e\xCC\x81 \xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD "
+      "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9 \xE3\x80\x80\xC2\xA0\xD9\xA3\xE2\x85\xAB");
+  write_file(root / "bpe" / "broken_utf8.txt",
+             "ok \x80\xC0\xAF\xE2\x82 x\xED\xA0\x80\xF4\x90\x80\x80\xFF'\xC5");
+  write_file(root / "bpe" / "serialized.json",
+             data::BpeTokenizer::from_merges(data::SplitPattern::kLlama3,
+                                             {{"t", "h"}, {"th", "e"}, {" ", "the"}, {"'", "s"}},
+                                             {"<|endoftext|>"})
+                 .serialize());
 
   // Data states beyond those of the checkpoints.
   data::DataState state;

@@ -3,7 +3,7 @@
 //   node encode_gpt2.js IN OUT          writes the ids of IN's text (UTF-8) to OUT as little-endian
 //                                       int32; "<|endoftext|>" in the text is the special token
 //   node encode_gpt2.js --time IN REPS  encodes IN REPS times and prints
-//                                       {"bytes": N, "seconds": best of the REPS runs}
+//                                       {"bytes": N, "tokens": T, "seconds": best of the runs}
 //   node encode_gpt2.js --split ENCODING IN OUT
 //                                       writes the UTF-8 byte lengths of the pieces that
 //                                       ENCODING's split pattern (js-tiktoken's pat_str of gpt2
@@ -49,12 +49,13 @@ if (args[0] === '--time') {
   const text = bytes.toString('utf8');
   const reps = Math.max(1, parseInt(args[2], 10) || 1);
   let best = Infinity;
+  let tokens = 0;
   for (let i = 0; i < reps; ++i) {
     const start = process.hrtime.bigint();
-    encoding.encode(text, 'all');
+    tokens = encoding.encode(text, 'all').length;
     best = Math.min(best, Number(process.hrtime.bigint() - start) / 1e9);
   }
-  process.stdout.write(JSON.stringify({ bytes: bytes.length, seconds: best }) + '\n');
+  process.stdout.write(JSON.stringify({ bytes: bytes.length, tokens, seconds: best }) + '\n');
 } else {
   if (args.length !== 2) usage();
   writeInt32s(args[1], encoding.encode(fs.readFileSync(args[0]).toString('utf8'), 'all'));
