@@ -13,6 +13,7 @@ build="${1:-$root/build}"
 packages=(cmake ninja-build g++ pkg-config libfmt-dev libspdlog-dev nlohmann-json3-dev
           libgtest-dev libdnnl-dev clang-format libopenmpi-dev openmpi-bin
           vim-runtime   # vim-runtime: the text of bench/text_bench.sh
+          python3-numpy  # tests/support/hf_reference.py: Hugging Face folders and GPT-2 logits
           libopenblas-dev  # only bench/octet_gemm_peers links it (optional: it builds without)
           # tools/sanitize.sh: clang with the sanitizer and libFuzzer runtimes, LLVM's OpenMP
           # (clang's -fopenmp) and llvm-symbolizer for readable sanitizer reports

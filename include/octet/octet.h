@@ -54,9 +54,11 @@
 #include "data/task_data.h"
 #include "data/token_data.h"
 
-// train: the training loop (Trainer::fit), evaluation, checkpoints, FP8 health.
+// train: the training loop (Trainer::fit), evaluation, checkpoints, Hugging Face folders, FP8
+// health.
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
 #include "train/fit.h"
 #include "train/fp8_health.h"
+#include "train/hf_checkpoint.h"
 #include "train/trainer.h"
