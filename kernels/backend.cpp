@@ -126,6 +126,13 @@ void Backend::causal_attention_backward(const Tensor&, const Tensor&, const Tens
   unsupported("causal_attention_backward");
 }
 
+void Backend::pack_heads(const Tensor&, int64_t, int64_t, const Tensor&, Tensor&) const {
+  unsupported("pack_heads");
+}
+void Backend::pack_heads_backward(const Tensor&, int64_t, int64_t, const Tensor&, Tensor&) const {
+  unsupported("pack_heads_backward");
+}
+
 void Backend::cross_entropy(const Tensor&, const Tensor&, int64_t, Tensor&, Tensor&,
                             Tensor&) const {
   unsupported("cross_entropy");

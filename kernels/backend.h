@@ -154,6 +154,13 @@ class Backend {
                                          const Tensor& lse, int64_t heads, float scale,
                                          Tensor& dqkv) const;
 
+  // qkv (B, T, H + 2G, D) -> packed (B, T, 3, H, D) and back (kernels/nn.h pack_heads); rope
+  // (max_len, D) f32 or undefined.
+  virtual void pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope,
+                          Tensor& packed) const;
+  virtual void pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads,
+                                   const Tensor& rope, Tensor& dqkv) const;
+
   // targets: i32/i64, checked (on a GPU by the kernels, raised later: runtime/cuda.h). loss (1,)
   // = mean over the counted rows (0 if none); lse (N,); counted (1,) i64 = the rows whose target
   // is not ignore_index. The backward takes dloss (1,) f32 and counted where they live, and

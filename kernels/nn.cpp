@@ -429,6 +429,75 @@ Tensor causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Te
   return dqkv.finish();
 }
 
+// ---- rotary positions and grouped-query heads ----
+
+namespace {
+// Checks pack_heads' shapes for T positions of width (H + 2G) * D on `device`; returns D.
+int64_t check_pack(const char* op, int64_t T, int64_t width, Device device, int64_t heads,
+                   int64_t kv_heads, const Tensor& rope) {
+  OCTET_CHECK(heads >= 1 && kv_heads >= 1 && heads % kv_heads == 0, op, ": kv_heads ", kv_heads,
+              " must divide heads ", heads);
+  OCTET_CHECK(width > 0 && width % (heads + 2 * kv_heads) == 0, op, ": width ", width,
+              " must be (heads + 2 * kv_heads) * D with heads ", heads, " and kv_heads ", kv_heads);
+  const int64_t D = width / (heads + 2 * kv_heads);
+  if (rope.defined()) {
+    OCTET_CHECK(D % 2 == 0, op, ": rotary positions need an even head dimension, got ", D);
+    OCTET_CHECK(
+        rope.dtype() == DType::kF32 && rope.dim() == 2 && rope.size(0) >= T && rope.size(1) == D,
+        op, ": rope must be f32 (max_len >= ", T, ", ", D, "), got ", rope);
+    OCTET_CHECK(rope.device() == device, op, ": rope is on ", rope.device(), ", the data on ",
+                device);
+  }
+  return D;
+}
+}  // namespace
+
+Tensor pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope) {
+  constexpr const char* op = "pack_heads";
+  check_float(op, qkv, "qkv");
+  OCTET_CHECK(qkv.dim() == 3, op, ": qkv must be (B, T, (heads + 2 * kv_heads) * D), got ", qkv);
+  const int64_t D = check_pack(op, qkv.size(1), qkv.size(2), qkv.device(), heads, kv_heads, rope);
+  ActOutput out({qkv.size(0), qkv.size(1), 3 * heads * D}, qkv.dtype(), qkv.device());
+  on_device(qkv.device())->pack_heads(act_input(qkv), heads, kv_heads, rope, out.kernel());
+  return out.finish();
+}
+
+Tensor pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads,
+                           const Tensor& rope) {
+  constexpr const char* op = "pack_heads_backward";
+  check_float(op, dpacked, "dpacked");
+  OCTET_CHECK(dpacked.dim() == 3 && dpacked.size(2) > 0 && dpacked.size(2) % (3 * heads) == 0, op,
+              ": dpacked ", shape_str(dpacked.shape()),
+              " must be (B, T, 3 * heads * D) with heads ", heads);
+  const int64_t D = dpacked.size(2) / (3 * heads);
+  const Shape shape = {dpacked.size(0), dpacked.size(1), (heads + 2 * kv_heads) * D};
+  check_pack(op, dpacked.size(1), shape[2], dpacked.device(), heads, kv_heads, rope);
+  ActOutput dqkv(shape, dpacked.dtype(), dpacked.device());
+  on_device(dpacked.device())
+      ->pack_heads_backward(act_input(dpacked), heads, kv_heads, rope, dqkv.kernel());
+  return dqkv.finish();
+}
+
+Tensor rope_table(int64_t max_len, int64_t head_dim, double theta) {
+  OCTET_CHECK(max_len > 0 && head_dim > 0 && head_dim % 2 == 0, "rope_table: max_len ", max_len,
+              " must be > 0 and head_dim ", head_dim, " even and > 0");
+  OCTET_CHECK(std::isfinite(theta) && theta > 1.0, "rope_table: theta ", theta,
+              " must be finite and > 1");
+  const int64_t half = head_dim / 2;
+  Tensor table = Tensor::empty({max_len, head_dim}, DType::kF32);
+  float* p = table.data_as<float>();
+  for (int64_t i = 0; i < half; ++i) {
+    const auto inv_freq = static_cast<float>(
+        1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(head_dim)));
+    for (int64_t t = 0; t < max_len; ++t) {
+      const float angle = static_cast<float>(t) * inv_freq;
+      p[t * head_dim + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      p[t * head_dim + half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+  }
+  return table;
+}
+
 // ---- cross-entropy ----
 
 namespace {

@@ -101,6 +101,23 @@ AttentionForward causal_attention(const Tensor& qkv, int64_t heads, float scale)
 Tensor causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                  const Tensor& lse, int64_t heads, float scale);
 
+// ---- rotary positions and grouped-query heads, packed for causal_attention ----
+// qkv (B, T, (H + 2G) * D) laid out as (B, T, H + 2G, D): H query heads, then G key heads, then
+// G value heads (G divides H). Returns (B, T, 3 * H * D) as causal_attention's (B, T, 3, H, D):
+// query and key heads rotated by their position t (math/rope.h, with row t of `rope`), and key
+// and value head g repeated for query heads g * H/G .. (g + 1) * H/G - 1 (Hugging Face's
+// repeat_kv). rope: (max_len >= T, D) f32 on qkv's device, each row D/2 cosines then D/2 sines
+// (rope_table); undefined: no rotation.
+Tensor pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope);
+// dqkv (B, T, (H + 2G) * D) from dpacked (B, T, 3 * H * D): each repeated head's gradients summed
+// in head order, then rotated back.
+Tensor pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads,
+                           const Tensor& rope);
+// The table pack_heads reads, on the CPU: for position t and frequency i < D/2,
+// inv_freq = f32(1 / theta^(2i / D)), angle = f32(t) * inv_freq in f32, and the cosine and sine
+// of that angle rounded to f32 (Hugging Face computes them in f32 the same way).
+Tensor rope_table(int64_t max_len, int64_t head_dim, double theta);
+
 // ---- cross-entropy over logits (N, V) and targets (N,) i32/i64 ----
 // A target outside [0, V) that is not ignore_index is an error naming it and its row: at once on
 // the CPU; on CUDA the kernels find it and the host raises it at its next read from the device

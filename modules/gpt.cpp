@@ -1,5 +1,5 @@
-// The GPT model: embeddings, layers, final norm, tied LM head, loss, and generation that pads
-// its batch to the FP8 GEMM row rule so it runs under any FP8 scope.
+// The GPT model (GPT-2 or Llama architecture): embeddings, layers, final norm, LM head, loss, and
+// generation that pads its batch to the FP8 GEMM row rule so it runs under any FP8 scope.
 #include "modules/gpt.h"
 
 #include <algorithm>
@@ -102,16 +102,28 @@ GPT::GPT(const GPTConfig& config) : Module("GPT"), config_(config) {
   wte_ = register_module("wte",
                          std::make_shared<Embedding>(c.vocab_size, c.d_model, c.dtype, c.init_std,
                                                      detail::derive_seed(c.seed, 0)));
-  wpe_ = register_module("wpe",
-                         std::make_shared<Embedding>(c.max_seq_len, c.d_model, c.dtype, c.init_std,
-                                                     detail::derive_seed(c.seed, 1)));
+  if (c.arch == Arch::kGPT2) {
+    wpe_ = register_module(
+        "wpe", std::make_shared<Embedding>(c.max_seq_len, c.d_model, c.dtype, c.init_std,
+                                           detail::derive_seed(c.seed, 1)));
+  } else {
+    OCTET_CHECK(c.n_head > 0 && c.d_model % c.n_head == 0 && (c.d_model / c.n_head) % 2 == 0,
+                "GPT (llama): the head dimension d_model / n_head = ", c.d_model, " / ", c.n_head,
+                " must be an even integer for rotary positions");
+    rope_ = std::make_shared<RopeTable>(c.max_seq_len, c.d_model / c.n_head, c.rope_theta);
+  }
   for (int64_t i = 0; i < c.n_layer; ++i) {
-    layers_.push_back(
-        register_module("layers." + std::to_string(i),
-                        std::make_shared<TransformerLayer>(
-                            c, detail::derive_seed(c.seed, 100 + static_cast<uint64_t>(i)), i)));
+    layers_.push_back(register_module(
+        "layers." + std::to_string(i),
+        std::make_shared<TransformerLayer>(
+            c, detail::derive_seed(c.seed, 100 + static_cast<uint64_t>(i)), i, rope_)));
   }
   ln_f_ = register_module("ln_f", std::make_shared<Norm>(c.d_model, detail::norm_options(c)));
+  if (c.tie_embeddings == TieEmbeddings::kNo) {
+    head_ = register_module(
+        "lm_head", std::make_shared<Embedding>(c.vocab_size, c.d_model, c.dtype, c.init_std,
+                                               detail::derive_seed(c.seed, 2)));
+  }
   // A pattern that keeps nothing in high precision is a typo, not a choice: say so.
   OCTET_CHECK(c.high_precision_first_layers >= 0 && c.high_precision_last_layers >= 0,
               "GPT: high_precision_first_layers ", c.high_precision_first_layers,
@@ -184,16 +196,19 @@ Tensor GPT::hidden(const Tensor& ids, FirstMicrobatch first) {
   check_fp8_rows(batch, seq);
   // Token ids may come from the host (a data loader); they go where the model lives.
   const Tensor on_device = ids.device() == device() ? ids : ids.to(device());
-  Tensor pos = positions(batch, seq);
-  if (!device().is_cpu()) pos = pos.to(device());
-  Tensor x = autograd::add(wte_->forward(on_device), wpe_->forward(pos));  // (B, T, C)
+  Tensor x = wte_->forward(on_device);  // (B, T, C)
+  if (wpe_ != nullptr) {
+    Tensor pos = positions(batch, seq);
+    if (!device().is_cpu()) pos = pos.to(device());
+    x = autograd::add(x, wpe_->forward(pos));
+  }
   for (const auto& layer : layers_) x = layer->forward(x, first);
   return ln_f_->forward(x);
 }
 
 Tensor GPT::lm_head(const Tensor& h) {
-  // Tied to the token embedding: the table gets gradient from the lookup and from here.
-  return autograd::linear(h, wte_->table());
+  // Tied: the token embedding's table gets gradient from the lookup and from here.
+  return autograd::linear(h, head_ != nullptr ? head_->table() : wte_->table());
 }
 
 Tensor GPT::forward(const Tensor& ids, FirstMicrobatch first) {

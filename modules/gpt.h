@@ -1,7 +1,8 @@
-// The transformer modules built from the FP8 blocks: Embedding, causal multi-head self-attention
-// (QKV from a LayerNormLinear, fused SDPA core, output Linear), the pre-norm TransformerLayer,
-// and a GPT model (token + position embeddings, N layers, final norm, LM head tied to the token
-// embedding).
+// The transformer modules built from the FP8 blocks: Embedding, causal self-attention (QKV from a
+// LayerNormLinear, grouped-query heads, rotary positions, fused SDPA core, output Linear), the
+// pre-norm TransformerLayer, and a GPT model in two architectures: GPT-2 (token + learned position
+// embeddings) and Llama (rotary positions on queries and keys); N layers, final norm, an LM head
+// tied to the token embedding or its own.
 #pragma once
 
 #include <cstdint>
@@ -17,13 +18,22 @@
 
 namespace octet::modules {
 
+// Where positions come from: GPT-2's learned position embedding, or Llama's rotary embedding of
+// queries and keys (rotate-half, Hugging Face's layout).
+enum class Arch : uint8_t { kGPT2, kLlama };
+enum class TieEmbeddings : uint8_t { kNo, kYes };
+
 struct GPTConfig {
+  Arch arch = Arch::kGPT2;
   int64_t vocab_size = 16;
-  int64_t max_seq_len = 64;  // position embeddings
+  int64_t max_seq_len = 64;  // position embeddings (GPT-2), rotary table (Llama)
   int64_t n_layer = 2;
   int64_t d_model = 64;
   int64_t n_head = 4;
-  int64_t ffn = 0;  // 0: 4 * d_model
+  int64_t n_kv_head = 0;      // key/value heads, dividing n_head (grouped-query); 0: n_head
+  double rope_theta = 10000;  // Llama: the rotary base
+  TieEmbeddings tie_embeddings = TieEmbeddings::kYes;  // kNo: an LM head of its own
+  int64_t ffn = 0;  // the MLP's hidden width (a gated activation's per half); 0: 4 * d_model
   MLPActivation activation = MLPActivation::kGelu;
   NormKind norm = NormKind::kLayerNorm;
   ZeroCenteredGamma zero_centered_gamma = ZeroCenteredGamma::kNo;
@@ -38,7 +48,7 @@ struct GPTConfig {
   // Per-module precision: FP8 modules kept in high precision inside FP8 scopes (TE users keep the
   // first and last layers so). A pattern (`*` any run of characters, `?` one) names a module or
   // an enclosing one: "layers.0" is all of layer 0, "layers.*.attn.proj" every output
-  // projection. The LM head, tied to the token embedding, always runs in high precision.
+  // projection. The LM head (tied to the token embedding or not) always runs in high precision.
   std::vector<std::string> high_precision_modules;
   int64_t high_precision_first_layers = 0;  // the first N transformer layers
   int64_t high_precision_last_layers = 0;   // the last N
@@ -63,23 +73,40 @@ class Embedding : public Module {
   Tensor table_;  // (num, dim)
 };
 
+// The rotary table of a Llama model (ops::rope_table), shared by its layers, with a copy on each
+// device it ran on.
+class RopeTable {
+ public:
+  RopeTable(int64_t max_len, int64_t head_dim, double theta);
+  const Tensor& on(Device device);  // (max_len, head_dim) f32
+
+ private:
+  Tensor host_;
+  std::vector<Tensor> copies_;
+};
+
 class CausalSelfAttention : public Module {
  public:
-  CausalSelfAttention(const GPTConfig& config, uint64_t seed, int64_t layer = 0);
+  // `rope`: the rotary table (Llama), or null for none.
+  CausalSelfAttention(const GPTConfig& config, uint64_t seed, int64_t layer = 0,
+                      std::shared_ptr<RopeTable> rope = nullptr);
   Tensor forward(const Tensor& x,
                  FirstMicrobatch first);  // (B, T, C) -> (B, T, C), pre-norm inside
 
  private:
-  int64_t d_model_, n_head_;
-  std::shared_ptr<LayerNormLinear> qkv_;  // norm, then C -> 3C packed as (3, H, D)
-  std::shared_ptr<Linear> proj_;          // C -> C
+  int64_t d_model_, n_head_, n_kv_head_;
+  std::shared_ptr<RopeTable> rope_;
+  // norm, then C -> (H + 2 G) D packed as (H + 2 G, D): query, key and value heads
+  std::shared_ptr<LayerNormLinear> qkv_;
+  std::shared_ptr<Linear> proj_;  // C -> C
 };
 
 class TransformerLayer : public Module {
  public:
   // `layer`: the index in the model, for per-module precision (GPTConfig::high_precision_*);
   // a layer built on its own is layer 0.
-  TransformerLayer(const GPTConfig& config, uint64_t seed, int64_t layer = 0);
+  TransformerLayer(const GPTConfig& config, uint64_t seed, int64_t layer = 0,
+                   std::shared_ptr<RopeTable> rope = nullptr);
   // x + attention(x), then + mlp(.): the norms are inside the fused modules (pre-norm).
   Tensor forward(const Tensor& x, FirstMicrobatch first);
 
@@ -115,14 +142,17 @@ class GPT : public Module {
  private:
   // The final norm's output (B, T, C): everything but the LM head.
   Tensor hidden(const Tensor& ids, FirstMicrobatch first);
-  // The LM head on hidden states (..., C) -> (..., vocab): x · wteᵀ in high precision.
+  // The LM head on hidden states (..., C) -> (..., vocab): x · Wᵀ in high precision, W the token
+  // embedding (tied) or lm_head's own.
   Tensor lm_head(const Tensor& h);
   // Under an FP8 scope, B*T must satisfy the FP8 GEMM row rule: a clear error naming B and T.
   void check_fp8_rows(int64_t batch, int64_t seq) const;
 
   GPTConfig config_;
-  std::shared_ptr<Embedding> wte_;  // (vocab, C), also the LM head
-  std::shared_ptr<Embedding> wpe_;  // (max_seq_len, C)
+  std::shared_ptr<Embedding> wte_;   // (vocab, C), also the LM head when tied
+  std::shared_ptr<Embedding> wpe_;   // (max_seq_len, C); GPT-2 only
+  std::shared_ptr<Embedding> head_;  // "lm_head" (vocab, C); untied only
+  std::shared_ptr<RopeTable> rope_;  // Llama only
   std::vector<std::shared_ptr<TransformerLayer>> layers_;
   std::shared_ptr<Norm> ln_f_;
 };

@@ -1,5 +1,7 @@
-// Embedding, causal multi-head self-attention and the pre-norm TransformerLayer of modules/gpt.h.
+// Embedding, causal self-attention (grouped-query heads, rotary positions) and the pre-norm
+// TransformerLayer of modules/gpt.h.
 #include <cmath>
+#include <utility>
 
 #include "autograd/ops/arithmetic.h"
 #include "autograd/ops/nn.h"
@@ -7,6 +9,7 @@
 #include "kernels/ops.h"
 #include "modules/gpt.h"
 #include "modules/gpt_options.h"
+#include "runtime/memory.h"
 
 namespace octet::modules {
 
@@ -28,17 +31,40 @@ Embedding::Embedding(int64_t num, int64_t dim, DType dtype, float init_std, uint
 
 Tensor Embedding::forward(const Tensor& ids) { return autograd::embedding(table_, ids); }
 
-CausalSelfAttention::CausalSelfAttention(const GPTConfig& config, uint64_t seed, int64_t layer)
-    : Module("CausalSelfAttention"), d_model_(config.d_model), n_head_(config.n_head) {
+RopeTable::RopeTable(int64_t max_len, int64_t head_dim, double theta) {
+  MemTagScope tag(MemTag::kWeights);
+  host_ = ops::rope_table(max_len, head_dim, theta);
+}
+
+const Tensor& RopeTable::on(Device device) {
+  if (device.is_cpu()) return host_;
+  for (const Tensor& t : copies_) {
+    if (t.device() == device) return t;
+  }
+  MemTagScope tag(MemTag::kWeights);
+  copies_.push_back(host_.to(device));
+  return copies_.back();
+}
+
+CausalSelfAttention::CausalSelfAttention(const GPTConfig& config, uint64_t seed, int64_t layer,
+                                         std::shared_ptr<RopeTable> rope)
+    : Module("CausalSelfAttention"),
+      d_model_(config.d_model),
+      n_head_(config.n_head),
+      n_kv_head_(config.n_kv_head == 0 ? config.n_head : config.n_kv_head),
+      rope_(std::move(rope)) {
   OCTET_CHECK(n_head_ > 0 && d_model_ > 0 && d_model_ % n_head_ == 0,
               "CausalSelfAttention: d_model ", d_model_, " must be a positive multiple of n_head ",
               n_head_);
+  OCTET_CHECK(n_kv_head_ > 0 && n_head_ % n_kv_head_ == 0, "CausalSelfAttention: n_kv_head ",
+              n_kv_head_, " must divide n_head ", n_head_);
+  const int64_t head_dim = d_model_ / n_head_;
   LayerNormLinearOptions qkv_options;
   qkv_options.norm = detail::norm_options(config);
   qkv_options.linear = detail::module_linear_options(config, detail::derive_seed(seed, 0), layer,
                                                      detail::layer_module_name(layer, "attn.qkv"));
-  qkv_ = register_module("qkv",
-                         std::make_shared<LayerNormLinear>(d_model_, 3 * d_model_, qkv_options));
+  qkv_ = register_module("qkv", std::make_shared<LayerNormLinear>(
+                                    d_model_, (n_head_ + 2 * n_kv_head_) * head_dim, qkv_options));
   proj_ = register_module(
       "proj", std::make_shared<Linear>(
                   d_model_, d_model_,
@@ -49,13 +75,18 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& config, uint64_t seed,
 Tensor CausalSelfAttention::forward(const Tensor& x, FirstMicrobatch first) {
   OCTET_CHECK(x.dim() == 3 && x.size(2) == d_model_, "CausalSelfAttention(d_model ", d_model_,
               "): input ", x, " must be (B, T, ", d_model_, ")");
-  const Tensor qkv = qkv_->forward(x, first);  // (B, T, 3C) as (B, T, 3, H, D)
+  Tensor qkv = qkv_->forward(x, first);  // (B, T, (H + 2G) D)
+  if (rope_ != nullptr || n_kv_head_ != n_head_) {
+    const Tensor rope = rope_ != nullptr ? rope_->on(qkv.device()) : Tensor();
+    qkv = autograd::pack_heads(qkv, n_head_, n_kv_head_, rope);  // (B, T, 3C) as (B, T, 3, H, D)
+  }
   const float scale = 1.f / std::sqrt(static_cast<float>(d_model_ / n_head_));
   const Tensor y = autograd::causal_attention(qkv, n_head_, scale);  // (B, T, C)
   return proj_->forward(y, first);
 }
 
-TransformerLayer::TransformerLayer(const GPTConfig& config, uint64_t seed, int64_t layer)
+TransformerLayer::TransformerLayer(const GPTConfig& config, uint64_t seed, int64_t layer,
+                                   std::shared_ptr<RopeTable> rope)
     : Module("TransformerLayer"),
       dropout_(config.dropout),
       dropout_gen_(detail::derive_seed(seed, 2)) {
@@ -63,8 +94,9 @@ TransformerLayer::TransformerLayer(const GPTConfig& config, uint64_t seed, int64
               " must be in [0, 1)");
   OCTET_CHECK(config.ffn >= 0, "TransformerLayer: ffn ", config.ffn,
               " must be >= 0 (0: 4 * d_model)");
-  attn_ = register_module(
-      "attn", std::make_shared<CausalSelfAttention>(config, detail::derive_seed(seed, 0), layer));
+  attn_ =
+      register_module("attn", std::make_shared<CausalSelfAttention>(
+                                  config, detail::derive_seed(seed, 0), layer, std::move(rope)));
   LayerNormMLPOptions mlp_options;
   mlp_options.norm = detail::norm_options(config);
   mlp_options.activation = config.activation;

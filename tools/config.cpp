@@ -57,9 +57,17 @@ Entry choice_key(const char* path, Accessor f, std::vector<std::string> choices,
 
 std::vector<Entry> model_keys() {
   return {
+      choice_key(OCTET_KEY(model.arch), {"gpt2", "llama"},
+                 "gpt2: learned position embeddings; llama: rotary positions on queries and keys"),
       int_key(OCTET_KEY(model.n_layer), 1, 128, "transformer layers"),
       int_key(OCTET_KEY(model.d_model), 8, 16384, "model width (a multiple of 16 for FP8 GEMMs)"),
       int_key(OCTET_KEY(model.n_head), 1, 256, "attention heads; must divide model.d_model"),
+      int_key(OCTET_KEY(model.n_kv_head), 0, 256,
+              "key/value heads (grouped-query attention); must divide model.n_head; 0: n_head"),
+      float_key(OCTET_KEY(model.rope_theta), {1, 1e9, Bound::kOpen, Bound::kClosed},
+                "rotary base (model.arch llama)"),
+      int_key(OCTET_KEY(model.ffn_hidden), 0, 1 << 18,
+              "MLP hidden width (per half for gated activations); 0: 4 * model.d_model"),
       int_key(OCTET_KEY(model.vocab), 0, 1 << 20, "vocabulary size; 0: the data's"),
       int_key(OCTET_KEY(model.seq_len), 0, 65536,
               "context length; 0: the task's example length (tasks only)"),
@@ -555,6 +563,13 @@ void validate(const RunConfig& c) {
   OCTET_CHECK(c.model.d_model % c.model.n_head == 0,
               "config key \"model.n_head\": ", c.model.n_head,
               " heads do not divide model.d_model ", c.model.d_model);
+  OCTET_CHECK(c.model.n_kv_head == 0 || c.model.n_head % c.model.n_kv_head == 0,
+              "config key \"model.n_kv_head\": ", c.model.n_kv_head,
+              " key/value heads do not divide model.n_head ", c.model.n_head);
+  OCTET_CHECK(c.model.arch != "llama" || (c.model.d_model / c.model.n_head) % 2 == 0,
+              "config key \"model.arch\" is \"llama\": rotary positions need an even head "
+              "dimension, but model.d_model / model.n_head is ",
+              c.model.d_model / c.model.n_head);
   const bool file_data = c.data.kind != "task";
   OCTET_CHECK(!file_data || !c.data.path.empty(), "config key \"data.path\" is empty: data.kind \"",
               c.data.kind, "\" needs a file to read");

@@ -16,11 +16,15 @@ namespace octet::config {
 // The defaults below are the built-in default run (configs/train/default.json holds the same): a
 // 2-layer GPT learning to sort 6 digits under FP8 delayed scaling (hybrid).
 struct ModelConfig {
+  std::string arch = "gpt2";  // gpt2 | llama
   int64_t n_layer = 2;
   int64_t d_model = 64;
   int64_t n_head = 4;
-  int64_t vocab = 0;    // 0: the data's vocabulary
-  int64_t seq_len = 0;  // 0: the data's natural length (tasks only)
+  int64_t n_kv_head = 0;  // 0: n_head
+  double rope_theta = 10000;
+  int64_t ffn_hidden = 0;  // 0: 4 * d_model
+  int64_t vocab = 0;       // 0: the data's vocabulary
+  int64_t seq_len = 0;     // 0: the data's natural length (tasks only)
   std::string activation = "gelu";
   std::string norm = "layernorm";
   bool zero_centered_gamma = false;

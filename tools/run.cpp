@@ -126,6 +126,13 @@ void check_fp8_width(const config::RunConfig& c, const Recipe& recipe) {
   }
 }
 
+// model.arch's value as the enum; the schema allows only these two.
+modules::Arch arch_from_name(const std::string& name) {
+  if (name == "gpt2") return modules::Arch::kGPT2;
+  if (name == "llama") return modules::Arch::kLlama;
+  OCTET_FAIL("config key \"model.arch\": \"", name, "\" is not an architecture (gpt2, llama)");
+}
+
 }  // namespace
 
 // ---- the model a config describes ----
@@ -148,9 +155,6 @@ int64_t run_seq_len(const config::RunConfig& config, const data::Dataset& datase
 }
 
 modules::GPTConfig gpt_config(const config::RunConfig& c, const data::Dataset& dataset) {
-  OCTET_CHECK(c.model.tie_embeddings,
-              "config key \"model.tie_embeddings\" is false, but octet's GPT always ties the LM "
-              "head to the token embedding: set it to true");
   modules::GPTConfig g;
   const int64_t data_vocab = dataset.vocab_size();
   g.vocab_size = c.model.vocab > 0 ? c.model.vocab : data_vocab;
@@ -161,6 +165,12 @@ modules::GPTConfig gpt_config(const config::RunConfig& c, const data::Dataset& d
   g.n_layer = c.model.n_layer;
   g.d_model = c.model.d_model;
   g.n_head = c.model.n_head;
+  g.arch = arch_from_name(c.model.arch);
+  g.n_kv_head = c.model.n_kv_head;
+  g.rope_theta = c.model.rope_theta;
+  g.ffn = c.model.ffn_hidden;
+  g.tie_embeddings =
+      c.model.tie_embeddings ? modules::TieEmbeddings::kYes : modules::TieEmbeddings::kNo;
   g.activation = modules::mlp_activation_from_name(c.model.activation);
   g.norm = c.model.norm == "rmsnorm" ? modules::NormKind::kRMSNorm : modules::NormKind::kLayerNorm;
   g.zero_centered_gamma = c.model.zero_centered_gamma ? modules::ZeroCenteredGamma::kYes

@@ -99,7 +99,8 @@ configure() {  # configure DIR SANITIZERS FUZZ
 
 # ---- ASan + UBSan: the CPU suite and the fuzzers ----
 asan_targets=(octet_runtime_tests octet_kernels_tests octet_autograd_tests octet_modules_tests
-              octet_train_tests octet_tools_tests octet_devices_tests octet_cli octet_fuzz_seeds)
+              octet_data_tests octet_train_tests octet_tools_tests octet_devices_tests octet_cli
+              octet_fuzz_seeds)
 
 build_asan() {
   configure "$build" address,undefined ON || return 1

@@ -18,8 +18,8 @@
 namespace octet::train {
 
 struct EvalOptions {
-  int64_t batch_size = 1;   // sequences per validation batch
-  int64_t seq_len = 0;      // tokens per sequence (> 0)
+  int64_t batch_size = 0;   // sequences per validation batch (> 0; Trainer::fit: 0 takes its own)
+  int64_t seq_len = 0;      // tokens per sequence (> 0; Trainer::fit: 0 takes its own)
   int64_t batches = 4;      // validation batches whose mean loss is reported
   int64_t examples = 1000;  // held-out problems answered by greedy generation (tasks)
 };

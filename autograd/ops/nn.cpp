@@ -115,6 +115,18 @@ struct AttentionFn {
   }
 };
 
+struct PackHeadsFn {
+  static constexpr const char* kName = "pack_heads";
+  int64_t heads, kv_heads;
+  Tensor rope;  // owned by the model: not saved, never released by the graph
+  Tensor forward(Context&, const Tensor& qkv) {
+    return ops::pack_heads(qkv, heads, kv_heads, rope);
+  }
+  Tensors backward(Context&, const Tensors& dy) {
+    return {ops::pack_heads_backward(dy[0], heads, kv_heads, rope)};
+  }
+};
+
 struct CrossEntropyFn {
   static constexpr const char* kName = "cross_entropy";
   int64_t ignore_index;
@@ -166,6 +178,10 @@ Tensor dropout(const Tensor& x, float p, Generator& gen) {
 
 Tensor causal_attention(const Tensor& qkv, int64_t heads, float scale) {
   return apply(AttentionFn{heads, scale}, qkv);
+}
+
+Tensor pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope) {
+  return apply(PackHeadsFn{heads, kv_heads, rope}, qkv);
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {

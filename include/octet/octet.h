@@ -49,7 +49,9 @@
 #include "modules/norm.h"
 #include "modules/optimizer.h"
 
-// data: built-in tasks, text files and llm.c token shards as batches of token ids.
+// data: built-in tasks, text files and llm.c token shards as batches of token ids; byte-level
+// BPE tokenizers.
+#include "data/bpe_tokenizer.h"
 #include "data/dataset.h"
 #include "data/task_data.h"
 #include "data/token_data.h"

@@ -202,6 +202,15 @@ class CpuBackend final : public Backend {
     cpu::causal_attention_backward(dout, qkv, out, lse, heads, scale, dqkv);
   }
 
+  void pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope,
+                  Tensor& packed) const override {
+    cpu::pack_heads(qkv, heads, kv_heads, rope, packed);
+  }
+  void pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads,
+                           const Tensor& rope, Tensor& dqkv) const override {
+    cpu::pack_heads_backward(dpacked, heads, kv_heads, rope, dqkv);
+  }
+
   void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                      Tensor& loss, Tensor& lse, Tensor& counted) const override {
     const std::vector<int64_t> t = cpu::index_values(targets);

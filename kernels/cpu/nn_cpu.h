@@ -66,6 +66,11 @@ void causal_attention(const Tensor& qkv, int64_t heads, float scale, Tensor& out
 // dqkv arrives uninitialised; every element is written.
 void causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                const Tensor& lse, int64_t heads, float scale, Tensor& dqkv);
+// qkv (B, T, H + 2G, D) <-> packed (B, T, 3, H, D), f32 (kernels/nn.h pack_heads).
+void pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope,
+                Tensor& packed);
+void pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads, const Tensor& rope,
+                         Tensor& dqkv);
 
 // Returns the sum of the counted rows' losses (f64, summed in row order); fills lse (N,).
 double cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets,

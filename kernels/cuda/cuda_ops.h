@@ -173,6 +173,11 @@ void causal_attention_fallback(const Tensor& qkv, int64_t heads, float scale, Te
 void causal_attention_backward_fallback(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                         const Tensor& lse, int64_t heads, float scale,
                                         Tensor& dqkv);
+// qkv (B, T, H + 2G, D) <-> packed (B, T, 3, H, D) (kernels/nn.h pack_heads; rope.cu).
+void pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope,
+                Tensor& packed);
+void pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads, const Tensor& rope,
+                         Tensor& dqkv);
 // True when the last causal_attention call on this thread ran on cuDNN (for tests and bench).
 bool last_attention_used_cudnn();
 

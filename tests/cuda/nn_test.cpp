@@ -511,5 +511,30 @@ TEST(CudaAttention, FutureTokensDoNotChangeEarlierOutputs) {
   EXPECT_GT(changed_at_t, 0);
 }
 
+// ---- rotary positions and grouped-query heads ----
+
+TEST(CudaPackHeads, ForwardAndBackwardEqualTheCpuBitForBit) {
+  OCTET_REQUIRE_CUDA();
+  // The same f32 arithmetic (math/rope.h) and head sums in the same order: identical bits, f32
+  // and bf16, with and without rotation.
+  const int64_t B = 2, T = 5, H = 6, G = 2, D = 8;
+  const Tensor rope = ops::rope_table(T, D, 10000.0);
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const bool rotate : {false, true}) {
+      SCOPED_TRACE(testing::Message() << dtype_name(dtype) << (rotate ? " rotated" : " copied"));
+      const Tensor qkv =
+          ops::cast(test::random_tensor({B, T, (H + 2 * G) * D}, DType::kF32, 61), dtype);
+      const Tensor dy = ops::cast(test::random_tensor({B, T, 3 * H * D}, DType::kF32, 62), dtype);
+      const Tensor r = rotate ? rope : Tensor();
+      const Tensor packed = ops::pack_heads(qkv, H, G, r);
+      const Tensor packed_g = ops::pack_heads(on_gpu(qkv), H, G, on_gpu(r));
+      EXPECT_TRUE(test::same_bits(on_cpu(packed_g), packed)) << "packed";
+      const Tensor dqkv = ops::pack_heads_backward(dy, H, G, r);
+      const Tensor dqkv_g = ops::pack_heads_backward(on_gpu(dy), H, G, on_gpu(r));
+      EXPECT_TRUE(test::same_bits(on_cpu(dqkv_g), dqkv)) << "dqkv";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace octet

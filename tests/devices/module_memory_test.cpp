@@ -20,6 +20,7 @@
 #include "kernels/ops.h"
 #include "kernels/quantized.h"
 #include "modules/fp8_autocast.h"
+#include "modules/gpt.h"
 #include "modules/layernorm_mlp.h"
 #include "modules/linear.h"
 #include "modules/optimizer.h"
@@ -27,6 +28,7 @@
 #include "runtime/memory.h"
 #include "tests/modules/module_test_util.h"
 #include "tests/support/devices.h"
+#include "tests/support/small_gpt.h"
 #include "tests/support/test_util.h"
 
 namespace octet::modules {
@@ -430,6 +432,77 @@ TEST_P(Regression, Mxfp8PrimaryWeightsTrainFromRowwiseOnly) {
   EXPECT_TRUE(autograd::grad(x).defined());
   opt.step(1e-2f);
   EXPECT_NE(ops::dequantize(*m.fc1_weight().fp8, DType::kF32).to_floats(), before);
+}
+
+// The Llama architecture's new parts (rotary positions, grouped-query heads, an untied head) keep
+// the contract: a dropped forward frees all it saved and touches no weight, a backward leaves
+// nothing saved, and a model made in inference mode holds row-wise FP8 weights only and saves
+// nothing in its forward.
+GPTConfig llama_gpt() {
+  GPTConfig c = test::small_gpt(Recipe::delayed(), FP8PrimaryWeights::kYes);
+  c.arch = Arch::kLlama;
+  c.n_kv_head = 1;
+  c.norm = NormKind::kRMSNorm;
+  c.activation = MLPActivation::kSwiglu;
+  c.bias = Bias::kNo;
+  c.tie_embeddings = TieEmbeddings::kNo;
+  return c;
+}
+
+TEST_P(MemoryBehaviour, LlamaGptFreesWhatItSavedAndItsInferenceFormSavesNothing) {
+  GPT model(llama_gpt());
+  model.to(device());
+  Tensor ids = Tensor::empty({4, 16}, DType::kI32), targets = Tensor::empty({4, 16}, DType::kI32);
+  for (int64_t i = 0; i < 64; ++i) {
+    ids.data_as<int32_t>()[i] = static_cast<int32_t>(i * 5 % 16);
+    targets.data_as<int32_t>()[i] = static_cast<int32_t>((i * 5 + 1) % 16);
+  }
+  std::vector<std::vector<float>> before;
+  for (const auto& [name, t] : model.state_dict()) before.push_back(t.to_floats());
+  const int64_t base = saved_bytes();
+  {
+    Tensor loss;
+    {
+      FP8Autocast scope(Recipe::delayed(), FP8Enabled::kYes);
+      loss = model.loss(ids, targets);
+    }
+    EXPECT_GT(saved_bytes(), base);
+  }  // dropped unused
+  EXPECT_EQ(saved_bytes(), base);
+  size_t i = 0;
+  for (const auto& [name, t] : model.state_dict()) {
+    if (name.find("fp8_meta") == std::string::npos) {
+      EXPECT_EQ(t.to_floats(), before[i]) << name;
+    }
+    ++i;
+  }
+  Tensor loss;
+  {
+    FP8Autocast scope(Recipe::delayed());
+    loss = model.loss(ids, targets);
+  }
+  autograd::backward(loss);
+  EXPECT_EQ(saved_bytes(), base);
+
+  std::unique_ptr<GPT> infer;
+  {
+    autograd::InferenceModeGuard guard;
+    infer = std::make_unique<GPT>(llama_gpt());
+  }
+  infer->to(device());
+  int fp8_weights = 0;
+  for (const Parameter& p : infer->parameters()) {
+    if (!p.is_fp8()) continue;
+    ++fp8_weights;
+    EXPECT_FALSE((*p.fp8)->has(Usage::kColumnwise)) << p.name;
+  }
+  EXPECT_EQ(fp8_weights, 4);  // qkv, proj, fc1, fc2 of the one layer
+  {
+    autograd::InferenceModeGuard guard;
+    FP8Autocast scope(Recipe::delayed());
+    infer->forward(ids);
+    EXPECT_EQ(saved_bytes(), base);
+  }
 }
 
 }  // namespace

@@ -229,7 +229,7 @@ TEST(Config, UnknownKeysAreNamedWithAHint) {
                         R"(did you mean "model.n_layer"?)"));
   EXPECT_THAT(set_error("model.dropout=0.1"),
               AllOf(HasSubstr(R"(unknown config key "model.dropout")"),
-                    HasSubstr("the keys of model are model.n_layer, model.d_model")));
+                    HasSubstr("the keys of model are model.arch, model.n_layer, model.d_model")));
   EXPECT_THAT(set_error("logging.level=info"),
               HasSubstr("the sections are model, fp8, data, optimizer, schedule, training or "
                         "output"));
@@ -316,9 +316,13 @@ TEST(Config, ChecksBetweenKeysNameTheKey) {
 TEST(Config, RoundTripsThroughJson) {
   // Every key away from its default, so a key that is dropped or mis-read on the way shows.
   const RunConfig c =
-      with({"model.n_layer=3",
+      with({"model.arch=llama",
+            "model.n_layer=3",
             "model.d_model=96",
             "model.n_head=6",
+            "model.n_kv_head=2",
+            "model.rope_theta=500000",
+            "model.ffn_hidden=160",
             "model.vocab=300",
             "model.seq_len=40",
             "model.activation=swiglu",

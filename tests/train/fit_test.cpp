@@ -107,17 +107,35 @@ std::vector<double> losses_of(const FitResult& r) {
   return out;
 }
 
+// The small GPT in GPT-2 form, or in Llama form (rotary positions, one key/value head for two
+// query heads, RMSNorm, SwiGLU, no biases, an untied head).
+modules::GPTConfig model_config(const std::optional<Recipe>& recipe, modules::Arch arch) {
+  modules::GPTConfig c = test::small_gpt(recipe);
+  if (arch == modules::Arch::kLlama) {
+    c.arch = arch;
+    c.n_kv_head = 1;
+    c.norm = modules::NormKind::kRMSNorm;
+    c.activation = modules::MLPActivation::kSwiglu;
+    c.bias = modules::Bias::kNo;
+    c.tie_embeddings = modules::TieEmbeddings::kNo;
+  }
+  return c;
+}
+
 class FitResume : public ::testing::TestWithParam<int> {};
 
 TEST_P(FitResume, AStoppedRunResumedFromItsCheckpointMatchesTheStraightRun) {
-  const std::vector<std::optional<Recipe>> recipes = {std::nullopt, Recipe::delayed(),
-                                                      Recipe::current(), Recipe::nvfp4()};
-  const std::optional<Recipe> recipe = recipes[static_cast<size_t>(GetParam())];
+  const std::vector<std::optional<Recipe>> recipes = {std::nullopt,        Recipe::delayed(),
+                                                      Recipe::current(),   Recipe::mxfp8(),
+                                                      Recipe::blockwise(), Recipe::nvfp4()};
+  const std::optional<Recipe> recipe = recipes[static_cast<size_t>(GetParam()) % recipes.size()];
+  const modules::Arch arch =
+      GetParam() < static_cast<int>(recipes.size()) ? modules::Arch::kGPT2 : modules::Arch::kLlama;
   test::ScratchDir dir;
   const std::string data_dir = write_shards(dir);
 
   auto data = shards(data_dir);
-  modules::GPT model(test::small_gpt(recipe));
+  modules::GPT model(model_config(recipe, arch));
   Trainer trainer(model, options_for(recipe));
   Recorder seen;
   const FitResult straight = trainer.fit(*data, fit_options(10, dir.file("a.safetensors")), &seen);
@@ -135,7 +153,7 @@ TEST_P(FitResume, AStoppedRunResumedFromItsCheckpointMatchesTheStraightRun) {
   // Stopped after step 6: the last checkpoint is step 4's, with the caller's metadata and the
   // data position.
   auto data_b = shards(data_dir);
-  modules::GPT model_b(test::small_gpt(recipe));
+  modules::GPT model_b(model_config(recipe, arch));
   Trainer stopped(model_b, options_for(recipe));
   Recorder stop;
   stop.stop_after = 6;
@@ -148,7 +166,7 @@ TEST_P(FitResume, AStoppedRunResumedFromItsCheckpointMatchesTheStraightRun) {
   EXPECT_EQ(saved.metadata.count(kDataStateKey), 1u);
 
   auto data_c = shards(data_dir);
-  modules::GPT model_c(test::small_gpt(recipe));
+  modules::GPT model_c(model_config(recipe, arch));
   Trainer resumed(model_c, options_for(recipe));
   resumed.resume(dir.file("b.safetensors"), *data_c);
   EXPECT_EQ(resumed.steps_done(), 4);
@@ -162,7 +180,7 @@ TEST_P(FitResume, AStoppedRunResumedFromItsCheckpointMatchesTheStraightRun) {
   EXPECT_TRUE(same_bits(rest.final_eval->loss, straight.final_eval->loss));
 }
 
-INSTANTIATE_TEST_SUITE_P(Recipes, FitResume, ::testing::Range(0, 4));
+INSTANTIATE_TEST_SUITE_P(RecipesAndArchs, FitResume, ::testing::Range(0, 12));
 
 TEST(Fit, RunsTheStepsThatStepWouldRun) {
   // fit() is step() on this rank's rows of the dataset's batches: the same losses as a loop

@@ -1,0 +1,100 @@
+// Rotary positions and grouped-query heads on the GPU: qkv (B, T, H + 2G, D) to the packed
+// (B, T, 3, H, D) causal_attention reads, and its gradient back. One thread per output element;
+// the arithmetic is math/rope.h's and the head sums go in the CPU's order, so both backends give
+// the same bits. Operands f32, bf16 or f16.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/math/rope.h"
+
+namespace octet::cuda {
+namespace {
+
+struct HeadShape {
+  int64_t T, H, G, D;
+};
+
+// packed[r, part, h, d] for r over B*T rows.
+__global__ void pack_heads_kernel(ActIn qkv, const float* rope, HeadShape s, ActOut packed,
+                                  int64_t n) {
+  const int64_t half = s.D / 2, rep = s.H / s.G, width = (s.H + 2 * s.G) * s.D;
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t d = e % s.D, h = e / s.D % s.H, part = e / (s.D * s.H) % 3,
+                  r = e / (3 * s.H * s.D);
+    const ActIn x = qkv + r * width;
+    const int64_t head = part == 0 ? h : part == 1 ? s.H + h / rep : s.H + s.G + h / rep;
+    if (part == 2 || rope == nullptr) {
+      packed.set(e, x[head * s.D + d]);
+      continue;
+    }
+    const float* cs = rope + (r % s.T) * s.D;
+    const int64_t i = d < half ? d : d - half;
+    float lo, hi;
+    math::rope_rotate(x[head * s.D + i], x[head * s.D + half + i], cs[i], cs[half + i], lo, hi);
+    packed.set(e, d < half ? lo : hi);
+  }
+}
+
+// dqkv[r, slot, d] for slot over H + 2G.
+__global__ void pack_heads_backward_kernel(ActIn dpacked, const float* rope, HeadShape s,
+                                           ActOut dqkv, int64_t n) {
+  const int64_t half = s.D / 2, rep = s.H / s.G, slots = s.H + 2 * s.G;
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t d = e % s.D, slot = e / s.D % slots, r = e / (s.D * slots);
+    const ActIn dy = dpacked + r * 3 * s.H * s.D;
+    // The packed heads this slot fed: one query head, or the rep heads of a key / value group.
+    int64_t first, count = rep;
+    if (slot < s.H) {
+      first = slot;
+      count = 1;
+    } else if (slot < s.H + s.G) {
+      first = s.H + (slot - s.H) * rep;
+    } else {
+      first = 2 * s.H + (slot - s.H - s.G) * rep;
+    }
+    const bool rotated = rope != nullptr && slot < s.H + s.G;
+    const int64_t i = rotated && d >= half ? d - half : d;
+    auto head_sum = [&](int64_t k) {  // in head order, as the CPU adds them
+      float sum = dy[first * s.D + k];
+      for (int64_t j = 1; j < count; ++j) sum += dy[(first + j) * s.D + k];
+      return sum;
+    };
+    if (!rotated) {
+      dqkv.set(e, head_sum(d));
+      continue;
+    }
+    const float* cs = rope + (r % s.T) * s.D;
+    float lo, hi;
+    math::rope_rotate_back(head_sum(i), head_sum(half + i), cs[i], cs[half + i], lo, hi);
+    dqkv.set(e, d < half ? lo : hi);
+  }
+}
+
+}  // namespace
+
+void pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope,
+                Tensor& packed) {
+  const int64_t n = packed.numel();
+  if (n == 0) return;
+  const HeadShape s{qkv.size(1), heads, kv_heads, qkv.size(2) / (heads + 2 * kv_heads)};
+  pack_heads_kernel<<<blocks_for(n), kThreads, 0, stream_of(qkv)>>>(
+      act_in(qkv), rope.defined() ? rope.data_as<float>() : nullptr, s, act_out(packed), n);
+  OCTET_CUDA_LAUNCH_CHECK("pack_heads");
+}
+
+void pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads, const Tensor& rope,
+                         Tensor& dqkv) {
+  const int64_t n = dqkv.numel();
+  if (n == 0) return;
+  const HeadShape s{dpacked.size(1), heads, kv_heads, dpacked.size(2) / (3 * heads)};
+  pack_heads_backward_kernel<<<blocks_for(n), kThreads, 0, stream_of(dpacked)>>>(
+      act_in(dpacked), rope.defined() ? rope.data_as<float>() : nullptr, s, act_out(dqkv), n);
+  OCTET_CUDA_LAUNCH_CHECK("pack_heads_backward");
+}
+
+}  // namespace octet::cuda
