@@ -10,9 +10,11 @@
 #include <string_view>
 
 #include "data/dataset.h"
+#include "modules/gpt.h"
 #include "runtime/rng.h"
 #include "tools/config.h"
 #include "train/checkpoint.h"
+#include "train/hf_checkpoint.h"
 
 namespace octet::cli {
 
@@ -45,5 +47,43 @@ void load_model_state(modules::Module& model, const Checkpoint& checkpoint);
 // written under `saved`: every model.*, fp8.* and data.* key and optimizer.kind must be equal.
 void check_resumable(const config::RunConfig& saved, const config::RunConfig& run,
                      const std::string& path);
+
+// ---- models without their data, Hugging Face folders, and --init ----
+
+// The GPT a config describes, built with no dataset: model.vocab and model.seq_len must be set.
+// For commands that only run or convert a model (import, export, generate --prompt-ids).
+modules::GPTConfig gpt_config_without_data(const config::RunConfig& config);
+
+// The run config of a model imported from the Hugging Face folder `folder`: its model.* keys,
+// fp8.enabled=false (high precision until a recipe is chosen), every other key at its default.
+// A hyperparameter the run config cannot hold is an error naming the folder and the key.
+config::RunConfig imported_run_config(const train::HfModel& hf, const std::string& folder);
+
+// Writes `hf` as a run checkpoint at `path` (atomically): its weights, step 0, the config of
+// imported_run_config, and the folder's bos/eos token ids ("hf_token_ids") for export.
+void write_imported_checkpoint(const train::HfModel& hf, const std::string& folder,
+                               const std::string& path);
+
+// The token ids write_imported_checkpoint recorded (none for a checkpoint octet trained).
+train::HfExportOptions hf_export_options(const Checkpoint& checkpoint);
+
+// model.vocab and model.seq_len, where they are 0 (taken from the data), from the sizes of the
+// checkpoint's token and position embeddings.
+void complete_model_keys(config::RunConfig& config, const Checkpoint& checkpoint);
+
+// The weights `octet train --init SOURCE` starts from: a Hugging Face folder or a run checkpoint
+// (FP8 primary weights dequantized), as f32 parameter values, with the model.* keys they need.
+struct InitWeights {
+  config::ModelConfig model;
+  NamedTensors values;
+};
+InitWeights read_init_weights(const std::string& source);
+
+// Hands the weights of --init from the command to train(): set before the run, taken by
+// load_init_weights right after the model is built. Empty values: none.
+void set_init_weights(NamedTensors values);
+// Loads the weights set_init_weights holds into `model` (FP8 primary weights quantized from them,
+// their f32 masters set to them) and lets them go; does nothing when none are held.
+void load_init_weights(modules::GPT& model);
 
 }  // namespace octet::cli

@@ -1,7 +1,8 @@
-// Command-line parsing and the train / eval / generate / inspect commands.
+// Command-line parsing and the train / eval / generate / inspect / import / export commands.
 #include "tools/commands.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -19,6 +20,7 @@
 #include "runtime/log.h"
 #include "runtime/memory.h"
 #include "runtime/parallel.h"
+#include "runtime/text_file.h"
 #include "tools/bench.h"
 #include "tools/checkpoint.h"
 #include "tools/inspect.h"
@@ -122,34 +124,48 @@ std::string required(const Parsed& p, std::string_view name, std::string_view co
 
 // ---- the model of a checkpoint ----
 
-// The config a checkpoint was trained with, with `sets` applied; model.* and fp8.* must stay.
+// The config a checkpoint was trained with, with `sets` applied. model.* must stay; fp8.* may
+// change only for a checkpoint of high-precision weights (fp8.enabled=false), which any recipe
+// can then run.
 config::RunConfig checkpoint_config(const cli::Checkpoint& ckpt,
                                     const std::vector<std::string>& sets) {
-  config::RunConfig c = ckpt.state.config;
+  const config::RunConfig& saved = ckpt.state.config;
+  config::RunConfig c = saved;
   for (const std::string& s : sets) config::apply_override(c, s);
-  OCTET_CHECK(c.model == ckpt.state.config.model && c.fp8 == ckpt.state.config.fp8,
-              "--set cannot change model.* or fp8.* of a trained checkpoint (", ckpt.path, ")");
-  // The vocabulary the weights were trained with, whatever data is given now.
-  for (const auto& [name, t] : ckpt.model) {
-    if (name == "wte.weight" && t.dim() == 2 && c.model.vocab == 0) c.model.vocab = t.size(0);
-  }
+  OCTET_CHECK(c.model == saved.model, "--set cannot change model.* of a trained checkpoint (",
+              ckpt.path, ")");
+  OCTET_CHECK(c.fp8 == saved.fp8 || !saved.fp8.enabled, "--set cannot change fp8.* of ", ckpt.path,
+              ": it was trained under an FP8 recipe, and only a checkpoint of "
+              "high-precision weights (fp8.enabled=false) may run under another");
+  // The vocabulary and length the weights were trained with, whatever data is given now.
+  cli::complete_model_keys(c, ckpt);
   config::validate(c);
   return c;
 }
+
+enum class DataUse : uint8_t {
+  kOpen,  // the checkpoint's data (or --data): for eval and text prompts
+  kNone,  // no data: token ids only
+};
 
 struct LoadedModel {
   config::RunConfig config;
   std::unique_ptr<data::Dataset> dataset;
   std::unique_ptr<modules::GPT> model;
   int64_t step = 0;
+  train::HfExportOptions hf_tokens;  // the token ids of an imported model, for export
 };
 
 // Builds and loads the model in inference mode (the caller holds the guard): FP8 primary weights
 // are made row-wise only, and nothing records autograd state.
 LoadedModel load_model(const std::string& path, const std::vector<std::string>& sets,
-                       const std::optional<std::string>& data_path) {
+                       const std::optional<std::string>& data_path, DataUse use = DataUse::kOpen) {
   const cli::Checkpoint ckpt = cli::read_checkpoint(path);
   config::RunConfig c = checkpoint_config(ckpt, sets);
+  LoadedModel m;
+  if (use == DataUse::kNone) {
+    m.model = std::make_unique<modules::GPT>(cli::gpt_config_without_data(c));
+  }
   if (data_path) {
     OCTET_CHECK(c.data.kind != "task", "--data: checkpoint ", path,
                 " was trained on the built-in task (", c.data.task,
@@ -159,13 +175,20 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
     // the file named is the file evaluated (all of it, as the run's val_path was).
     if (!c.data.val_path.empty()) c.data.val_path = *data_path;
   }
-  LoadedModel m;
-  m.dataset = data::open_dataset(config::data_options(c));
-  m.model = std::make_unique<modules::GPT>(cli::gpt_config(c, *m.dataset));
-  cli::load_model_state(*m.model, ckpt);
+  if (use == DataUse::kOpen) {
+    m.dataset = data::open_dataset(config::data_options(c));
+    m.model = std::make_unique<modules::GPT>(cli::gpt_config(c, *m.dataset));
+  }
+  if (c.fp8 == ckpt.state.config.fp8) {
+    cli::load_model_state(*m.model, ckpt);
+  } else {
+    // High-precision weights under a recipe chosen now: the FP8 metas start fresh.
+    train::load_parameter_values(*m.model, ckpt.model);
+  }
   m.model->eval();
   m.config = std::move(c);
   m.step = ckpt.state.step;
+  m.hf_tokens = cli::hf_export_options(ckpt);
   return m;
 }
 
@@ -208,6 +231,64 @@ void refuse_existing_run(const std::string& dir) {
               "another --out");
 }
 
+// "1,2,3": token ids, each an integer in [0, 2^31).
+std::vector<int32_t> parse_token_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    const std::string piece = text.substr(begin, end - begin);
+    int32_t id = 0;
+    const auto [stop, ec] = std::from_chars(piece.data(), piece.data() + piece.size(), id);
+    OCTET_CHECK(ec == std::errc() && stop == piece.data() + piece.size() && id >= 0,
+                "--prompt-ids: \"", piece,
+                "\" is not a token id (expected integers >= 0 "
+                "separated by commas, such as 1,2,3)");
+    ids.push_back(id);
+    begin = end + 1;
+  }
+  return ids;
+}
+
+// The run config of `octet train --init SOURCE`: the model.* keys of its weights (all but
+// fp8_primary_weights, which the run chooses), under the config file and --set. A model key the
+// file or --set gives must agree with the weights.
+config::RunConfig init_config(const std::string& file, const std::vector<std::string>& sets,
+                              const config::ModelConfig& model, const std::string& source) {
+  config::RunConfig with_model;
+  with_model.model = model;
+  nlohmann::ordered_json want = config::to_json(with_model)["model"];
+  want.erase("fp8_primary_weights");
+  const auto check = [&](const std::string& key, const nlohmann::ordered_json& value,
+                         const std::string& from) {
+    OCTET_CHECK(!want.contains(key) || want[key] == value, "config key \"model.", key, "\" is ",
+                value.dump(), " (", from, "), but the --init weights of ", source, " have model.",
+                key, "=", want[key].dump());
+  };
+  if (!file.empty()) {
+    const auto json = nlohmann::ordered_json::parse(read_file_text(file, "config file"), nullptr,
+                                                    /*allow_exceptions=*/false,
+                                                    /*ignore_comments=*/true);
+    if (json.is_object() && json.contains("model") && json["model"].is_object()) {
+      for (const auto& [key, value] : json["model"].items()) check(key, value, "from " + file);
+    }
+  }
+  std::vector<std::string> overrides = {"model=" + want.dump()};
+  overrides.insert(overrides.end(), sets.begin(), sets.end());
+  const config::RunConfig c = config::load_config(file, overrides);
+  const nlohmann::ordered_json resolved = config::to_json(c);
+  for (const auto& [key, value] : resolved["model"].items()) check(key, value, "from --set");
+  return c;
+}
+
+// Forgets the weights of --init however the run ends.
+struct InitWeightsScope {
+  explicit InitWeightsScope(NamedTensors values) { cli::set_init_weights(std::move(values)); }
+  ~InitWeightsScope() { cli::set_init_weights({}); }
+  InitWeightsScope(const InitWeightsScope&) = delete;
+  InitWeightsScope& operator=(const InitWeightsScope&) = delete;
+};
+
 }  // namespace
 
 // ---- commands ----
@@ -217,6 +298,7 @@ int run_train(const Args& args, std::ostream& out) {
                          {{"--config", Takes::kValue},
                           {"--set", Takes::kValue},
                           {"--out", Takes::kValue},
+                          {"--init", Takes::kValue},
                           {"--resume", Takes::kFlag},
                           {"--overwrite", Takes::kFlag},
                           {"--quiet", Takes::kFlag}});
@@ -227,6 +309,11 @@ int run_train(const Args& args, std::ostream& out) {
   no_positional(p, "train");
   const std::vector<std::string> sets = p.values("--set");
   const cli::Resume resume = p.has("--resume") ? cli::Resume::kYes : cli::Resume::kNo;
+  const std::optional<std::string> init = p.value("--init");
+  OCTET_CHECK(!init || resume == cli::Resume::kNo,
+              "octet train: --init starts a new run from weights and --resume continues one: "
+              "give one of them");
+  cli::InitWeights weights;
   config::RunConfig c;
   if (resume == cli::Resume::kYes && !p.has("--config")) {
     // Resuming without a config file continues the run as it was configured (plus --set).
@@ -239,6 +326,11 @@ int run_train(const Args& args, std::ostream& out) {
     c = cli::read_checkpoint(path).state.config;
     for (const std::string& s : sets) config::apply_override(c, s);
     c.output.dir = dir;
+  } else if (init) {
+    OCTET_CHECK(!init->empty(), "--init: expected a Hugging Face folder or a checkpoint");
+    weights = cli::read_init_weights(*init);
+    c = init_config(p.value("--config").value_or(""), sets, weights.model, *init);
+    if (p.has("--out")) c.output.dir = *p.value("--out");
   } else {
     c = config::load_config(p.value("--config").value_or(""), sets);
     if (p.has("--out")) c.output.dir = *p.value("--out");
@@ -254,6 +346,10 @@ int run_train(const Args& args, std::ostream& out) {
   const cli::ProgressStyle style = p.has("--quiet") ? cli::ProgressStyle::kQuiet
                                    : terminal       ? cli::ProgressStyle::kLive
                                                     : cli::ProgressStyle::kLines;
+  const InitWeightsScope init_scope(std::move(weights.values));
+  if (init && style != cli::ProgressStyle::kQuiet && launch_info().rank == 0) {
+    out << "starting from the weights of " << *init << '\n';
+  }
   cli::train(c, resume, out, style);
   return 0;
 }
@@ -296,6 +392,8 @@ int run_generate(const Args& args, std::ostream& out, std::ostream& err) {
   const Parsed p = parse(args, "generate",
                          {{"--checkpoint", Takes::kValue},
                           {"--prompt", Takes::kValue},
+                          {"--prompt-ids", Takes::kValue},
+                          {"--set", Takes::kValue},
                           {"--max-new-tokens", Takes::kValue},
                           {"--temperature", Takes::kValue},
                           {"--seed", Takes::kValue}});
@@ -305,19 +403,23 @@ int run_generate(const Args& args, std::ostream& out, std::ostream& err) {
   }
   no_positional(p, "generate");
   const std::string path = required(p, "--checkpoint", "generate");
-  const std::string prompt = required(p, "--prompt", "generate");
+  const std::optional<std::string> prompt_ids = p.value("--prompt-ids");
+  OCTET_CHECK(!(prompt_ids && p.has("--prompt")),
+              "octet generate: give --prompt (text) or --prompt-ids (token ids), not both");
+  const std::string prompt = prompt_ids ? *prompt_ids : required(p, "--prompt", "generate");
   const double temperature = parse_double(p.value("--temperature").value_or("0"), "--temperature");
   OCTET_CHECK(temperature >= 0, "--temperature: expected a number >= 0 (0: greedy), got ",
               temperature);
   const auto seed = static_cast<uint64_t>(parse_int(p.value("--seed").value_or("0"), "--seed", 0));
   reset_peak_memory();
   autograd::InferenceModeGuard inference;
-  LoadedModel m = load_model(path, {}, std::nullopt);
+  LoadedModel m = load_model(path, p.values("--set"), std::nullopt,
+                             prompt_ids ? DataUse::kNone : DataUse::kOpen);
   const auto* task = dynamic_cast<const data::AlgorithmicTask*>(m.dataset.get());
   const int64_t new_tokens = p.has("--max-new-tokens")
                                  ? parse_int(*p.value("--max-new-tokens"), "--max-new-tokens", 1)
                                  : (task != nullptr ? task->answer_len() : 64);
-  const std::vector<int32_t> ids = m.dataset->encode(prompt);
+  const std::vector<int32_t> ids = prompt_ids ? parse_token_ids(prompt) : m.dataset->encode(prompt);
   OCTET_CHECK(!ids.empty(), "--prompt: \"", prompt, "\" encodes to no tokens");
   const Tensor prompts =
       Tensor::from_bytes(ids.data(), {1, static_cast<int64_t>(ids.size())}, DType::kI32);
@@ -325,7 +427,12 @@ int run_generate(const Args& args, std::ostream& out, std::ostream& err) {
   const Tensor tokens = train::generate_tokens(*m.model, cli::run_recipe(m.config), prompts,
                                                new_tokens, static_cast<float>(temperature), &gen);
   const auto* t = tokens.data_as<int32_t>();
-  out << prompt << m.dataset->decode(std::vector<int32_t>(t, t + tokens.numel())) << '\n';
+  const std::vector<int32_t> generated(t, t + tokens.numel());
+  if (prompt_ids) {
+    out << fmt::format("{}\n", fmt::join(generated, ","));
+  } else {
+    out << prompt << m.dataset->decode(generated) << '\n';
+  }
   // stdout is only the text, so it can be piped; the memory summary is for the person.
   err << memory_line(*m.model) << '\n';
   return 0;
@@ -345,6 +452,49 @@ int run_inspect(const Args& args, std::ostream& out) {
   } else {
     out << cli::inspect_text(ckpt);
   }
+  return 0;
+}
+
+int run_import(const Args& args, std::ostream& out) {
+  const Parsed p = parse(args, "import", {{"--out", Takes::kValue}});
+  if (p.has("--help")) {
+    out << help_text("import");
+    return 0;
+  }
+  OCTET_CHECK(p.positional.size() == 1, "octet import: expected one Hugging Face folder, got ",
+              p.positional.size(), " (see octet import --help)");
+  const std::string& folder = p.positional.front();
+  const std::string path = required(p, "--out", "import");
+  std::error_code ec;
+  OCTET_CHECK(!std::filesystem::exists(path, ec), "--out ", path,
+              " exists: choose another path or remove it");
+  const train::HfModel hf = train::import_hf(folder);
+  cli::write_imported_checkpoint(hf, folder, path);
+  const modules::GPTConfig& g = hf.config;
+  out << fmt::format(
+      "imported {} from {} into {}: {} layers, d_model {}, {} heads, vocab {}, context {}; f32 "
+      "weights (fp8.enabled=false until a recipe is chosen)\n",
+      hf.architecture, folder, path, g.n_layer, g.d_model, g.n_head, g.vocab_size, g.max_seq_len);
+  return 0;
+}
+
+int run_export(const Args& args, std::ostream& out) {
+  const Parsed p = parse(args, "export", {{"--to", Takes::kValue}});
+  if (p.has("--help")) {
+    out << help_text("export");
+    return 0;
+  }
+  OCTET_CHECK(p.positional.size() == 1, "octet export: expected one checkpoint path, got ",
+              p.positional.size(), " (see octet export --help)");
+  const std::string& path = p.positional.front();
+  const std::string folder = required(p, "--to", "export");
+  autograd::InferenceModeGuard inference;
+  LoadedModel m = load_model(path, {}, std::nullopt, DataUse::kNone);
+  train::export_hf(*m.model, folder, m.hf_tokens);
+  out << fmt::format(
+      "exported {} (step {}) to {} as GPT2LMHeadModel: config.json, "
+      "model.safetensors (f32)\n",
+      path, m.step, folder);
   return 0;
 }
 
@@ -437,9 +587,12 @@ int run_octet(const Args& args, std::ostream& out, std::ostream& err) {
     if (command == "eval") return run_eval(rest, out);
     if (command == "generate") return run_generate(rest, out, err);
     if (command == "inspect") return run_inspect(rest, out);
+    if (command == "import") return run_import(rest, out);
+    if (command == "export") return run_export(rest, out);
     if (command == "bench") return bench::run_bench(rest, out);
     err << "octet: unknown command \"" << command
-        << "\"; the commands are train, eval, generate, bench and inspect (octet --help)\n";
+        << "\"; the commands are train, eval, generate, bench, inspect, import and export (octet "
+           "--help)\n";
     return 2;
   } catch (const CollectiveError& e) {
     return report_error(command, user_message(e.what()), err, /*every_rank=*/true);

@@ -1,6 +1,6 @@
-// The subcommands of the `octet` program (train, eval, generate, inspect; bench lives in
-// tools/bench.h) and their help texts. Each takes the words after its name and returns the exit
-// code; bad input throws octet::Error, which main() prints as one line.
+// The subcommands of the `octet` program (train, eval, generate, inspect, import, export; bench
+// lives in tools/bench.h) and their help texts. Each takes the words after its name and returns the
+// exit code; bad input throws octet::Error, which main() prints as one line.
 #pragma once
 
 #include <iosfwd>
@@ -16,6 +16,10 @@ int run_train(const Args& args, std::ostream& out);
 int run_eval(const Args& args, std::ostream& out);
 int run_generate(const Args& args, std::ostream& out, std::ostream& err);
 int run_inspect(const Args& args, std::ostream& out);
+// Hugging Face folders: `import HF_DIR --out FILE` writes a run checkpoint, `export FILE --to DIR`
+// writes a folder transformers loads.
+int run_import(const Args& args, std::ostream& out);
+int run_export(const Args& args, std::ostream& out);
 
 // "usage: octet ..." for the program, or for one command ("" for the program).
 std::string help_text(std::string_view command);

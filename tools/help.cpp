@@ -20,6 +20,8 @@ commands:
   generate   continue a prompt with a checkpoint, in inference mode
   bench      time f32 and each FP8 recipe: GEMMs, layers, a model
   inspect    what a checkpoint holds: tensors, FP8 metas, bytes by usage, config
+  import     a Hugging Face model folder (GPT2LMHeadModel) as a checkpoint
+  export     a checkpoint as a Hugging Face model folder that transformers loads
 
 options of every command:
   --threads N        CPU threads (default: the machine's cores; train: training.threads)
@@ -32,10 +34,14 @@ examples:
   octet eval --checkpoint runs/default/checkpoint.safetensors
   octet generate --checkpoint runs/default/checkpoint.safetensors --prompt 931275'>'
   octet inspect runs/default/checkpoint.safetensors
+  octet import hf/gpt2 --out gpt2.safetensors
+  octet generate --checkpoint gpt2.safetensors --prompt-ids 464,2068,7586
+  octet train --init gpt2.safetensors --config run.json --out runs/tuned
+  octet export runs/tuned/checkpoint.safetensors --to hf/gpt2-tuned
 )";
 
 constexpr const char* kTrainHelp =
-    R"(usage: octet train [--config FILE] [--set key=value ...] [--out DIR] [--resume | --overwrite] [--quiet]
+    R"(usage: octet train [--config FILE] [--set key=value ...] [--out DIR] [--init SOURCE] [--resume | --overwrite] [--quiet]
 
 Trains a GPT as the config says: built-in defaults (configs/train/default.json), then FILE,
 then each --set (a dotted key, e.g. --set optimizer.lr=1e-3; every key: configs/README.md).
@@ -44,6 +50,9 @@ then each --set (a dotted key, e.g. --set optimizer.lr=1e-3; every key: configs/
   --set key=value   override one key; repeatable; the value is JSON or a bare string
   --out DIR         the run directory (output.dir): config.json, metrics.jsonl, loss.svg,
                     checkpoint.safetensors
+  --init SOURCE     start a new run from the weights of SOURCE, a checkpoint or a Hugging Face
+                    folder: its model.* keys are the run's (a file or --set that gives one
+                    must agree); any recipe, FP8 primary weights quantized from the weights
   --resume          continue exactly from DIR/checkpoint.safetensors; without --config the
                     run's saved config is used (extend it with --set training.steps=N)
   --overwrite       start a new run in a DIR that holds one, replacing it (without --resume
@@ -67,18 +76,26 @@ Evaluates a checkpoint on held-out data in inference mode: exact-match accuracy 
   --data FILE        other text / shard data than the run's (same vocabulary): its held-out
                      tail, or all of it for a shard run trained with data.val_path
   --examples N       held-out problems to generate (task; default training.eval_examples)
-  --set key=value    override data.* or training.eval_* keys of the saved config
+  --set key=value    override data.* or training.eval_* keys of the saved config; fp8.* too
+                     for a checkpoint of high-precision weights (fp8.enabled=false: an
+                     imported model), e.g. --set fp8.enabled=true --set fp8.recipe=...
   --json             one JSON object instead of a sentence
 )";
 
 constexpr const char* kGenerateHelp =
-    R"(usage: octet generate --checkpoint PATH --prompt TEXT [--max-new-tokens N] [--temperature T] [--seed S]
+    R"(usage: octet generate --checkpoint PATH (--prompt TEXT | --prompt-ids IDS) [--max-new-tokens N] [--temperature T] [--seed S] [--set key=value ...]
 
 Continues TEXT with the checkpoint's model in inference mode: FP8 weights row-wise only, no
-column-wise data, no optimizer state, no saved tensors. Ends with a one-line memory summary.
+column-wise data, no optimizer state, no saved tensors. Ends with a one-line memory summary
+(on stderr).
 
-  --checkpoint PATH    a checkpoint written by octet train
+  --checkpoint PATH    a checkpoint written by octet train or octet import
   --prompt TEXT        in the data's alphabet (task: digits and '>' or '+', '='; text: UTF-8)
+  --prompt-ids IDS     token ids instead, such as 1,2,3 (needs no data or tokenizer); prints
+                       the generated ids, comma-separated, on one line
+  --set key=value      as for eval: fp8.* of a high-precision checkpoint runs it under a
+                       recipe (current, mxfp8, blockwise, nvfp4 scale from the tensors; delayed
+                       keeps its initial scales, as no amax is recorded in inference)
   --max-new-tokens N   tokens to add (default: the task's answer length, else 64)
   --temperature T      0 (default): greedy; > 0: sample from softmax(logits / T)
   --seed S             the sampling stream (default 0)
@@ -91,6 +108,27 @@ amax, head of the amax history per slot); bytes by usage (FP8 row-wise / column-
 weights, optimizer state, FP8 metas); the trainer state and the config.
 
   --json   the same as one JSON document
+)";
+
+constexpr const char* kImportHelp = R"(usage: octet import HF_DIR --out FILE
+
+Reads a Hugging Face model folder (config.json and model.safetensors, or the shards that
+model.safetensors.index.json lists; F32, BF16 or F16 tensors) of a GPT2LMHeadModel and writes
+it as an octet checkpoint: f32 weights, the model.* keys of its config, fp8.enabled=false (high
+precision until a recipe is chosen: --set on eval and generate, a config or --set on
+train --init). A folder it cannot take is one error naming the tensor or key; nothing is written.
+
+  --out FILE   the checkpoint to write (must not exist)
+)";
+
+constexpr const char* kExportHelp = R"(usage: octet export FILE --to DIR
+
+Writes the checkpoint FILE as a Hugging Face GPT2LMHeadModel folder that transformers loads:
+config.json and model.safetensors (F32; FP8 primary weights dequantized). DIR must not exist
+or be empty; it appears whole or not at all. A model GPT-2 cannot express (RMSNorm, no biases,
+a gated activation) is refused, naming the config key.
+
+  --to DIR   the folder to write
 )";
 
 constexpr const char* kBenchHelp =
@@ -113,6 +151,7 @@ struct CommandHelp {
 constexpr CommandHelp kCommandHelp[] = {
     {"", kOverviewHelp},         {"train", kTrainHelp},     {"eval", kEvalHelp},
     {"generate", kGenerateHelp}, {"inspect", kInspectHelp}, {"bench", kBenchHelp},
+    {"import", kImportHelp},     {"export", kExportHelp},
 };
 
 }  // namespace
@@ -122,7 +161,7 @@ std::string help_text(std::string_view command) {
     if (command == h.command) return h.text;
   }
   OCTET_FAIL("no help for unknown command \"", command,
-             "\"; the commands are train, eval, generate, bench and inspect");
+             "\"; the commands are train, eval, generate, bench, inspect, import and export");
 }
 
 }  // namespace octet::cli

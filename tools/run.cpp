@@ -518,6 +518,7 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
   std::unique_ptr<data::Dataset> dataset = data::open_dataset(config::data_options(c));
   reset_peak_memory(launch.device);
   modules::GPT model(gpt_config(c, *dataset));
+  load_init_weights(model);  // octet train --init: the weights a new run starts from
   model.to(launch.device);  // before the trainer's optimizer, made where the parameters live
   train::TrainerOptions options = trainer_options(c);
   if (world.size() > 1) {
