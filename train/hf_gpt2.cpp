@@ -102,6 +102,12 @@ double decimal(float x) { return std::stod(fmt::format("{}", x)); }
 
 nlohmann::ordered_json write_config(const GPTConfig& c, const HfExportOptions& options) {
   const char* refuse = "cannot export to GPT2LMHeadModel: config key ";
+  OCTET_CHECK(c.arch == modules::Arch::kGPT2, refuse,
+              "\"model.arch\" is llama, but GPT-2 has learned positions");
+  OCTET_CHECK(c.tie_embeddings == modules::TieEmbeddings::kYes, refuse,
+              "\"model.tie_embeddings\" is false, but GPT2LMHeadModel ties its LM head to wte");
+  OCTET_CHECK(c.n_kv_head == 0 || c.n_kv_head == c.n_head, refuse, "\"model.n_kv_head\" is ",
+              c.n_kv_head, ", but GPT-2 has one key/value head per head (", c.n_head, ")");
   OCTET_CHECK(c.norm == modules::NormKind::kLayerNorm, refuse,
               "\"model.norm\" is rmsnorm, but GPT-2 has LayerNorm");
   OCTET_CHECK(c.zero_centered_gamma == modules::ZeroCenteredGamma::kNo, refuse,

@@ -7,6 +7,7 @@ Writes, under OUT_DIR:
   gpt2_f32/          F32, names without a prefix, the attention-mask buffers real files carry
   gpt2_bf16/         BF16, "transformer." names, a tied lm_head.weight equal to wte
   gpt2_f16_sharded/  F16, "transformer." names, three shards and model.safetensors.index.json
+  gpt2_n_inner/      F32, an MLP of width n_inner = 48 instead of 4 * n_embd
   bad_*/             folders octet must refuse, one fault each (see BAD below)
 Each good folder also holds reference.json: token ids (B, T), the logits (B, T, vocab) of GPT-2's
 forward in float64 on the weights as stored (bf16 and f16 values decoded exactly), and per logit
@@ -29,6 +30,7 @@ import numpy as np
 VOCAB, POSITIONS, EMBD, HEADS, LAYERS = 50, 16, 32, 4, 2
 EPS = 1e-5
 BATCH, TOKENS = 2, 11
+INNER = 48  # gpt2_n_inner's MLP width
 
 
 # ---- safetensors ----
@@ -220,6 +222,11 @@ def main():
     for name, options in good.items():
         folder = os.path.join(out, name)
         write_reference(folder, write_folder(folder, weights, **options), rng)
+    # An MLP narrower than 4 * n_embd (n_inner).
+    folder = os.path.join(out, "gpt2_n_inner")
+    stored = write_folder(folder, random_weights(rng, inner=INNER),
+                          config=config_json(n_inner=INNER))
+    write_reference(folder, stored, rng)
 
     def without(name):
         return {k: v for k, v in weights.items() if k != name}

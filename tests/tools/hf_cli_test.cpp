@@ -105,6 +105,14 @@ TEST(HfCli, ImportGenerateEvalExport) {
       same_weights(train::import_hf(folder("gpt2_bf16")), train::import_hf(scratch.file("hf"))));
   EXPECT_THAT(test::read_file_bytes(scratch.file("hf/config.json")),
               HasSubstr("\"eos_token_id\": 49"));
+
+  // n_inner becomes model.ffn_hidden, and goes back out.
+  const std::string inner = scratch.file("inner.safetensors");
+  ASSERT_EQ(octet({"import", folder("gpt2_n_inner"), "--out", inner}).code, 0);
+  EXPECT_THAT(octet({"inspect", inner}).out, HasSubstr("\"ffn_hidden\": 48"));
+  ASSERT_EQ(octet({"export", inner, "--to", scratch.file("inner_hf")}).code, 0);
+  EXPECT_TRUE(same_weights(train::import_hf(folder("gpt2_n_inner")),
+                           train::import_hf(scratch.file("inner_hf"))));
 }
 
 TEST(HfCli, BadInputIsOneLineAndWritesNothing) {

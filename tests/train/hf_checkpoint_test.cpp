@@ -32,7 +32,8 @@ namespace {
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
-constexpr const char* kGoodFolders[] = {"gpt2_f32", "gpt2_bf16", "gpt2_f16_sharded"};
+constexpr const char* kGoodFolders[] = {"gpt2_f32", "gpt2_bf16", "gpt2_f16_sharded",
+                                        "gpt2_n_inner"};
 
 #define REQUIRE_HF_FOLDERS()                 \
   do {                                       \
@@ -111,7 +112,8 @@ TEST(HfCheckpoint, ImportedLogitsMatchAFloat64Gpt2Forward) {
     const auto magnitude = ref["head_abs_sum"].get<std::vector<double>>();
     ASSERT_EQ(got.size(), want.size());
 
-    const int64_t C = hf.config.d_model, L = hf.config.n_layer, F = 4 * C;
+    const int64_t C = hf.config.d_model, L = hf.config.n_layer;
+    const int64_t F = hf.config.ffn == 0 ? 4 * C : hf.config.ffn;
     const int64_t D = C / hf.config.n_head;
     const double n = static_cast<double>(L * (4 * C + C + D + tokens + C + C + F) + 3 * C);
     const double u = std::ldexp(1.0, -24);
@@ -157,7 +159,11 @@ TEST(HfCheckpoint, ImportExportImportGivesIdenticalTensors) {
     EXPECT_EQ(config["model_type"], "gpt2");
     EXPECT_EQ(config["n_embd"], 32);
     EXPECT_EQ(config["n_positions"], 16);
-    EXPECT_TRUE(config["n_inner"].is_null());
+    if (first.config.ffn == 0) {
+      EXPECT_TRUE(config["n_inner"].is_null());
+    } else {
+      EXPECT_EQ(config["n_inner"], 48);
+    }
     EXPECT_EQ(config["activation_function"], "gelu_new");
     EXPECT_EQ(config["layer_norm_epsilon"], 1e-5);
     EXPECT_EQ(config["tie_word_embeddings"], true);
@@ -171,7 +177,8 @@ TEST(HfCheckpoint, ImportExportImportGivesIdenticalTensors) {
       EXPECT_EQ(t.dtype(), DType::kF32) << tensor_name;
     }
     EXPECT_EQ(file.at("transformer.h.0.attn.c_attn.weight").shape(), (Shape{32, 96}));
-    EXPECT_EQ(file.at("transformer.h.1.mlp.c_proj.weight").shape(), (Shape{128, 32}));
+    EXPECT_EQ(file.at("transformer.h.1.mlp.c_proj.weight").shape(),
+              (Shape{first.config.ffn == 0 ? 128 : first.config.ffn, 32}));
     EXPECT_FALSE(file.contains("lm_head.weight"));
   }
 }
@@ -220,6 +227,10 @@ TEST(HfCheckpoint, ExportRefusesWhatGpt2CannotExpressAndLeavesNothing) {
        [](modules::GPTConfig& c) { c.activation = modules::MLPActivation::kSwiglu; }},
       {"model.zero_centered_gamma",
        [](modules::GPTConfig& c) { c.zero_centered_gamma = modules::ZeroCenteredGamma::kYes; }},
+      {"model.arch", [](modules::GPTConfig& c) { c.arch = modules::Arch::kLlama; }},
+      {"model.tie_embeddings",
+       [](modules::GPTConfig& c) { c.tie_embeddings = modules::TieEmbeddings::kNo; }},
+      {"model.n_kv_head", [](modules::GPTConfig& c) { c.n_kv_head = 1; }},
   };
   for (const auto& [key, change] : cases) {
     SCOPED_TRACE(key);
