@@ -42,6 +42,7 @@ struct HfArchitecture {
   std::string_view prefix;      // the base model's name prefix: optional on import, written out
   std::string_view head;        // the LM head's name (never prefixed)
   std::string_view embedding;   // the tensor a tied head equals (without the prefix)
+  // An untied model lists its head among tensors(); a tied one may store it equal to `embedding`.
   // config.json -> the model's hyperparameters; `where` names the file in errors. A key the
   // model cannot express is an error naming it.
   modules::GPTConfig (*read_config)(const nlohmann::json& config, const std::string& where);
@@ -56,6 +57,7 @@ struct HfArchitecture {
 };
 
 const HfArchitecture& gpt2_architecture();
+const HfArchitecture& llama_architecture();
 
 // config.json accessors whose errors name the file and the key.
 int64_t positive_int_key(const nlohmann::json& config, const char* key, const std::string& where);

@@ -56,7 +56,8 @@ constexpr const char* kConfigFile = "config.json";
 constexpr const char* kWeightsFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 
-const HfArchitecture* const kArchitectures[] = {&detail::gpt2_architecture()};
+const HfArchitecture* const kArchitectures[] = {&detail::gpt2_architecture(),
+                                                &detail::llama_architecture()};
 
 std::string known_architectures() {
   std::string names;
@@ -197,6 +198,12 @@ Tensor stack_rows(const std::vector<Tensor>& parts, const Shape& shape) {
   return out;
 }
 
+// The name a file holds for `name`: with the prefix, except the LM head's, which never has it.
+std::string full_name(const HfArchitecture& arch, std::string_view prefix,
+                      const std::string& name) {
+  return name == arch.head ? name : std::string(prefix) + name;
+}
+
 // A head stored beside a tied embedding must equal it.
 void check_tied_head(const std::map<std::string, Stored>& stored, const HfArchitecture& arch,
                      const std::string& folder) {
@@ -211,7 +218,8 @@ void check_tied_head(const std::map<std::string, Stored>& stored, const HfArchit
   OCTET_CHECK(head->second.tensor.shape() == embedding->second.tensor.shape() &&
                   values(head->second.tensor) == values(embedding->second.tensor),
               where_is(head->second), " differs from \"", embedding->second.full_name,
-              "\": an untied LM head, but ", arch.name, " ties it to the token embedding");
+              "\": an untied LM head, but config.json ties it to the token embedding (", arch.name,
+              " with tie_word_embeddings true)");
 }
 
 }  // namespace
@@ -242,17 +250,19 @@ HfModel import_hf(const std::string& folder) {
     }
     for (const auto& [name, s] : stored) {
       OCTET_CHECK(known.count(name) == 1 || arch.is_buffer(name), "Hugging Face folder ", folder,
-                  ": unexpected ", where_is(s), " (", arch.name, " with n_layer ", m.config.n_layer,
-                  " has no such parameter)");
+                  ": unexpected ", where_is(s), " (", arch.name, " with ", m.config.n_layer,
+                  " layers has no such parameter)");
     }
-    check_tied_head(stored, arch, folder);
+    if (m.config.tie_embeddings == modules::TieEmbeddings::kYes) {
+      check_tied_head(stored, arch, folder);
+    }
     for (const HfTensor& t : expected) {
       std::vector<Tensor> parts;
       for (const HfPart& p : t.parts) {
         const auto it = stored.find(p.name);
         OCTET_CHECK(it != stored.end(), "Hugging Face folder ", folder, ": missing tensor \"",
-                    prefix, p.name, "\" (", shape_str(p.shape), ", for config.json's ",
-                    p.shape_keys, ", n_layer ", m.config.n_layer, ")");
+                    full_name(arch, prefix, p.name), "\" (", shape_str(p.shape),
+                    ", for config.json's ", p.shape_keys, ", ", m.config.n_layer, " layers)");
         parts.push_back(part_values(it->second, p));
       }
       m.weights.emplace_back(t.octet_name, stack_rows(parts, t.shape));
@@ -319,9 +329,9 @@ void check_exportable(const std::map<std::string, Tensor>& values,
     OCTET_CHECK(expected.count(name) == 1, "cannot export to ", arch.name,
                 ": the model's parameter \"", name, "\" has no place in it",
                 name == "lm_head.weight"
-                    ? " (an LM head of its own: config key model.tie_embeddings "
-                      "is false, and GPT-2 ties it to wte)"
-                    : "");
+                    ? " (an LM head of its own: config key model.tie_embeddings is false, and " +
+                          std::string(arch.name) + " ties it to the token embedding)"
+                    : std::string());
   }
 }
 
@@ -334,8 +344,11 @@ void write_text(const fs::path& path, const std::string& text) {
 
 }  // namespace
 
-void export_hf(modules::GPT& model, const std::string& folder, const HfExportOptions& options) {
-  const HfArchitecture& arch = detail::gpt2_architecture();
+std::string export_hf(modules::GPT& model, const std::string& folder,
+                      const HfExportOptions& options) {
+  const HfArchitecture& arch = model.config().arch == modules::Arch::kLlama
+                                   ? detail::llama_architecture()
+                                   : detail::gpt2_architecture();
   const modules::GPTConfig& config = model.config();
   const nlohmann::ordered_json config_json = arch.write_config(config, options);
   const fs::path target(folder);
@@ -359,7 +372,7 @@ void export_hf(modules::GPT& model, const std::string& folder, const HfExportOpt
       Tensor part = it->second.slice(row, row + rows).clone();
       row += rows;
       if (p.layout == HfLayout::kTransposed) part = ops::transpose_2d(part);
-      out.emplace_back(std::string(arch.prefix) + p.name, part.reshape(p.shape));
+      out.emplace_back(full_name(arch, arch.prefix, p.name), part.reshape(p.shape));
     }
   }
 
@@ -369,6 +382,7 @@ void export_hf(modules::GPT& model, const std::string& folder, const HfExportOpt
   save_safetensors((tmp.path() / kWeightsFile).string(), out, {{"format", "pt"}});
   if (fs::exists(target, ec)) fs::remove(target, ec);  // the empty folder the check allowed
   tmp.commit(target);
+  return std::string(arch.name);
 }
 
 NamedTensors parameter_values(modules::Module& model) {

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Random-weight GPT-2 folders in Hugging Face's layout, with reference logits, for octet's tests.
+"""Random-weight GPT-2 and Llama folders in Hugging Face's layout, with reference logits, for
+octet's tests.
 
 usage: hf_reference.py OUT_DIR
 
@@ -8,16 +9,27 @@ Writes, under OUT_DIR:
   gpt2_bf16/         BF16, "transformer." names, a tied lm_head.weight equal to wte
   gpt2_f16_sharded/  F16, "transformer." names, three shards and model.safetensors.index.json
   gpt2_n_inner/      F32, an MLP of width n_inner = 48 instead of 4 * n_embd
+  llama_*/          LlamaForCausalLM folders (see LLAMA below): grouped-query attention,
+                    rope_theta 10000 and 500000, tied and untied heads, F32/BF16/F16, sharded
   bad_*/             folders octet must refuse, one fault each (see BAD below)
-Each good folder also holds reference.json: token ids (B, T), the logits (B, T, vocab) of GPT-2's
-forward in float64 on the weights as stored (bf16 and f16 values decoded exactly), and per logit
-the sum over the LM head's dot product of |h_c * wte[v, c]|, the scale of its f32 rounding error.
+Each good folder also holds reference.json: token ids (B, T), the logits (B, T, vocab) of the
+architecture's forward in float64 on the weights as stored (bf16 and f16 values decoded exactly),
+and per logit the sum over the LM head's dot product of |h_c * head[v, c]|, the scale of its f32
+rounding error.
 
 The forward is GPT2LMHeadModel's, written from the architecture: token + position embeddings;
 per layer x += c_proj(attn(ln_1(x))), x += mlp(ln_2(x)) with Conv1D layers (y = x @ W + b,
 W stored (in, out)), c_attn's output split as (q, k, v) each (heads, head size), causal softmax
 attention scaled by 1/sqrt(head size), GELU in its tanh form (gelu_new); ln_f; logits = x @ wte^T.
-Needs only numpy (Debian: python3-numpy).
+
+The Llama forward is LlamaForCausalLM's (rope_scaling null): token embedding; per layer
+x += o_proj(attn(input_layernorm(x))), x += down_proj(silu(gate_proj(m)) * up_proj(m)) with
+m = post_attention_layernorm(x), Linear layers y = x @ W^T without biases, RMSNorm
+x / sqrt(mean(x^2) + eps) * w; q and k rotated at position p by rotate_half with
+inv_freq = 1 / theta^(arange(0, D, 2) / D) (q * cos + rotate_half(q) * sin, cos and sin of
+p * inv_freq repeated twice); key/value head j serves query heads j * rep .. (j + 1) * rep - 1
+(repeat_kv); causal softmax scaled by 1/sqrt(D); norm; logits = x @ lm_head^T (embed_tokens when
+tied). Needs only numpy (Debian: python3-numpy).
 """
 
 import json
@@ -149,6 +161,181 @@ def gpt2_forward(w, ids, layers=LAYERS, heads=HEADS):
 
 # ---- folders ----
 
+# ---- Llama ----
+
+LLAMA_HEADS, LLAMA_KV_HEADS, LLAMA_INTERMEDIATE = 4, 2, 64
+
+
+def llama_random_weights(rng, kv_heads=LLAMA_KV_HEADS, tied=False, layers=LAYERS, embd=EMBD,
+                         heads=LLAMA_HEADS, inter=LLAMA_INTERMEDIATE):
+    """LlamaForCausalLM's parameters by Hugging Face name without "model." (lm_head.weight,
+    which never has it, only when untied); Linear weights (out, in)."""
+    d = embd // heads
+    w = {"embed_tokens.weight": rng.normal(0, 0.3, (VOCAB, embd))}
+    for i in range(layers):
+        h = f"layers.{i}."
+        w[h + "input_layernorm.weight"] = 1 + rng.normal(0, 0.1, embd)
+        w[h + "self_attn.q_proj.weight"] = rng.normal(0, 0.2, (heads * d, embd))
+        w[h + "self_attn.k_proj.weight"] = rng.normal(0, 0.2, (kv_heads * d, embd))
+        w[h + "self_attn.v_proj.weight"] = rng.normal(0, 0.2, (kv_heads * d, embd))
+        w[h + "self_attn.o_proj.weight"] = rng.normal(0, 0.2, (embd, heads * d))
+        w[h + "post_attention_layernorm.weight"] = 1 + rng.normal(0, 0.1, embd)
+        w[h + "mlp.gate_proj.weight"] = rng.normal(0, 0.2, (inter, embd))
+        w[h + "mlp.up_proj.weight"] = rng.normal(0, 0.2, (inter, embd))
+        w[h + "mlp.down_proj.weight"] = rng.normal(0, 0.1, (embd, inter))
+    w["norm.weight"] = 1 + rng.normal(0, 0.1, embd)
+    if not tied:
+        w["lm_head.weight"] = rng.normal(0, 0.3, (VOCAB, embd))
+    return w
+
+
+def rms_norm(x, w, eps):
+    return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps) * w
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def llama_forward(w, ids, config):
+    """Logits (B, T, vocab) and the head's per-logit sum of |h_c * head[v, c]|, in float64."""
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    eps, theta = config["rms_norm_eps"], config["rope_theta"]
+    b, t = ids.shape
+    x = w["embed_tokens.weight"][ids]
+    c = x.shape[-1]
+    d, rep = c // heads, heads // kv_heads
+    inv_freq = 1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)  # (D/2,)
+    freqs = np.arange(t, dtype=np.float64)[:, None] * inv_freq[None]  # (T, D/2)
+    emb = np.concatenate([freqs, freqs], axis=-1)  # (T, D)
+    cos, sin = np.cos(emb), np.sin(emb)
+    causal = np.tril(np.ones((t, t), dtype=bool))
+
+    def split(y, n):  # (B, T, n * D) -> (B, n, T, D)
+        return y.reshape(b, t, n, d).transpose(0, 2, 1, 3)
+
+    for i in range(config["num_hidden_layers"]):
+        h = f"layers.{i}."
+        a = rms_norm(x, w[h + "input_layernorm.weight"], eps)
+        q = split(a @ w[h + "self_attn.q_proj.weight"].T, heads)
+        k = split(a @ w[h + "self_attn.k_proj.weight"].T, kv_heads)
+        v = split(a @ w[h + "self_attn.v_proj.weight"].T, kv_heads)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)  # repeat_kv
+        scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(d)
+        scores = np.where(causal, scores, -np.inf)
+        p = np.exp(scores - scores.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        y = (p @ v).transpose(0, 2, 1, 3).reshape(b, t, c)
+        x = x + y @ w[h + "self_attn.o_proj.weight"].T
+        m = rms_norm(x, w[h + "post_attention_layernorm.weight"], eps)
+        gate = m @ w[h + "mlp.gate_proj.weight"].T
+        up = m @ w[h + "mlp.up_proj.weight"].T
+        x = x + (gate / (1 + np.exp(-gate)) * up) @ w[h + "mlp.down_proj.weight"].T
+    x = rms_norm(x, w["norm.weight"], eps)
+    head = w.get("lm_head.weight", w["embed_tokens.weight"])
+    return x @ head.T, np.abs(x) @ np.abs(head).T
+
+
+def llama_config_json(**changes):
+    c = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": VOCAB,
+         "hidden_size": EMBD, "intermediate_size": LLAMA_INTERMEDIATE,
+         "num_hidden_layers": LAYERS, "num_attention_heads": LLAMA_HEADS,
+         "num_key_value_heads": LLAMA_KV_HEADS, "hidden_act": "silu",
+         "max_position_embeddings": POSITIONS, "initializer_range": 0.02, "rms_norm_eps": 1e-6,
+         "use_cache": True, "pad_token_id": None, "bos_token_id": 1, "eos_token_id": 2,
+         "pretraining_tp": 1, "tie_word_embeddings": False, "rope_theta": 10000.0,
+         "rope_scaling": None, "attention_bias": False, "attention_dropout": 0.0,
+         "mlp_bias": False, "torch_dtype": "float32"}
+    c.update(changes)
+    return c
+
+
+def write_llama_folder(folder, weights, config, dtype="F32", prefix="model.", shards=1,
+                       buffers=False, head_copy=False):
+    """A Llama folder: "model." names, lm_head.weight unprefixed; `buffers` adds the
+    rotary_emb.inv_freq buffers older files carry, `head_copy` an lm_head equal to the embedding
+    (a tied model saved with its head). Returns the weights as stored (float64)."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    stored, entries = {}, []
+    for name, value in weights.items():
+        data, as_stored = encode(np.asarray(value), dtype)
+        stored[name] = as_stored
+        full = name if name == "lm_head.weight" else prefix + name
+        entries.append((full, dtype, np.shape(value), data))
+        if buffers and name.endswith("input_layernorm.weight"):
+            d = config["hidden_size"] // config["num_attention_heads"]
+            inv = (1.0 / config["rope_theta"] ** (np.arange(0, d, 2) / d)).astype(np.float32)
+            layer = name[:-len("input_layernorm.weight")]
+            entries.append((prefix + layer + "self_attn.rotary_emb.inv_freq", "F32", inv.shape,
+                            inv.tobytes()))
+    if head_copy:
+        embed = [e for e in entries if e[0] == prefix + "embed_tokens.weight"][0]
+        entries.append(("lm_head.weight", embed[1], embed[2], embed[3]))
+    write_entries(folder, entries, shards)
+    return stored
+
+
+def write_llama_reference(folder, stored, config, rng):
+    ids = rng.integers(0, VOCAB, (BATCH, TOKENS))
+    logits, head_abs = llama_forward(stored, ids, config)
+    with open(os.path.join(folder, "reference.json"), "w") as f:
+        json.dump({"ids": ids.tolist(), "shape": list(logits.shape),
+                   "logits": logits.ravel().tolist(), "head_abs_sum": head_abs.ravel().tolist()},
+                  f)
+
+
+# LLAMA: name -> (config changes, weight options, folder options).
+LLAMA = {
+    # GQA (4 query heads, 2 key/value heads), untied, rope_theta 10000, inv_freq buffers.
+    "llama_f32": ({}, {}, dict(buffers=True)),
+    # Tied (no lm_head in the file), rope_theta 500000, rms_norm_eps 1e-5, no prefix.
+    "llama_bf16_tied": (dict(tie_word_embeddings=True, rope_theta=500000.0, rms_norm_eps=1e-5),
+                        dict(tied=True), dict(dtype="BF16", prefix="")),
+    # Untied, rope_theta 500000, three shards.
+    "llama_f16_sharded": (dict(rope_theta=500000.0), {}, dict(dtype="F16", shards=3)),
+    # One key/value head for all four (multi-query), tied with the head saved beside it.
+    "llama_mqa_tied": (dict(num_key_value_heads=1, tie_word_embeddings=True),
+                       dict(kv_heads=1, tied=True), dict(head_copy=True)),
+}
+
+
+def write_llama_folders(out, rng):
+    for name, (changes, weight_options, folder_options) in LLAMA.items():
+        folder = os.path.join(out, name)
+        config = llama_config_json(**changes)
+        stored = write_llama_folder(folder, llama_random_weights(rng, **weight_options), config,
+                                    **folder_options)
+        write_llama_reference(folder, stored, config, rng)
+
+    weights = llama_random_weights(rng)
+    bad_config = {
+        "bad_llama_rope_scaling": dict(rope_scaling={"rope_type": "linear", "factor": 2.0}),
+        "bad_llama_attention_bias": dict(attention_bias=True),
+        "bad_llama_head_dim": dict(head_dim=16),
+        "bad_llama_kv_heads": dict(num_key_value_heads=3),
+        "bad_llama_hidden_act": dict(hidden_act="gelu"),
+    }
+    for name, changes in bad_config.items():
+        write_llama_folder(os.path.join(out, name), weights, llama_config_json(**changes))
+    bad_weights = {
+        "bad_llama_missing_k_proj": {k: v for k, v in weights.items()
+                                     if k != "layers.1.self_attn.k_proj.weight"},
+        "bad_llama_gate_shape": {**weights, "layers.0.mlp.gate_proj.weight":
+                                 np.zeros((LLAMA_INTERMEDIATE - 1, EMBD))},
+        "bad_llama_missing_head": {k: v for k, v in weights.items() if k != "lm_head.weight"},
+    }
+    for name, w in bad_weights.items():
+        write_llama_folder(os.path.join(out, name), w, llama_config_json())
+    # Tied in config.json, but the stored head is not the embedding.
+    write_llama_folder(os.path.join(out, "bad_llama_tied_head_differs"), weights,
+                       llama_config_json(tie_word_embeddings=True))
+
+
 def config_json(**changes):
     c = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": VOCAB,
          "n_positions": POSITIONS, "n_ctx": POSITIONS, "n_embd": EMBD, "n_layer": LAYERS,
@@ -181,9 +368,15 @@ def write_folder(folder, weights, dtype="F32", prefix="", shards=1, buffers=Fals
     if head:
         wte = [e for e in entries if e[0] == prefix + "wte.weight"][0]
         entries.append(("lm_head.weight", wte[1], wte[2], wte[3]))
+    write_entries(folder, entries, shards)
+    return stored
+
+
+def write_entries(folder, entries, shards):
+    """model.safetensors, or `shards` files and model.safetensors.index.json."""
     if shards == 1:
         write_safetensors(os.path.join(folder, "model.safetensors"), entries, {"format": "pt"})
-        return stored
+        return
     per = (len(entries) + shards - 1) // shards
     weight_map, total = {}, 0
     for s in range(shards):
@@ -195,7 +388,6 @@ def write_folder(folder, weights, dtype="F32", prefix="", shards=1, buffers=Fals
             total += len(e[3])
     with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
-    return stored
 
 
 def write_reference(folder, stored, rng):
@@ -263,6 +455,8 @@ def main():
         f.truncate(os.path.getsize(truncated) - 100)
     os.remove(os.path.join(out, "bad_index_missing_file", "model-00003-of-00003.safetensors"))
     os.remove(os.path.join(out, "bad_no_weights", "model.safetensors"))
+
+    write_llama_folders(out, np.random.default_rng(20240611))
 
 
 if __name__ == "__main__":
