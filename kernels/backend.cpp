@@ -133,6 +133,14 @@ void Backend::pack_heads_backward(const Tensor&, int64_t, int64_t, const Tensor&
   unsupported("pack_heads_backward");
 }
 
+void Backend::kv_cache_write(const Tensor&, Tensor&, Tensor&, int64_t) const {
+  unsupported("kv_cache_write");
+}
+void Backend::cached_attention(const Tensor&, const Tensor&, const Tensor&, int64_t, float,
+                               Tensor&) const {
+  unsupported("cached_attention");
+}
+
 void Backend::cross_entropy(const Tensor&, const Tensor&, int64_t, Tensor&, Tensor&,
                             Tensor&) const {
   unsupported("cross_entropy");

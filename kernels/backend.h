@@ -161,6 +161,13 @@ class Backend {
   virtual void pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads,
                                    const Tensor& rope, Tensor& dqkv) const;
 
+  // packed (N, T, 3, H, D) and f32 caches (N, max_len, H, D) (kernels/nn.h kv_cache_write,
+  // cached_attention).
+  virtual void kv_cache_write(const Tensor& packed, Tensor& k_cache, Tensor& v_cache,
+                              int64_t pos) const;
+  virtual void cached_attention(const Tensor& packed, const Tensor& k_cache, const Tensor& v_cache,
+                                int64_t pos, float scale, Tensor& out) const;
+
   // targets: i32/i64, checked (on a GPU by the kernels, raised later: runtime/cuda.h). loss (1,)
   // = mean over the counted rows (0 if none); lse (N,); counted (1,) i64 = the rows whose target
   // is not ignore_index. The backward takes dloss (1,) f32 and counted where they live, and

@@ -118,6 +118,15 @@ Tensor pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_head
 // of that angle rounded to f32 (Hugging Face computes them in f32 the same way).
 Tensor rope_table(int64_t max_len, int64_t head_dim, double theta);
 
+// ---- attention over a key/value cache (generation) ----
+// k_cache, v_cache: (N, max_len, H, D) f32, on packed's device. kv_cache_write copies the keys
+// and values of packed (N, T, 3, H, D) (causal_attention's layout) into cache rows
+// [pos, pos + T). cached_attention gives (N, T, H * D) in packed's dtype: query row t (position
+// pos + t) attends to cache rows 0 .. pos + t, which must have been written.
+void kv_cache_write(const Tensor& packed, Tensor& k_cache, Tensor& v_cache, int64_t pos);
+Tensor cached_attention(const Tensor& packed, const Tensor& k_cache, const Tensor& v_cache,
+                        int64_t pos, float scale);
+
 // ---- cross-entropy over logits (N, V) and targets (N,) i32/i64 ----
 // A target outside [0, V) that is not ignore_index is an error naming it and its row: at once on
 // the CPU; on CUDA the kernels find it and the host raises it at its next read from the device

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "kernels/quantizer.h"
 #include "modules/fp8_autocast.h"
 #include "modules/gpt_options.h"
+#include "runtime/memory.h"
 
 namespace octet::modules {
 namespace {
@@ -37,13 +39,13 @@ int64_t fp8_row_multiple() {
   return multiple;
 }
 
-// ids (B, T) of positions 0..T-1, for the position embedding (an embedding of (B, T) ids keeps the
-// add with the token embedding shape for shape, with no broadcast).
-Tensor positions(int64_t batch, int64_t seq) {
+// ids (B, T) of positions start .. start + T - 1, for the position embedding (an embedding of
+// (B, T) ids keeps the add with the token embedding shape for shape, with no broadcast).
+Tensor positions(int64_t batch, int64_t seq, int64_t start = 0) {
   Tensor pos = Tensor::empty({batch, seq}, DType::kI32);
   auto* p = pos.data_as<int32_t>();
   for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t t = 0; t < seq; ++t) p[b * seq + t] = static_cast<int32_t>(t);
+    for (int64_t t = 0; t < seq; ++t) p[b * seq + t] = static_cast<int32_t>(start + t);
   }
   return pos;
 }
@@ -63,27 +65,49 @@ std::pair<int64_t, int64_t> padded_shape(int64_t batch, int64_t seq, int64_t max
 }
 
 // Index of the token drawn from one row of logits: argmax (first of equals) at temperature 0,
-// else a sample of softmax(logits / temperature) using one uniform draw of `gen`.
-int32_t pick_token(const float* logits, int64_t vocab, float temperature, Generator* gen) {
+// else a sample of softmax(logits / temperature) over the top_k most likely tokens (all when 0)
+// whose probabilities, largest first, are the fewest that reach top_p; one uniform draw of gen.
+int32_t pick_token(const float* logits, int64_t vocab, const GenerateOptions& o, Generator* gen) {
   int64_t best = 0;
   for (int64_t v = 1; v < vocab; ++v) {
     if (logits[v] > logits[best]) best = v;
   }
-  if (temperature == 0.f) return static_cast<int32_t>(best);
-  std::vector<double> p(static_cast<size_t>(vocab));
+  if (o.temperature == 0.f) return static_cast<int32_t>(best);
+  // Candidates: every token in index order, or with top-k / top-p the most likely first (ties
+  // by index) cut to the first top_k and then to the fewest whose probability reaches top_p.
+  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  const bool filtered = o.top_k > 0 || o.top_p < 1.f;
+  if (filtered) {
+    const auto keep = static_cast<size_t>(o.top_k > 0 ? std::min(o.top_k, vocab) : vocab);
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(),
+                      [&](int32_t a, int32_t b) {
+                        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+                      });
+    order.resize(keep);
+  }
+  std::vector<double> p(order.size());
   double total = 0;
-  for (int64_t v = 0; v < vocab; ++v) {
-    p[static_cast<size_t>(v)] = std::exp((static_cast<double>(logits[v]) - logits[best]) /
-                                         static_cast<double>(temperature));
-    total += p[static_cast<size_t>(v)];
+  for (size_t i = 0; i < order.size(); ++i) {
+    p[i] = std::exp((static_cast<double>(logits[order[i]]) - logits[best]) /
+                    static_cast<double>(o.temperature));
+    total += p[i];
+  }
+  if (o.top_p < 1.f) {
+    double mass = 0;
+    size_t n = 0;
+    while (n < p.size() && mass < static_cast<double>(o.top_p) * total) mass += p[n++];
+    p.resize(std::max<size_t>(n, 1));
+    total = 0;
+    for (double x : p) total += x;
   }
   const double u = static_cast<double>(gen->uniform()) * total;
   double cumulative = 0;
-  for (int64_t v = 0; v < vocab; ++v) {
-    cumulative += p[static_cast<size_t>(v)];
-    if (u < cumulative) return static_cast<int32_t>(v);
+  for (size_t i = 0; i < p.size(); ++i) {
+    cumulative += p[i];
+    if (u < cumulative) return order[i];
   }
-  return static_cast<int32_t>(best);  // u within rounding of the total
+  return filtered ? order[0] : static_cast<int32_t>(best);  // u within rounding of the total
 }
 
 }  // namespace
@@ -226,17 +250,63 @@ Tensor GPT::loss(const Tensor& ids, const Tensor& targets, FirstMicrobatch first
                                  on_device.reshape({rows}), -100);
 }
 
+Tensor GPT::hidden_cached(const Tensor& ids, std::vector<LayerCache>& caches, int64_t pos) {
+  const int64_t batch = ids.size(0), seq = ids.size(1);
+  OCTET_CHECK(pos + seq <= config_.max_seq_len, "GPT: positions [", pos, ", ", pos + seq,
+              ") pass max_seq_len ", config_.max_seq_len);
+  check_fp8_rows(batch, seq);
+  const Tensor on_device = ids.device() == device() ? ids : ids.to(device());
+  Tensor x = wte_->forward(on_device);  // (N, T, C)
+  if (wpe_ != nullptr) {
+    Tensor at = positions(batch, seq, pos);
+    if (!device().is_cpu()) at = at.to(device());
+    x = autograd::add(x, wpe_->forward(at));
+  }
+  for (size_t l = 0; l < layers_.size(); ++l) x = layers_[l]->forward_cached(x, caches[l], pos);
+  return ln_f_->forward(x);
+}
+
+void GPT::pick_tokens(const Tensor& logits_in, int64_t n, int64_t step, const GenerateOptions& o,
+                      Generator* gen, std::vector<int32_t>& seq, int64_t total, Tensor& out,
+                      std::vector<bool>& done) const {
+  Tensor logits = logits_in;  // (rows >= n, V) in the model's dtype
+  if (!logits.device().is_cpu()) logits = logits.to(Device::cpu());
+  if (logits.dtype() != DType::kF32) logits = ops::cast(logits, DType::kF32);  // exact
+  const int64_t vocab = config_.vocab_size, len = total - o.new_tokens + step;
+  const auto* lp = logits.data_as<float>();
+  auto* out_ids = out.data_as<int32_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t token =
+        done[static_cast<size_t>(i)] ? *o.eos_id : pick_token(lp + i * vocab, vocab, o, gen);
+    if (o.eos_id && token == *o.eos_id) done[static_cast<size_t>(i)] = true;
+    seq[static_cast<size_t>(i * total + len)] = token;
+    out_ids[i * o.new_tokens + step] = token;
+  }
+}
+
 Tensor GPT::generate(const Tensor& prompts, int64_t new_tokens, float temperature, Generator* gen) {
+  GenerateOptions o;
+  o.new_tokens = new_tokens;
+  o.temperature = temperature;
+  return generate(prompts, o, gen).tokens;
+}
+
+Generation GPT::generate(const Tensor& prompts, const GenerateOptions& o, Generator* gen) {
   OCTET_CHECK(prompts.dim() == 2 && prompts.size(0) > 0 && prompts.size(1) > 0 &&
                   (prompts.dtype() == DType::kI32 || prompts.dtype() == DType::kI64),
               "GPT::generate: prompts ", prompts, " must be (N, P) i32 or i64 with N, P >= 1");
-  OCTET_CHECK(new_tokens >= 0, "GPT::generate: new_tokens ", new_tokens, " must be >= 0");
-  OCTET_CHECK(std::isfinite(temperature) && temperature >= 0.f, "GPT::generate: temperature ",
-              temperature, " must be finite and >= 0 (0: greedy)");
-  OCTET_CHECK(temperature == 0.f || gen != nullptr, "GPT::generate: temperature ", temperature,
+  OCTET_CHECK(o.new_tokens >= 0, "GPT::generate: new_tokens ", o.new_tokens, " must be >= 0");
+  OCTET_CHECK(std::isfinite(o.temperature) && o.temperature >= 0.f, "GPT::generate: temperature ",
+              o.temperature, " must be finite and >= 0 (0: greedy)");
+  OCTET_CHECK(o.temperature == 0.f || gen != nullptr, "GPT::generate: temperature ", o.temperature,
               " samples, so it needs a Generator");
+  OCTET_CHECK(o.top_k >= 0 && o.top_p > 0.f && o.top_p <= 1.f, "GPT::generate: top_k ", o.top_k,
+              " must be >= 0 and top_p ", o.top_p, " in (0, 1]");
+  OCTET_CHECK(!o.eos_id || (*o.eos_id >= 0 && *o.eos_id < config_.vocab_size),
+              "GPT::generate: eos id ", o.eos_id.value_or(0), " is outside the vocabulary [0, ",
+              config_.vocab_size, ")");
   autograd::InferenceModeGuard inference;
-  const int64_t n = prompts.size(0), p = prompts.size(1), total = p + new_tokens;
+  const int64_t n = prompts.size(0), p = prompts.size(1), total = p + o.new_tokens;
   // Every sequence, prompt then generated tokens: (N, P + new_tokens).
   std::vector<int32_t> seq(static_cast<size_t>(n * total));
   const std::vector<float> prompt_values = prompts.to_floats();
@@ -249,39 +319,96 @@ Tensor GPT::generate(const Tensor& prompts, int64_t new_tokens, float temperatur
       seq[static_cast<size_t>(i * total + t)] = static_cast<int32_t>(id);
     }
   }
-  const int64_t c = config_.d_model, vocab = config_.vocab_size;
-  const int64_t multiple = fp8_row_multiple();
-  Tensor out = Tensor::empty({n, new_tokens}, DType::kI32);
-  auto* out_ids = out.data_as<int32_t>();
-  for (int64_t step = 0; step < new_tokens; ++step) {
-    const int64_t len = p + step;
-    const int64_t window = std::min(len, config_.max_seq_len);  // the last max_seq_len tokens
-    const auto [batch_pad, seq_pad] = padded_shape(n, window, config_.max_seq_len, multiple);
-    Tensor ids = Tensor::zeros({batch_pad, seq_pad}, DType::kI32);  // padding: token 0
-    auto* id = ids.data_as<int32_t>();
-    for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(id + i * seq_pad, seq.data() + i * total + (len - window),
-                  static_cast<size_t>(window) * sizeof(int32_t));
-    }
-    const Tensor h = hidden(ids, FirstMicrobatch::kUnset);  // (N_pad, T_pad, C)
-    // Only each real sequence's last position goes through the LM head: (N, C).
-    Tensor last = Tensor::empty({n, c}, h.dtype(), h.device());
-    const Tensor rows = h.reshape({batch_pad * seq_pad, c});
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t r = i * seq_pad + window - 1;
-      last.slice(i, i + 1).copy_bytes_from(rows.slice(r, r + 1));
-    }
-    Tensor logits = lm_head(last);  // (N, V) in the model's dtype
-    if (!logits.device().is_cpu()) logits = logits.to(Device::cpu());
-    if (logits.dtype() != DType::kF32) logits = ops::cast(logits, DType::kF32);  // exact
-    const auto* lp = logits.data_as<float>();
-    for (int64_t i = 0; i < n; ++i) {
-      const int32_t token = pick_token(lp + i * vocab, vocab, temperature, gen);
-      seq[static_cast<size_t>(i * total + len)] = token;
-      out_ids[i * new_tokens + step] = token;
-    }
+  Generation result;
+  result.tokens = Tensor::empty({n, o.new_tokens}, DType::kI32);
+  std::vector<bool> done(static_cast<size_t>(n), false);
+  const auto all_done = [&] {
+    return std::all_of(done.begin(), done.end(), [](bool d) { return d; });
+  };
+  int64_t step = 0;
+  if (o.kv_cache == KVCacheUse::kYes && p < config_.max_seq_len && o.new_tokens > 0) {
+    step = generate_cached(seq, n, total, o, gen, result, done);
   }
-  return out;
+  for (; step < o.new_tokens && !all_done(); ++step) {
+    pick_tokens(window_logits(seq, n, total, p + step), n, step, o, gen, seq, total, result.tokens,
+                done);
+  }
+  // Rows that stopped early: eos to the end.
+  for (; step < o.new_tokens; ++step) {
+    for (int64_t i = 0; i < n; ++i)
+      result.tokens.data_as<int32_t>()[i * o.new_tokens + step] = *o.eos_id;
+  }
+  return result;
+}
+
+int64_t GPT::generate_cached(std::vector<int32_t>& seq, int64_t n, int64_t total,
+                             const GenerateOptions& o, Generator* gen, Generation& result,
+                             std::vector<bool>& done) {
+  const int64_t p = total - o.new_tokens, c = config_.d_model;
+  // Under FP8 every GEMM's rows must be a multiple of the format's: pad the batch with dummy
+  // sequences (token 0), so that prompt (rows_pad * P) and each step (rows_pad) fit.
+  const int64_t multiple = fp8_row_multiple();
+  const int64_t rows = (n + multiple - 1) / multiple * multiple;
+  std::vector<LayerCache> caches;
+  {
+    MemTagScope tag(MemTag::kActivations);
+    for (const auto& layer : layers_)
+      caches.push_back(layer->make_cache(rows, config_.max_seq_len, device()));
+  }
+  for (const LayerCache& cache : caches)
+    result.cache_bytes += static_cast<int64_t>(cache.k.nbytes() + cache.v.nbytes());
+  // Each sequence's last position's hidden state through the LM head: (rows, C) -> (rows, V).
+  auto last_logits = [&](const Tensor& h) {  // h (rows, T, C)
+    const int64_t T = h.size(1);
+    Tensor last = Tensor::empty({rows, c}, h.dtype(), h.device());
+    const Tensor flat = h.reshape({rows * T, c});
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t r = i * T + T - 1;
+      last.slice(i, i + 1).copy_bytes_from(flat.slice(r, r + 1));
+    }
+    return lm_head(last);
+  };
+  Tensor ids = Tensor::zeros({rows, p}, DType::kI32);  // the prompts, then padding rows
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(ids.data_as<int32_t>() + i * p, seq.data() + i * total,
+                static_cast<size_t>(p) * sizeof(int32_t));
+  }
+  pick_tokens(last_logits(hidden_cached(ids, caches, 0)), n, 0, o, gen, seq, total, result.tokens,
+              done);
+  int64_t step = 1;
+  // The token at position len - 1 goes in while the window still starts at position 0.
+  for (int64_t len = p + 1; step < o.new_tokens && len <= config_.max_seq_len; ++step, ++len) {
+    if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
+    Tensor next = Tensor::zeros({rows, 1}, DType::kI32);
+    for (int64_t i = 0; i < n; ++i)
+      next.data_as<int32_t>()[i] = seq[static_cast<size_t>(i * total + len - 1)];
+    pick_tokens(last_logits(hidden_cached(next, caches, len - 1)), n, step, o, gen, seq, total,
+                result.tokens, done);
+  }
+  result.cached_tokens = step;
+  return step;
+}
+
+Tensor GPT::window_logits(const std::vector<int32_t>& seq, int64_t n, int64_t total, int64_t len) {
+  const int64_t c = config_.d_model;
+  const int64_t window = std::min(len, config_.max_seq_len);  // the last max_seq_len tokens
+  const auto [batch_pad, seq_pad] =
+      padded_shape(n, window, config_.max_seq_len, fp8_row_multiple());
+  Tensor ids = Tensor::zeros({batch_pad, seq_pad}, DType::kI32);  // padding: token 0
+  auto* id = ids.data_as<int32_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(id + i * seq_pad, seq.data() + i * total + (len - window),
+                static_cast<size_t>(window) * sizeof(int32_t));
+  }
+  const Tensor h = hidden(ids, FirstMicrobatch::kUnset);  // (N_pad, T_pad, C)
+  // Only each real sequence's last position goes through the LM head: (N, C).
+  Tensor last = Tensor::empty({n, c}, h.dtype(), h.device());
+  const Tensor rows = h.reshape({batch_pad * seq_pad, c});
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = i * seq_pad + window - 1;
+    last.slice(i, i + 1).copy_bytes_from(rows.slice(r, r + 1));
+  }
+  return lm_head(last);  // (N, V) in the model's dtype
 }
 
 }  // namespace octet::modules

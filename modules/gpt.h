@@ -85,6 +85,12 @@ class RopeTable {
   std::vector<Tensor> copies_;
 };
 
+// One layer's key/value cache for generation: (N, max_len, H, D) f32 each, keys rotated (Llama)
+// and repeated for every query head.
+struct LayerCache {
+  Tensor k, v;
+};
+
 class CausalSelfAttention : public Module {
  public:
   // `rope`: the rotary table (Llama), or null for none.
@@ -92,6 +98,10 @@ class CausalSelfAttention : public Module {
                       std::shared_ptr<RopeTable> rope = nullptr);
   Tensor forward(const Tensor& x,
                  FirstMicrobatch first);  // (B, T, C) -> (B, T, C), pre-norm inside
+  // Inference: x (N, T, C) at positions [pos, pos + T); their keys and values join `cache`, and
+  // each attends to the cached positions up to its own.
+  Tensor forward_cached(const Tensor& x, LayerCache& cache, int64_t pos);
+  LayerCache make_cache(int64_t batch, int64_t max_len, Device device) const;
 
  private:
   int64_t d_model_, n_head_, n_kv_head_;
@@ -109,6 +119,11 @@ class TransformerLayer : public Module {
                    std::shared_ptr<RopeTable> rope = nullptr);
   // x + attention(x), then + mlp(.): the norms are inside the fused modules (pre-norm).
   Tensor forward(const Tensor& x, FirstMicrobatch first);
+  // The same in inference, attention over a key/value cache (CausalSelfAttention::forward_cached).
+  Tensor forward_cached(const Tensor& x, LayerCache& cache, int64_t pos);
+  LayerCache make_cache(int64_t batch, int64_t max_len, Device device) const {
+    return attn_->make_cache(batch, max_len, device);
+  }
 
  private:
   // Dropout on each residual branch (training mode, dropout > 0); Philox, seeded per layer.
@@ -118,6 +133,28 @@ class TransformerLayer : public Module {
   Generator dropout_gen_;
   std::shared_ptr<CausalSelfAttention> attn_;
   std::shared_ptr<LayerNormMLP> mlp_;
+};
+
+// What GPT::generate draws and when it stops.
+enum class KVCacheUse : uint8_t {
+  kYes,  // the prompt in one pass, then one position a step over cached keys and values
+  kNo,   // every token re-runs the whole window (the reference the cache is tested against)
+};
+struct GenerateOptions {
+  int64_t new_tokens = 0;
+  float temperature = 0.f;  // 0: greedy (the first of equal logits)
+  int64_t top_k = 0;        // > 0: sample among the k most likely tokens only
+  float top_p = 1.f;        // < 1: among the fewest most likely whose probability reaches top_p
+  // A sequence that generates this id stops; the rest of its row holds it too, and generation
+  // ends when every sequence has stopped.
+  std::optional<int32_t> eos_id;
+  KVCacheUse kv_cache = KVCacheUse::kYes;
+};
+struct Generation {
+  Tensor tokens;              // (N, new_tokens) i32 on the CPU
+  int64_t cache_bytes = 0;    // the key/value cache's (0 without one)
+  int64_t cached_tokens = 0;  // tokens that came from the cache; past max_seq_len the window
+                              // slides and each later token re-runs it
 };
 
 class GPT : public Module {
@@ -138,10 +175,26 @@ class GPT : public Module {
   // row rule, so any N and P work.
   Tensor generate(const Tensor& prompts, int64_t new_tokens, float temperature = 0.f,
                   Generator* gen = nullptr);
+  // The same with every option (GenerateOptions); a sampling temperature needs `gen`.
+  Generation generate(const Tensor& prompts, const GenerateOptions& options,
+                      Generator* gen = nullptr);
 
  private:
   // The final norm's output (B, T, C): everything but the LM head.
   Tensor hidden(const Tensor& ids, FirstMicrobatch first);
+  // generate()'s parts: the steps over a key/value cache from the prompt on (returns how many
+  // tokens it made: all of them, or those while the window starts at position 0), and the
+  // last position's logits (N, V) of a window of the last max_seq_len tokens without one.
+  int64_t generate_cached(std::vector<int32_t>& seq, int64_t n, int64_t total,
+                          const GenerateOptions& o, Generator* gen, Generation& result,
+                          std::vector<bool>& done);
+  Tensor window_logits(const std::vector<int32_t>& seq, int64_t n, int64_t total, int64_t len);
+  // hidden() at positions [pos, pos + T) over the layers' key/value caches (inference).
+  Tensor hidden_cached(const Tensor& ids, std::vector<LayerCache>& caches, int64_t pos);
+  // One token for each of the first n rows of (rows, V) logits into column `step` of `out`.
+  void pick_tokens(const Tensor& logits, int64_t n, int64_t step, const GenerateOptions& o,
+                   Generator* gen, std::vector<int32_t>& seq, int64_t total, Tensor& out,
+                   std::vector<bool>& done) const;
   // The LM head on hidden states (..., C) -> (..., vocab): x · Wᵀ in high precision, W the token
   // embedding (tied) or lm_head's own.
   Tensor lm_head(const Tensor& h);

@@ -6,6 +6,7 @@
 #include "autograd/ops/arithmetic.h"
 #include "autograd/ops/nn.h"
 #include "autograd/variable.h"
+#include "kernels/nn.h"
 #include "kernels/ops.h"
 #include "modules/gpt.h"
 #include "modules/gpt_options.h"
@@ -85,6 +86,27 @@ Tensor CausalSelfAttention::forward(const Tensor& x, FirstMicrobatch first) {
   return proj_->forward(y, first);
 }
 
+Tensor CausalSelfAttention::forward_cached(const Tensor& x, LayerCache& cache, int64_t pos) {
+  OCTET_CHECK(x.dim() == 3 && x.size(2) == d_model_, "CausalSelfAttention(d_model ", d_model_,
+              "): input ", x, " must be (N, T, ", d_model_, ")");
+  const int64_t T = x.size(1);
+  Tensor qkv = qkv_->forward(x, FirstMicrobatch::kUnset);  // (N, T, (H + 2G) D)
+  if (rope_ != nullptr || n_kv_head_ != n_head_) {
+    // Rows pos .. pos + T - 1 of the table: the new positions' angles.
+    const Tensor rope = rope_ != nullptr ? rope_->on(qkv.device()).slice(pos, pos + T) : Tensor();
+    qkv = ops::pack_heads(qkv, n_head_, n_kv_head_, rope);  // (N, T, 3, H, D)
+  }
+  ops::kv_cache_write(qkv, cache.k, cache.v, pos);
+  const float scale = 1.f / std::sqrt(static_cast<float>(d_model_ / n_head_));
+  const Tensor y = ops::cached_attention(qkv, cache.k, cache.v, pos, scale);  // (N, T, C)
+  return proj_->forward(y, FirstMicrobatch::kUnset);
+}
+
+LayerCache CausalSelfAttention::make_cache(int64_t batch, int64_t max_len, Device device) const {
+  const Shape shape = {batch, max_len, n_head_, d_model_ / n_head_};
+  return {Tensor::zeros(shape, DType::kF32, device), Tensor::zeros(shape, DType::kF32, device)};
+}
+
 TransformerLayer::TransformerLayer(const GPTConfig& config, uint64_t seed, int64_t layer,
                                    std::shared_ptr<RopeTable> rope)
     : Module("TransformerLayer"),
@@ -115,6 +137,11 @@ Tensor TransformerLayer::branch_dropout(const Tensor& branch) {
 Tensor TransformerLayer::forward(const Tensor& x, FirstMicrobatch first) {
   const Tensor h = autograd::add(x, branch_dropout(attn_->forward(x, first)));
   return autograd::add(h, branch_dropout(mlp_->forward(h, first)));
+}
+
+Tensor TransformerLayer::forward_cached(const Tensor& x, LayerCache& cache, int64_t pos) {
+  const Tensor h = autograd::add(x, attn_->forward_cached(x, cache, pos));
+  return autograd::add(h, mlp_->forward(h, FirstMicrobatch::kUnset));
 }
 
 }  // namespace octet::modules

@@ -44,7 +44,8 @@ namespace {
 using namespace detail;  // NOLINT: the bench's shared types (tools/bench_common.h)
 
 constexpr const char* kUsage =
-    "usage: octet bench [gemm|layer|block|model ...] [--json] [--reps N] [--warmup N] [--quick]\n"
+    "usage: octet bench [gemm|layer|block|model|generate ...] [--json] [--reps N] [--warmup N]\n"
+    "                   [--quick]\n"
     "                   [--threads N] [--device cpu|cuda|cuda:N] [--precision NAME[,NAME...]]\n"
     "                   [--d-model N] [--heads N] [--seq N] [--batch N]\n"
     "  gemm    FP8 GEMMs (fprop, dgrad, wgrad) on quantized operands and the f32 GEMM\n"
@@ -52,8 +53,11 @@ constexpr const char* kUsage =
     "  layer   TransformerLayer training step: forward, backward, AdamW (d 768, 12 heads,\n"
     "          seq 256, batch 4)\n"
     "  model   GPT training step (2 layers, d 128, 4 heads, vocab 256, seq 128, batch 8)\n"
-    "  no group: all four. Each runs in f32 and under the delayed, current, mxfp8, blockwise and\n"
-    "  nvfp4 recipes.\n"
+    "  generate  ms per generated token of a GPT-2 124M-shaped model (12 layers, d 768, vocab\n"
+    "          50304, context 1024) at positions 128 and 1024 with the key/value cache, and at\n"
+    "          128 re-running the window per token (at most 3 runs each)\n"
+    "  no group: the first four. Each runs in f32 and under the delayed, current, mxfp8,\n"
+    "  blockwise and nvfp4 recipes.\n"
     "  --json     one JSON array on stdout instead of the table\n"
     "  --reps N   timed runs per result (median reported; default 9, cuda 20, --quick 1)\n"
     "  --warmup N untimed runs first (default 2, cuda 5, --quick 1)\n"
@@ -69,7 +73,10 @@ constexpr const char* kUsage =
     "               (not for cuda gemm, which always runs bf16 and fp8)\n"
     "  --d-model N, --heads N, --seq N, --batch N  the layer bench's shape\n";
 
+// The groups a bare `octet bench` runs; `generate` runs only when named.
 constexpr Group kAllGroups[] = {Group::kGemm, Group::kBlock, Group::kLayer, Group::kModel};
+constexpr Group kNamedGroups[] = {Group::kGemm, Group::kBlock, Group::kLayer, Group::kModel,
+                                  Group::kGenerate};
 
 const char* group_name(Group g) {
   switch (g) {
@@ -81,6 +88,8 @@ const char* group_name(Group g) {
       return "layer";
     case Group::kModel:
       return "model";
+    case Group::kGenerate:
+      return "generate";
   }
   OCTET_FAIL("unknown bench group ", static_cast<int>(g));
 }
@@ -122,7 +131,7 @@ struct CountsSet {
 // Adds the group `a` names to o.groups (once); false when `a` names no group.
 bool take_group(Options& o, const std::string& a) {
   bool is_group = false;
-  for (Group g : kAllGroups) {
+  for (Group g : kNamedGroups) {
     if (a == group_name(g)) {
       if (std::find(o.groups.begin(), o.groups.end(), g) == o.groups.end()) o.groups.push_back(g);
       is_group = true;
@@ -648,6 +657,12 @@ int run_bench(const std::vector<std::string>& args, std::ostream& out) {
       case Group::kModel:
         bench_model(o, emit);
         break;
+      case Group::kGenerate: {
+        std::vector<std::pair<std::string, std::optional<Recipe>>> chosen;
+        for (const Precision& p : precisions(o)) chosen.emplace_back(p.name, p.recipe);
+        bench_generate(o, emit, chosen);
+        break;
+      }
     }
   }
   if (o.json) out << results.dump(2) << "\n";

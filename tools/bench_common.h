@@ -7,15 +7,17 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/device.h"
+#include "runtime/recipe.h"
 #include "runtime/rng.h"
 #include "runtime/tensor.h"
 
 namespace octet::bench::detail {
 
-enum class Group : uint8_t { kGemm, kBlock, kLayer, kModel };
+enum class Group : uint8_t { kGemm, kBlock, kLayer, kModel, kGenerate };
 
 // The layer bench's shape; 0 takes the default for the device (and --quick).
 struct LayerShape {
@@ -60,6 +62,11 @@ inline Tensor random_tensor(const Shape& shape, Generator& gen, float std = 1.f)
   gen.fill_normal(t, 0.f, std);
   return t;
 }
+
+// Milliseconds per generated token at two positions (tools/bench_generate.cpp), for each
+// (precision name, recipe).
+void bench_generate(const Options& o, const Emit& emit,
+                    const std::vector<std::pair<std::string, std::optional<Recipe>>>& precisions);
 
 // bf16 against e4m3 x e4m3 GEMMs on CUDA, CUDA-event timed (tools/bench_cuda.cpp).
 void bench_gemm_cuda(const Options& o, const Emit& emit);

@@ -72,6 +72,11 @@ void pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor
 void pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads, const Tensor& rope,
                          Tensor& dqkv);
 
+// packed (N, T, 3, H, D) and f32 caches (N, max_len, H, D) (kernels/nn.h cached_attention).
+void kv_cache_write(const Tensor& packed, Tensor& k_cache, Tensor& v_cache, int64_t pos);
+void cached_attention(const Tensor& packed, const Tensor& k_cache, const Tensor& v_cache,
+                      int64_t pos, float scale, Tensor& out);
+
 // Returns the sum of the counted rows' losses (f64, summed in row order); fills lse (N,).
 double cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets,
                      int64_t ignore_index, float* lse);

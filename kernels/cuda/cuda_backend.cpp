@@ -188,6 +188,15 @@ class CudaBackend final : public Backend {
     cuda::pack_heads_backward(dpacked, heads, kv_heads, rope, dqkv);
   }
 
+  void kv_cache_write(const Tensor& packed, Tensor& k_cache, Tensor& v_cache,
+                      int64_t pos) const override {
+    cuda::kv_cache_write(packed, k_cache, v_cache, pos);
+  }
+  void cached_attention(const Tensor& packed, const Tensor& k_cache, const Tensor& v_cache,
+                        int64_t pos, float scale, Tensor& out) const override {
+    cuda::cached_attention(packed, k_cache, v_cache, pos, scale, out);
+  }
+
   void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                      Tensor& loss, Tensor& lse, Tensor& counted) const override {
     cuda::cross_entropy(logits, targets, ignore_index, loss, lse, counted);

@@ -536,5 +536,29 @@ TEST(CudaPackHeads, ForwardAndBackwardEqualTheCpuBitForBit) {
   }
 }
 
+TEST(CudaCachedAttention, CacheWritesAndAttentionMatchTheCpu) {
+  OCTET_REQUIRE_CUDA();
+  const int64_t N = 2, T = 5, H = 3, D = 8, len = 12, pos = 4;
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Tensor packed = ops::cast(test::random_tensor({N, T, 3 * H * D}, DType::kF32, 81), dtype);
+    const Tensor earlier =
+        ops::cast(test::random_tensor({N, pos, 3 * H * D}, DType::kF32, 82), dtype);
+    Tensor k = Tensor::zeros({N, len, H, D}, DType::kF32),
+           v = Tensor::zeros({N, len, H, D}, DType::kF32);
+    Tensor kg = on_gpu(k), vg = on_gpu(v);
+    ops::kv_cache_write(earlier, k, v, 0);
+    ops::kv_cache_write(on_gpu(earlier), kg, vg, 0);
+    ops::kv_cache_write(packed, k, v, pos);
+    ops::kv_cache_write(on_gpu(packed), kg, vg, pos);
+    EXPECT_TRUE(test::same_bits(on_cpu(kg), k)) << "keys";
+    EXPECT_TRUE(test::same_bits(on_cpu(vg), v)) << "values";
+    const Tensor y = ops::cached_attention(packed, k, v, pos, scale);
+    const Tensor yg = ops::cached_attention(on_gpu(packed), kg, vg, pos, scale);
+    EXPECT_TRUE(test::close_to(yg, y, parity_tolerance(dtype))) << "out";
+  }
+}
+
 }  // namespace
 }  // namespace octet
