@@ -1,6 +1,8 @@
 // Run checkpoints: the library checkpoint plus the command line's metadata.
 #include "tools/checkpoint.h"
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -106,7 +108,8 @@ class NoData final : public data::Dataset {
   int64_t vocab_;
 };
 
-// transformers' GPT-2 activations are octet's gelu (tanh form), relu and silu.
+// transformers' GPT-2 activations are octet's gelu (tanh form), relu and silu; Llama's MLP is
+// swiglu.
 std::string activation_key(modules::MLPActivation a, const std::string& source) {
   switch (a) {
     case modules::MLPActivation::kGelu:
@@ -115,6 +118,8 @@ std::string activation_key(modules::MLPActivation a, const std::string& source) 
       return "relu";
     case modules::MLPActivation::kSilu:
       return "silu";
+    case modules::MLPActivation::kSwiglu:
+      return "swiglu";
     default:
       break;
   }
@@ -136,16 +141,23 @@ modules::GPTConfig gpt_config_without_data(const config::RunConfig& c) {
 config::RunConfig imported_run_config(const train::HfModel& hf, const std::string& folder) {
   const std::string source = "the " + hf.architecture + " of Hugging Face folder " + folder;
   const modules::GPTConfig& g = hf.config;
-  // The run config has no key for the norm epsilon: its models use GPT-2's.
-  OCTET_CHECK(g.norm_eps == 1e-5f, source, ": layer_norm_epsilon is ", g.norm_eps,
-              ", but octet's run config keeps LayerNorm's epsilon at 1e-05");
+  const bool llama = g.arch == modules::Arch::kLlama;
   nlohmann::ordered_json model = {
-      {"n_layer", g.n_layer},     {"d_model", g.d_model},
-      {"n_head", g.n_head},       {"vocab", g.vocab_size},
-      {"seq_len", g.max_seq_len}, {"activation", activation_key(g.activation, source)},
-      {"norm", "layernorm"},      {"bias", true},
-      {"tie_embeddings", true}};
-  if (g.ffn != 0) model["ffn_hidden"] = g.ffn;
+      {"arch", llama ? "llama" : "gpt2"},
+      {"n_layer", g.n_layer},
+      {"d_model", g.d_model},
+      {"n_head", g.n_head},
+      {"n_kv_head", g.n_kv_head},
+      {"rope_theta", g.rope_theta},
+      {"ffn_hidden", g.ffn},
+      {"vocab", g.vocab_size},
+      {"seq_len", g.max_seq_len},
+      {"activation", activation_key(g.activation, source)},
+      {"norm", g.norm == modules::NormKind::kRMSNorm ? "rmsnorm" : "layernorm"},
+      // The f32 epsilon as the shortest decimal that reads back as it (1e-06, as config.json).
+      {"norm_eps", std::stod(fmt::format("{}", g.norm_eps))},
+      {"bias", g.bias == modules::Bias::kYes},
+      {"tie_embeddings", g.tie_embeddings == modules::TieEmbeddings::kYes}};
   config::RunConfig c;
   c.fp8.enabled = false;
   config::apply_json(c, {{"model", model}}, source);

@@ -471,10 +471,13 @@ int run_import(const Args& args, std::ostream& out) {
   const train::HfModel hf = train::import_hf(folder);
   cli::write_imported_checkpoint(hf, folder, path);
   const modules::GPTConfig& g = hf.config;
+  const std::string kv_heads =
+      g.n_kv_head == 0 ? std::string() : fmt::format(" ({} key/value)", g.n_kv_head);
   out << fmt::format(
-      "imported {} from {} into {}: {} layers, d_model {}, {} heads, vocab {}, context {}; f32 "
+      "imported {} from {} into {}: {} layers, d_model {}, {} heads{}, vocab {}, context {}; f32 "
       "weights (fp8.enabled=false until a recipe is chosen)\n",
-      hf.architecture, folder, path, g.n_layer, g.d_model, g.n_head, g.vocab_size, g.max_seq_len);
+      hf.architecture, folder, path, g.n_layer, g.d_model, g.n_head, kv_heads, g.vocab_size,
+      g.max_seq_len);
   return 0;
 }
 
@@ -490,11 +493,9 @@ int run_export(const Args& args, std::ostream& out) {
   const std::string folder = required(p, "--to", "export");
   autograd::InferenceModeGuard inference;
   LoadedModel m = load_model(path, {}, std::nullopt, DataUse::kNone);
-  train::export_hf(*m.model, folder, m.hf_tokens);
-  out << fmt::format(
-      "exported {} (step {}) to {} as GPT2LMHeadModel: config.json, "
-      "model.safetensors (f32)\n",
-      path, m.step, folder);
+  const std::string architecture = train::export_hf(*m.model, folder, m.hf_tokens);
+  out << fmt::format("exported {} (step {}) to {} as {}: config.json, model.safetensors (f32)\n",
+                     path, m.step, folder, architecture);
   return 0;
 }
 

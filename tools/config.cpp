@@ -75,6 +75,9 @@ std::vector<Entry> model_keys() {
                  {"gelu", "relu", "srelu", "silu", "swiglu", "geglu", "reglu"},
                  "MLP activation (gelu is the tanh form; swiglu/geglu/reglu are gated)"),
       choice_key(OCTET_KEY(model.norm), {"layernorm", "rmsnorm"}, "normalisation layers"),
+      float_key(OCTET_KEY(model.norm_eps), {0, 1, Bound::kOpen, Bound::kClosed},
+                "epsilon of the normalisation layers (1e-05 in GPT-2, 1e-05 or 1e-06 in Llama "
+                "models)"),
       bool_key(OCTET_KEY(model.zero_centered_gamma), "norm weights stored as gamma - 1"),
       bool_key(OCTET_KEY(model.bias), "biases in linear layers"),
       bool_key(OCTET_KEY(model.tie_embeddings), "LM head shares the token embedding"),

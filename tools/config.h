@@ -27,6 +27,7 @@ struct ModelConfig {
   int64_t seq_len = 0;     // 0: the data's natural length (tasks only)
   std::string activation = "gelu";
   std::string norm = "layernorm";
+  double norm_eps = 1e-5;  // Hugging Face's layer_norm_epsilon / rms_norm_eps
   bool zero_centered_gamma = false;
   bool bias = true;
   bool tie_embeddings = true;

@@ -20,7 +20,7 @@ commands:
   generate   continue a prompt with a checkpoint, in inference mode
   bench      time f32 and each FP8 recipe: GEMMs, layers, a model
   inspect    what a checkpoint holds: tensors, FP8 metas, bytes by usage, config
-  import     a Hugging Face model folder (GPT2LMHeadModel) as a checkpoint
+  import     a Hugging Face model folder (GPT2LMHeadModel, LlamaForCausalLM) as a checkpoint
   export     a checkpoint as a Hugging Face model folder that transformers loads
 
 options of every command:
@@ -113,8 +113,10 @@ weights, optimizer state, FP8 metas); the trainer state and the config.
 constexpr const char* kImportHelp = R"(usage: octet import HF_DIR --out FILE
 
 Reads a Hugging Face model folder (config.json and model.safetensors, or the shards that
-model.safetensors.index.json lists; F32, BF16 or F16 tensors) of a GPT2LMHeadModel and writes
-it as an octet checkpoint: f32 weights, the model.* keys of its config, fp8.enabled=false (high
+model.safetensors.index.json lists; F32, BF16 or F16 tensors) of a GPT2LMHeadModel or a
+LlamaForCausalLM (grouped-query attention, rotary positions without rope_scaling, no biases) and
+writes it as an octet checkpoint: f32 weights, the model.* keys of its config (model.arch,
+n_kv_head, rope_theta, ffn_hidden, norm_eps, tie_embeddings, ...), fp8.enabled=false (high
 precision until a recipe is chosen: --set on eval and generate, a config or --set on
 train --init). A folder it cannot take is one error naming the tensor or key; nothing is written.
 
@@ -123,10 +125,12 @@ train --init). A folder it cannot take is one error naming the tensor or key; no
 
 constexpr const char* kExportHelp = R"(usage: octet export FILE --to DIR
 
-Writes the checkpoint FILE as a Hugging Face GPT2LMHeadModel folder that transformers loads:
-config.json and model.safetensors (F32; FP8 primary weights dequantized). DIR must not exist
-or be empty; it appears whole or not at all. A model GPT-2 cannot express (RMSNorm, no biases,
-a gated activation) is refused, naming the config key.
+Writes the checkpoint FILE as a Hugging Face folder that transformers loads: a GPT2LMHeadModel
+(model.arch gpt2) or a LlamaForCausalLM (model.arch llama); config.json and model.safetensors
+(F32; FP8 primary weights dequantized). DIR must not exist or be empty; it appears whole or not
+at all. A model the architecture cannot express (GPT-2: RMSNorm, no biases, a gated activation,
+an untied head; Llama: LayerNorm, biases, an activation other than swiglu) is refused, naming the
+config key.
 
   --to DIR   the folder to write
 )";

@@ -173,6 +173,7 @@ modules::GPTConfig gpt_config(const config::RunConfig& c, const data::Dataset& d
       c.model.tie_embeddings ? modules::TieEmbeddings::kYes : modules::TieEmbeddings::kNo;
   g.activation = modules::mlp_activation_from_name(c.model.activation);
   g.norm = c.model.norm == "rmsnorm" ? modules::NormKind::kRMSNorm : modules::NormKind::kLayerNorm;
+  g.norm_eps = static_cast<float>(c.model.norm_eps);
   g.zero_centered_gamma = c.model.zero_centered_gamma ? modules::ZeroCenteredGamma::kYes
                                                       : modules::ZeroCenteredGamma::kNo;
   g.bias = c.model.bias ? modules::Bias::kYes : modules::Bias::kNo;

@@ -327,6 +327,7 @@ TEST(Config, RoundTripsThroughJson) {
             "model.seq_len=40",
             "model.activation=swiglu",
             "model.norm=rmsnorm",
+            "model.norm_eps=1e-6",
             "model.zero_centered_gamma=true",
             "model.bias=false",
             "model.tie_embeddings=false",

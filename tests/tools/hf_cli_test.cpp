@@ -1,12 +1,13 @@
-// Hugging Face folders through the command line: import -> generate (token ids, high precision
-// and FP8) -> eval -> export, fine-tuning an imported model with train --init under each recipe,
-// and the input it refuses (one line on stderr, nothing written).
+// Hugging Face folders (GPT-2 and Llama) through the command line: import -> generate (token ids,
+// high precision and FP8) -> eval -> export, fine-tuning an imported model with train --init
+// under each recipe, and the input it refuses (one line on stderr, nothing written).
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
 #include <vector>
@@ -115,6 +116,59 @@ TEST(HfCli, ImportGenerateEvalExport) {
                            train::import_hf(scratch.file("inner_hf"))));
 }
 
+// A Llama folder (grouped-query attention, an untied head, rms_norm_eps 1e-6) becomes a checkpoint
+// whose model.* keys say so, generates what the library generates, and goes back out unchanged.
+TEST(HfCli, LlamaImportGenerateExport) {
+  REQUIRE_HF_FOLDERS();
+  test::ScratchDir scratch;
+  const std::string ckpt = scratch.file("llama.safetensors");
+  const Outcome imported = octet({"import", folder("llama_f32"), "--out", ckpt});
+  ASSERT_EQ(imported.code, 0) << imported.err;
+  EXPECT_THAT(imported.out, HasSubstr("imported LlamaForCausalLM"));
+  EXPECT_THAT(imported.out, HasSubstr("4 heads (2 key/value)"));
+  const Outcome inspected = octet({"inspect", ckpt, "--json"});
+  ASSERT_EQ(inspected.code, 0) << inspected.err;
+  const auto model = nlohmann::json::parse(inspected.out)["config"]["model"];
+  EXPECT_EQ(model["arch"], "llama");
+  EXPECT_EQ(model["n_kv_head"], 2);
+  EXPECT_EQ(model["rope_theta"], 10000.0);
+  EXPECT_EQ(model["ffn_hidden"], 64);
+  EXPECT_EQ(model["norm"], "rmsnorm");
+  EXPECT_EQ(model["norm_eps"], 1e-6);
+  EXPECT_EQ(model["activation"], "swiglu");
+  EXPECT_EQ(model["bias"], false);
+  EXPECT_EQ(model["tie_embeddings"], false);
+  EXPECT_EQ(model["seq_len"], 16);
+
+  const Outcome gen =
+      octet({"generate", "--checkpoint", ckpt, "--prompt-ids", "1,2,3", "--max-new-tokens", "6"});
+  ASSERT_EQ(gen.code, 0) << gen.err;
+  EXPECT_EQ(gen.out, library_greedy(folder("llama_f32"), {1, 2, 3}, 6));
+  const Outcome fp8 =
+      octet({"generate", "--checkpoint", ckpt, "--prompt-ids", "1,2,3", "--max-new-tokens", "6",
+             "--set", "fp8.enabled=true", "--set", R"(fp8.recipe={"recipe":"current"})"});
+  ASSERT_EQ(fp8.code, 0) << fp8.err;
+  EXPECT_TRUE(std::regex_match(fp8.out, std::regex(R"(\d+(,\d+){5}\n)"))) << fp8.out;
+
+  const Outcome exported = octet({"export", ckpt, "--to", scratch.file("hf")});
+  ASSERT_EQ(exported.code, 0) << exported.err;
+  EXPECT_THAT(exported.out, HasSubstr("as LlamaForCausalLM"));
+  EXPECT_TRUE(
+      same_weights(train::import_hf(folder("llama_f32")), train::import_hf(scratch.file("hf"))));
+  const std::string config = test::read_file_bytes(scratch.file("hf/config.json"));
+  EXPECT_THAT(config, HasSubstr("\"rms_norm_eps\": 1e-06"));
+  EXPECT_THAT(config, HasSubstr("\"eos_token_id\": 2"));
+
+  // Tied, rope_theta 500000, rms_norm_eps 1e-5, stored in bf16.
+  const std::string tied = scratch.file("tied.safetensors");
+  ASSERT_EQ(octet({"import", folder("llama_bf16_tied"), "--out", tied}).code, 0);
+  ASSERT_EQ(octet({"export", tied, "--to", scratch.file("tied_hf")}).code, 0);
+  EXPECT_TRUE(same_weights(train::import_hf(folder("llama_bf16_tied")),
+                           train::import_hf(scratch.file("tied_hf"))));
+  EXPECT_THAT(test::read_file_bytes(scratch.file("tied_hf/config.json")),
+              HasSubstr("\"tie_word_embeddings\": true"));
+}
+
 TEST(HfCli, BadInputIsOneLineAndWritesNothing) {
   REQUIRE_HF_FOLDERS();
   test::ScratchDir scratch;
@@ -132,6 +186,13 @@ TEST(HfCli, BadInputIsOneLineAndWritesNothing) {
       {"bad_truncated", "truncated"},
       {"bad_index_missing_file", "model-00003-of-00003.safetensors"},
       {"bad_no_weights", "no model.safetensors"},
+      {"bad_llama_rope_scaling", "rope_scaling"},
+      {"bad_llama_attention_bias", "attention_bias"},
+      {"bad_llama_head_dim", "head_dim"},
+      {"bad_llama_kv_heads", "num_key_value_heads"},
+      {"bad_llama_missing_k_proj", "model.layers.1.self_attn.k_proj.weight"},
+      {"bad_llama_gate_shape", "model.layers.0.mlp.gate_proj.weight"},
+      {"bad_llama_missing_head", "lm_head.weight"},
   };
   for (const auto& [name, says] : folders) {
     SCOPED_TRACE(name);
@@ -148,7 +209,7 @@ TEST(HfCli, BadInputIsOneLineAndWritesNothing) {
       "generate", "\"x\" is not a token id");
   expect_one_clear_line(
       octet({"generate", "--checkpoint", out, "--prompt-ids", "1,99", "--max-new-tokens", "2"}),
-      "generate", "outside the vocabulary");
+      "generate", "vocabulary [0, 50)");
   expect_one_clear_line(
       octet({"generate", "--checkpoint", out, "--prompt-ids", "1", "--prompt", "a"}), "generate",
       "not both");
@@ -211,19 +272,22 @@ double mean(const std::vector<double>& v, size_t begin, size_t end) {
 TEST(HfCli, TrainInitStartsFromTheImportedWeights) {
   REQUIRE_HF_FOLDERS();
   test::ScratchDir scratch;
-  const std::vector<double> losses =
-      fine_tune(scratch.file("run"), folder("gpt2_f32"), {"fp8.enabled=false"});
-  ASSERT_EQ(losses.size(), 12u);
+  for (const char* name : {"gpt2_f32", "llama_f32"}) {
+    SCOPED_TRACE(name);
+    const std::vector<double> losses =
+        fine_tune(scratch.file(name), folder(name), {"fp8.enabled=false"});
+    ASSERT_EQ(losses.size(), 12u);
 
-  const train::HfModel hf = train::import_hf(folder("gpt2_f32"));
-  modules::GPT model(hf.config);
-  train::load_parameter_values(model, hf.weights);
-  const config::RunConfig c = config::load_config("", {"data.task_digits=4"});
-  const auto data = data::open_dataset(config::data_options(c));
-  const data::Batch b = data->next_batch(data::Split::kTrain, 8, hf.config.max_seq_len);
-  autograd::NoGradGuard no_grad;
-  const double want = model.loss(b.inputs, b.targets).item();
-  EXPECT_NEAR(losses.front(), want, 1e-5 * want);
+    const train::HfModel hf = train::import_hf(folder(name));
+    modules::GPT model(hf.config);
+    train::load_parameter_values(model, hf.weights);
+    const config::RunConfig c = config::load_config("", {"data.task_digits=4"});
+    const auto data = data::open_dataset(config::data_options(c));
+    const data::Batch b = data->next_batch(data::Split::kTrain, 8, hf.config.max_seq_len);
+    autograd::NoGradGuard no_grad;
+    const double want = model.loss(b.inputs, b.targets).item();
+    EXPECT_NEAR(losses.front(), want, 1e-5 * want);
+  }
 }
 
 TEST(HfCli, FineTuningAnImportedModelLowersItsLossUnderEachRecipe) {
@@ -232,6 +296,8 @@ TEST(HfCli, FineTuningAnImportedModelLowersItsLossUnderEachRecipe) {
   // An imported checkpoint and the folder itself are both sources.
   const std::string ckpt = scratch.file("gpt2.safetensors");
   ASSERT_EQ(octet({"import", folder("gpt2_f16_sharded"), "--out", ckpt}).code, 0);
+  const std::string llama = scratch.file("llama.safetensors");
+  ASSERT_EQ(octet({"import", folder("llama_f16_sharded"), "--out", llama}).code, 0);
   struct Case {
     std::string name, source;
     std::vector<std::string> sets;
@@ -246,6 +312,14 @@ TEST(HfCli, FineTuningAnImportedModelLowersItsLossUnderEachRecipe) {
        {R"(fp8.recipe={"recipe":"mxfp8"})", "model.fp8_primary_weights=true"}},
       {"blockwise", ckpt, {R"(fp8.recipe={"recipe":"blockwise"})"}},
       {"nvfp4", ckpt, {R"(fp8.recipe={"recipe":"nvfp4"})"}},
+      // Llama: grouped-query attention, rotary positions, SwiGLU, an untied head.
+      {"llama_f32", llama, {"fp8.enabled=false"}},
+      {"llama_delayed", folder("llama_f32"), {}},
+      {"llama_current_fp8_weights",
+       llama,
+       {R"(fp8.recipe={"recipe":"current"})", "model.fp8_primary_weights=true"}},
+      {"llama_mxfp8", folder("llama_bf16_tied"), {R"(fp8.recipe={"recipe":"mxfp8"})"}},
+      {"llama_nvfp4", llama, {R"(fp8.recipe={"recipe":"nvfp4"})"}},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.name);
