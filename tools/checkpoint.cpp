@@ -204,6 +204,10 @@ void complete_model_keys(config::RunConfig& c, const Checkpoint& checkpoint) {
     if (name == "wte.weight" && t.dim() == 2 && c.model.vocab == 0) c.model.vocab = t.size(0);
     if (name == "wpe.weight" && t.dim() == 2 && c.model.seq_len == 0) c.model.seq_len = t.size(0);
   }
+  // A Llama model has no position embedding: a task's length comes from the task itself.
+  if (c.model.seq_len == 0 && c.data.kind == "task") {
+    c.model.seq_len = data::open_dataset(config::data_options(c))->natural_seq_len();
+  }
 }
 
 InitWeights read_init_weights(const std::string& source) {

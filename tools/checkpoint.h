@@ -68,7 +68,8 @@ void write_imported_checkpoint(const train::HfModel& hf, const std::string& fold
 train::HfExportOptions hf_export_options(const Checkpoint& checkpoint);
 
 // model.vocab and model.seq_len, where they are 0 (taken from the data), from the sizes of the
-// checkpoint's token and position embeddings.
+// checkpoint's token and position embeddings, or (no position embedding: model.arch llama) from
+// the length of the built-in task it was trained on.
 void complete_model_keys(config::RunConfig& config, const Checkpoint& checkpoint);
 
 // The weights `octet train --init SOURCE` starts from: a Hugging Face folder or a run checkpoint

@@ -18,6 +18,7 @@
 #include "tests/support/hf_folders.h"
 #include "tests/support/scratch_dir.h"
 #include "tests/tools/cli_test_util.h"
+#include "tools/checkpoint.h"
 #include "tools/config.h"
 #include "tools/metrics.h"
 #include "train/hf_checkpoint.h"
@@ -167,6 +168,35 @@ TEST(HfCli, LlamaImportGenerateExport) {
                            train::import_hf(scratch.file("tied_hf"))));
   EXPECT_THAT(test::read_file_bytes(scratch.file("tied_hf/config.json")),
               HasSubstr("\"tie_word_embeddings\": true"));
+}
+
+// A Llama octet trained itself on a task (model.seq_len 0: no position embedding to take it from)
+// under FP8 primary weights goes out as a LlamaForCausalLM holding its dequantized weights, and
+// runs from --prompt-ids.
+TEST(HfCli, TrainedLlamaExportsAsLlamaForCausalLM) {
+  test::ScratchDir scratch;
+  const std::string run = scratch.file("run");
+  const Outcome trained = octet(test_cli::tiny_train(
+      run, {"--set", "model.arch=llama", "--set", "model.n_head=4", "--set", "model.n_kv_head=2",
+            "--set", "model.norm=rmsnorm", "--set", "model.norm_eps=1e-6", "--set",
+            "model.activation=swiglu", "--set", "model.bias=false", "--set",
+            "model.tie_embeddings=false", "--set", "model.fp8_primary_weights=true"}));
+  ASSERT_EQ(trained.code, 0) << trained.err;
+  const std::string ckpt = run + "/checkpoint.safetensors";
+  const Outcome exported = octet({"export", ckpt, "--to", scratch.file("hf")});
+  ASSERT_EQ(exported.code, 0) << exported.err;
+  EXPECT_THAT(exported.out, HasSubstr("as LlamaForCausalLM"));
+  const train::HfModel hf = train::import_hf(scratch.file("hf"));
+  EXPECT_EQ(hf.config.n_kv_head, 2);
+  EXPECT_EQ(hf.config.norm_eps, 1e-6f);
+  EXPECT_EQ(hf.config.tie_embeddings, modules::TieEmbeddings::kNo);
+  train::HfModel from_checkpoint;
+  from_checkpoint.weights = cli::read_init_weights(ckpt).values;
+  EXPECT_TRUE(same_weights(from_checkpoint, hf));
+  const Outcome gen =
+      octet({"generate", "--checkpoint", ckpt, "--prompt-ids", "1,2", "--max-new-tokens", "3"});
+  ASSERT_EQ(gen.code, 0) << gen.err;
+  EXPECT_TRUE(std::regex_match(gen.out, std::regex(R"(\d+(,\d+){2}\n)"))) << gen.out;
 }
 
 TEST(HfCli, BadInputIsOneLineAndWritesNothing) {
