@@ -90,17 +90,26 @@ std::unique_ptr<Dataset> open_dataset(const DataOptions& options) {
   return with_error_context(
       std::string(data_kind_name(options.kind)) + " data " + printable(options.path),
       [&]() -> std::unique_ptr<Dataset> {
+        std::optional<Tokenizer> tokenizer = options.tokenizer;
+        OCTET_CHECK(
+            options.kind != DataKind::kTask || (!tokenizer && options.tokenizer_path.empty()),
+            "a tokenizer is for text and token shard data: the built-in tasks have "
+            "their own tokens");
+        if (!tokenizer && !options.tokenizer_path.empty()) {
+          tokenizer = Tokenizer::load(options.tokenizer_path);
+        }
         switch (options.kind) {
           case DataKind::kTask:
             return std::make_unique<AlgorithmicTask>(options.task, options.task_digits,
                                                      options.seed);
           case DataKind::kText:
             OCTET_CHECK(!options.path.empty(), "text data needs a file path");
-            return std::make_unique<TextDataset>(options.path, options.val_fraction);
+            return std::make_unique<TextDataset>(options.path, options.val_fraction,
+                                                 tokenizer.value_or(Tokenizer::bytes()));
           case DataKind::kShards:
             OCTET_CHECK(!options.path.empty(), "token shard data needs a path or pattern");
             return std::make_unique<ShardDataset>(options.path, options.val_path,
-                                                  options.val_fraction);
+                                                  options.val_fraction, std::move(tokenizer));
         }
         OCTET_FAIL("unknown data kind code ", static_cast<int>(options.kind));
       });

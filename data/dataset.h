@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "data/tokenizer.h"
 #include "runtime/tensor.h"
 
 namespace octet::data {
@@ -20,8 +22,8 @@ std::string_view split_name(Split split);  // "train", "validation"
 
 // What the trainer reports on held-out data.
 enum class Metric : uint8_t {
-  kLoss,         // mean cross-entropy per token (token shards)
-  kBitsPerByte,  // mean cross-entropy / ln 2: one token is one byte (text)
+  kLoss,         // mean cross-entropy per token (token shards, text through a BPE tokenizer)
+  kBitsPerByte,  // mean cross-entropy / ln 2: one token is one byte (text as byte tokens)
   kExactMatch,   // fraction of held-out answers generated exactly (algorithmic tasks)
 };
 
@@ -75,6 +77,9 @@ class Dataset {
   // tokenizer (token shards) or the text holds a character outside the vocabulary.
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   virtual std::string decode(const std::vector<int32_t>& tokens) const = 0;
+  // The tokenizer behind encode and decode, for a checkpoint to carry; nullptr where the text
+  // needs none carried (tasks) or there is none (token shards without one).
+  virtual const Tokenizer* tokenizer() const { return nullptr; }
 
   // The cursors; set_state checks them against this dataset (a resume with other data fails).
   DataState state() const { return state_; }
@@ -100,8 +105,13 @@ std::string_view task_kind_name(TaskKind kind);
 
 struct DataOptions {
   DataKind kind = DataKind::kTask;
-  std::string path;           // text: the file; shards: a file, glob pattern or directory
-  std::string val_path;       // shards: validation shards; empty: hold out the tail instead
+  std::string path;      // text: the file; shards: a file, glob pattern or directory
+  std::string val_path;  // shards: validation shards; empty: hold out the tail instead
+  // Text and shards: a tokenizer.json, or a folder with tokenizer.json or vocab.json +
+  // merges.txt (Tokenizer::load). Empty: text is byte tokens, shards have no tokenizer.
+  std::string tokenizer_path;
+  // When set, used instead of reading tokenizer_path (a checkpoint's own tokenizer).
+  std::optional<Tokenizer> tokenizer;
   double val_fraction = 0.1;  // the held-out tail of text, or of shards without val_path
   TaskKind task = TaskKind::kSort;
   int64_t task_digits = 6;  // sort: digits per sequence; add: digits per operand

@@ -3,6 +3,7 @@
 #include "data/token_data.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <glob.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -139,6 +140,12 @@ void write_token_shard(const std::string& path, const std::vector<uint16_t>& tok
   OCTET_CHECK(!out.fail(), "cannot write token shard ", path, ": the write failed");
 }
 
+void check_stream_vocab(const Tokenizer& tokenizer, std::string_view use) {
+  OCTET_CHECK(tokenizer.vocab_size() <= kMaxStreamVocab, "the vocabulary of ", tokenizer.describe(),
+              " has ", tokenizer.vocab_size(), " ids, more than the uint16 token ids of ", use,
+              " can hold (at most ", kMaxStreamVocab, ")");
+}
+
 std::vector<std::string> expand_shard_paths(const std::string& pattern) {
   namespace fs = std::filesystem;
   std::vector<std::string> paths;
@@ -236,58 +243,75 @@ void TokenStreamDataset::check_cursor(Split split, const Cursor& cursor) const {
 
 // ---- text ----
 
-TextDataset::TextDataset(const std::string& path, double val_fraction) : path_(path) {
+TextDataset::TextDataset(const std::string& path, double val_fraction, Tokenizer tokenizer)
+    : path_(path), tokenizer_(std::move(tokenizer)) {
+  check_stream_vocab(tokenizer_, "text data");
   const std::string text = read_file_text(path, "text file");
   const int64_t bad = first_invalid_utf8(text);
   OCTET_CHECK(bad < 0, "text file ", path, " is not valid UTF-8: byte 0x", std::hex,
               static_cast<int>(static_cast<uint8_t>(text[static_cast<size_t>(bad < 0 ? 0 : bad)])),
               std::dec, " at offset ", bad);
   bytes_ = static_cast<int64_t>(text.size());
-  OCTET_CHECK(bytes_ >= 4, "text file ", path, " has ", bytes_,
-              " bytes: too few for a train and a validation split of 2 bytes each");
 
-  int64_t cut = bytes_ - held_out_tokens(bytes_, val_fraction);
-  // Move the cut off UTF-8 continuation bytes so neither split starts mid-character.
-  while (cut < bytes_ && (static_cast<uint8_t>(text[static_cast<size_t>(cut)]) & 0xC0) == 0x80) {
-    ++cut;
+  auto tokens = std::make_shared<std::vector<uint16_t>>();
+  int64_t cut = 0;
+  if (tokenizer_.kind() == TokenizerKind::kBytes) {
+    OCTET_CHECK(bytes_ >= 4, "text file ", path, " has ", bytes_,
+                " bytes: too few for a train and a validation split of 2 bytes each");
+    cut = bytes_ - held_out_tokens(bytes_, val_fraction);
+    // Move the cut off UTF-8 continuation bytes so neither split starts mid-character.
+    while (cut < bytes_ && (static_cast<uint8_t>(text[static_cast<size_t>(cut)]) & 0xC0) == 0x80) {
+      ++cut;
+    }
+    tokens->resize(text.size());
+    for (size_t i = 0; i < text.size(); ++i) (*tokens)[i] = static_cast<uint8_t>(text[i]);
+  } else {
+    const std::vector<int32_t> ids = tokenizer_.encode(text);
+    const auto n = static_cast<int64_t>(ids.size());
+    OCTET_CHECK(n >= 4, "text file ", path, " encodes to ", n, " tokens with ",
+                tokenizer_.describe(),
+                ": too few for a train and a validation split of 2 tokens each");
+    tokens->assign(ids.begin(), ids.end());  // every id < 65536 (check_stream_vocab)
+    cut = n - held_out_tokens(n, val_fraction);
   }
-  cut = std::clamp<int64_t>(cut, 2, bytes_ - 2);
-
-  auto tokens = std::make_shared<std::vector<uint16_t>>(text.size());
-  for (size_t i = 0; i < text.size(); ++i) (*tokens)[i] = static_cast<uint8_t>(text[i]);
-  const Segment whole{tokens, tokens->data(), bytes_, path};
+  const auto n = static_cast<int64_t>(tokens->size());
+  cut = std::clamp<int64_t>(cut, 2, n - 2);
+  const Segment whole{tokens, tokens->data(), n, path};
   std::vector<Segment> train, validation;
   split_stream({whole}, {path}, cut, train, validation);
   set_segments(std::move(train), std::move(validation));
 }
 
+Metric TextDataset::metric() const {
+  return tokenizer_.kind() == TokenizerKind::kBytes ? Metric::kBitsPerByte : Metric::kLoss;
+}
+
 std::string TextDataset::describe() const {
-  return "text " + path_ + " (" + std::to_string(bytes_) +
-         " bytes as byte tokens: " + std::to_string(tokens_in(Split::kTrain)) + " train, " +
-         std::to_string(tokens_in(Split::kValidation)) + " validation)";
+  const int64_t train = tokens_in(Split::kTrain), validation = tokens_in(Split::kValidation);
+  if (tokenizer_.kind() == TokenizerKind::kBytes) {
+    return "text " + path_ + " (" + std::to_string(bytes_) +
+           " bytes as byte tokens: " + std::to_string(train) + " train, " +
+           std::to_string(validation) + " validation)";
+  }
+  return fmt::format(
+      "text {} ({} bytes as {} tokens of {}, {:.2f} bytes per token: {} train, {} validation)",
+      path_, bytes_, train + validation, tokenizer_.describe(),
+      static_cast<double>(bytes_) / static_cast<double>(train + validation), train, validation);
 }
 
 std::vector<int32_t> TextDataset::encode(std::string_view text) const {
-  std::vector<int32_t> ids(text.size());
-  for (size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<uint8_t>(text[i]);
-  return ids;
+  return tokenizer_.encode(text);
 }
 
 std::string TextDataset::decode(const std::vector<int32_t>& tokens) const {
-  std::string text(tokens.size(), '\0');
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    OCTET_CHECK(tokens[i] >= 0 && tokens[i] < 256, "token id ", tokens[i],
-                " is not a byte (text vocabulary 256)");
-    text[i] = static_cast<char>(tokens[i]);
-  }
-  return text;
+  return tokenizer_.decode(tokens);
 }
 
 // ---- shards ----
 
 ShardDataset::ShardDataset(const std::string& pattern, const std::string& val_pattern,
-                           double val_fraction)
-    : pattern_(pattern) {
+                           double val_fraction, std::optional<Tokenizer> tokenizer)
+    : pattern_(pattern), tokenizer_(std::move(tokenizer)) {
   auto open_all = [this](const std::string& p, std::vector<std::string>& files) {
     files = expand_shard_paths(p);
     std::vector<Segment> segs;
@@ -325,6 +349,13 @@ ShardDataset::ShardDataset(const std::string& pattern, const std::string& val_pa
   drop_empty(validation);
   OCTET_CHECK(!train.empty(), "token shards ", pattern, " hold no tokens");
   OCTET_CHECK(!validation.empty(), "validation token shards ", val_pattern, " hold no tokens");
+  if (tokenizer_) {
+    OCTET_CHECK(vocab_size_ <= tokenizer_->vocab_size(), "token shards ", pattern,
+                val_pattern.empty() ? "" : " and " + val_pattern, " hold token id ",
+                vocab_size_ - 1, ", outside the vocabulary of ", tokenizer_->describe(), " (",
+                tokenizer_->vocab_size(), " ids): were they made with another tokenizer?");
+    vocab_size_ = tokenizer_->vocab_size();
+  }
   set_segments(std::move(train), std::move(validation));
 }
 
@@ -332,14 +363,16 @@ std::string ShardDataset::describe() const {
   return "token shards " + pattern_ + " (" + std::to_string(files_) + " files, " +
          std::to_string(tokens_in(Split::kTrain)) + " train and " +
          std::to_string(tokens_in(Split::kValidation)) + " validation tokens, vocab " +
-         std::to_string(vocab_size_) + ")";
+         std::to_string(vocab_size_) + (tokenizer_ ? " of " + tokenizer_->describe() : "") + ")";
 }
 
-std::vector<int32_t> ShardDataset::encode(std::string_view) const {
+std::vector<int32_t> ShardDataset::encode(std::string_view text) const {
+  if (tokenizer_) return tokenizer_->encode(text);
   OCTET_FAIL("token shards carry no tokenizer, so text cannot be turned into their token ids");
 }
 
 std::string ShardDataset::decode(const std::vector<int32_t>& tokens) const {
+  if (tokenizer_) return tokenizer_->decode(tokens);
   std::string text;
   for (int32_t t : tokens) {
     text += '[';

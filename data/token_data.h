@@ -1,13 +1,15 @@
 // Token-stream datasets: llm.c token shards (memory-mapped, header-checked) and a UTF-8 text file
-// as byte tokens, read llm.c-style in contiguous windows with a resumable cursor.
+// as byte or BPE tokens, read llm.c-style in contiguous windows with a resumable cursor.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/tokenizer.h"
 
 namespace octet::data {
 
@@ -44,6 +46,11 @@ class TokenShard {
 
 // Writes a shard in the llm.c layout (for tests and for tools that prepare data).
 void write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens);
+
+// The largest vocabulary whose ids fit the uint16 tokens of shards and token streams.
+inline constexpr int64_t kMaxStreamVocab = 65536;
+// Throws unless every id of `tokenizer` fits a uint16; `use` says what needs it ("token shards").
+void check_stream_vocab(const Tokenizer& tokenizer, std::string_view use);
 
 // The shard files a path names: the file itself, every *.bin in a directory, or the matches of a
 // glob pattern, sorted by name. Throws when nothing matches.
@@ -82,35 +89,46 @@ class TokenStreamDataset : public Dataset {
   std::vector<Segment> validation_;
 };
 
-// A UTF-8 text file as byte tokens (vocab 256); the last `val_fraction` of the bytes (moved
-// forward to a character boundary) is the validation split. Bits per byte = loss / ln 2.
+// A UTF-8 text file as token ids: its bytes (vocab 256), or the ids of a byte-level BPE tokenizer
+// (the whole file encoded as one document; vocab the tokenizer's, at most 65536 so that ids fit
+// the uint16 token streams). The last `val_fraction` of the tokens (for bytes: moved forward to a
+// character boundary) is the validation split. Byte tokens report bits per byte = loss / ln 2,
+// BPE tokens the loss per token (describe() gives bytes per token, their ratio).
 class TextDataset final : public TokenStreamDataset {
  public:
-  TextDataset(const std::string& path, double val_fraction);
+  TextDataset(const std::string& path, double val_fraction,
+              Tokenizer tokenizer = Tokenizer::bytes());
   std::string describe() const override;
-  int64_t vocab_size() const override { return 256; }
-  Metric metric() const override { return Metric::kBitsPerByte; }
+  int64_t vocab_size() const override { return tokenizer_.vocab_size(); }
+  Metric metric() const override;
   std::vector<int32_t> encode(std::string_view text) const override;
   std::string decode(const std::vector<int32_t>& tokens) const override;
+  const Tokenizer* tokenizer() const override { return &tokenizer_; }
 
  private:
   std::string path_;
+  Tokenizer tokenizer_;
   int64_t bytes_ = 0;
 };
 
 // llm.c token shards. Validation: the shards of `val_pattern`, or, when it is empty, the last
-// `val_fraction` of the training tokens. vocab_size() is the largest token id + 1.
+// `val_fraction` of the training tokens. vocab_size() is the tokenizer's vocabulary when there is
+// one (a token id outside it is an error), else the largest token id + 1.
 class ShardDataset final : public TokenStreamDataset {
  public:
-  ShardDataset(const std::string& pattern, const std::string& val_pattern, double val_fraction);
+  ShardDataset(const std::string& pattern, const std::string& val_pattern, double val_fraction,
+               std::optional<Tokenizer> tokenizer = std::nullopt);
   std::string describe() const override;
   int64_t vocab_size() const override { return vocab_size_; }
   Metric metric() const override { return Metric::kLoss; }
-  std::vector<int32_t> encode(std::string_view text) const override;      // throws: no tokenizer
-  std::string decode(const std::vector<int32_t>& tokens) const override;  // "[50256][13]..."
+  // Through the tokenizer; without one, encode throws and decode writes "[50256][13]...".
+  std::vector<int32_t> encode(std::string_view text) const override;
+  std::string decode(const std::vector<int32_t>& tokens) const override;
+  const Tokenizer* tokenizer() const override { return tokenizer_ ? &*tokenizer_ : nullptr; }
 
  private:
   std::string pattern_;
+  std::optional<Tokenizer> tokenizer_;
   int64_t files_ = 0;
   int64_t vocab_size_ = 0;
 };

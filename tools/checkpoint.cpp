@@ -12,14 +12,21 @@
 #include "tools/run.h"
 
 namespace octet::cli {
+namespace {
+
+constexpr std::string_view kTokenizerKey = "tokenizer";
+
+}  // namespace
 
 SafetensorsMetadata run_metadata(const TrainerState& state) {
   const nlohmann::json rng = {{"seed", state.rng.seed}, {"offset", state.rng.offset}};
-  return {
+  SafetensorsMetadata metadata = {
       {"rng", rng.dump()},
       {"data_state", data::encode_state(state.data)},
       {"config", config::to_json(state.config).dump()},
   };
+  if (state.tokenizer) metadata[std::string(kTokenizerKey)] = state.tokenizer->serialize();
+  return metadata;
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
@@ -46,8 +53,22 @@ Checkpoint read_checkpoint(const std::string& path) {
     OCTET_CHECK(!config.is_discarded() && config.is_object(), "checkpoint ", path,
                 ": __metadata__ \"config\" is not a JSON object");
     c.state.config = config::from_json(config, "the config in checkpoint " + path);
+    if (const auto it = c.metadata.find(std::string(kTokenizerKey)); it != c.metadata.end()) {
+      try {
+        c.state.tokenizer = data::Tokenizer::deserialize(it->second, "checkpoint " + path);
+      } catch (const Error& e) {
+        OCTET_FAIL("checkpoint ", path, ": __metadata__ \"tokenizer\": ", e.what());
+      }
+    }
     return c;
   });
+}
+
+std::optional<data::Tokenizer> checkpoint_tokenizer(const Checkpoint& checkpoint) {
+  if (checkpoint.state.tokenizer) return checkpoint.state.tokenizer;
+  const config::DataConfig& d = checkpoint.state.config.data;
+  if (d.kind == "text" && d.tokenizer.empty()) return data::Tokenizer::bytes();
+  return std::nullopt;
 }
 
 void load_model_state(modules::Module& model, const Checkpoint& checkpoint) {

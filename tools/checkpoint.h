@@ -1,15 +1,18 @@
 // The checkpoints of `octet train`: the library's checkpoint (train/checkpoint.h: model,
 // optimizer, every FP8 meta, the Trainer's step and skipped steps) plus what the command line
 // needs to resume exactly and to rebuild the model alone: the trainer's generator, the data
-// position and the resolved run config, as "__metadata__" entries "rng", "data_state"
-// (data::encode_state) and "config" (JSON).
+// position, the resolved run config and the tokenizer, as "__metadata__" entries "rng",
+// "data_state" (data::encode_state), "config" (JSON) and "tokenizer" (data::Tokenizer::serialize,
+// so that the checkpoint alone turns text into its model's tokens and back).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "data/dataset.h"
+#include "data/tokenizer.h"
 #include "modules/gpt.h"
 #include "runtime/rng.h"
 #include "tools/config.h"
@@ -26,9 +29,12 @@ struct TrainerState {
   RngState rng;               // the trainer's generator
   data::DataState data;
   config::RunConfig config;
+  // What the run's text goes through; none for tasks and token shards without data.tokenizer.
+  std::optional<data::Tokenizer> tokenizer;
 };
 
-// The metadata entries of `state` that the Trainer does not write itself (rng, data, config).
+// The metadata entries of `state` that the Trainer does not write itself (rng, data, config,
+// tokenizer).
 SafetensorsMetadata run_metadata(const TrainerState& state);
 
 // A run's checkpoint read and checked: the library's checks, then bad run metadata, each an
@@ -37,6 +43,10 @@ struct Checkpoint : train::Checkpoint {
   TrainerState state;
 };
 Checkpoint read_checkpoint(const std::string& path);
+
+// The tokenizer of the checkpoint's model: the one it carries, or byte tokens for a model trained
+// on text before checkpoints carried one; none for tasks and token shards without a tokenizer.
+std::optional<data::Tokenizer> checkpoint_tokenizer(const Checkpoint& checkpoint);
 
 // Copies the checkpoint's model state into `model` (names, shapes and dtypes must match: the
 // error names the first that does not). FP8 primary weights come back row-wise only; training

@@ -1,4 +1,5 @@
-// Command-line parsing and the train / eval / generate / inspect / import / export commands.
+// Command-line parsing and the train / eval / generate / tokenize / inspect / import / export
+// commands.
 #include "tools/commands.h"
 
 #include <fmt/format.h>
@@ -15,6 +16,8 @@
 
 #include "autograd/grad_mode.h"
 #include "data/task_data.h"
+#include "data/token_data.h"
+#include "data/tokenizer.h"
 #include "runtime/comm.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
@@ -144,13 +147,15 @@ config::RunConfig checkpoint_config(const cli::Checkpoint& ckpt,
 }
 
 enum class DataUse : uint8_t {
-  kOpen,  // the checkpoint's data (or --data): for eval and text prompts
+  kOpen,  // the checkpoint's data (or --data): for eval
+  kText,  // text prompts: the checkpoint's tokenizer, no data file (a task's, which reads none)
   kNone,  // no data: token ids only
 };
 
 struct LoadedModel {
   config::RunConfig config;
   std::unique_ptr<data::Dataset> dataset;
+  std::optional<data::Tokenizer> tokenizer;  // DataUse::kText of a model trained on text
   std::unique_ptr<modules::GPT> model;
   int64_t step = 0;
   train::HfExportOptions hf_tokens;  // the token ids of an imported model, for export
@@ -163,7 +168,16 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
   const cli::Checkpoint ckpt = cli::read_checkpoint(path);
   config::RunConfig c = checkpoint_config(ckpt, sets);
   LoadedModel m;
-  if (use == DataUse::kNone) {
+  // The checkpoint's own tokenizer, so that neither data.path nor data.tokenizer need exist.
+  const std::optional<data::Tokenizer> tokenizer = cli::checkpoint_tokenizer(ckpt);
+  if (use == DataUse::kText && c.data.kind == "task") use = DataUse::kOpen;
+  if (use == DataUse::kText) {
+    OCTET_CHECK(tokenizer.has_value(), "checkpoint ", path,
+                " carries no tokenizer (it was trained on token shards without data.tokenizer), "
+                "so --prompt text has no token ids: give --prompt-ids");
+    m.tokenizer = tokenizer;
+  }
+  if (use != DataUse::kOpen) {
     m.model = std::make_unique<modules::GPT>(cli::gpt_config_without_data(c));
   }
   if (data_path) {
@@ -176,7 +190,9 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
     if (!c.data.val_path.empty()) c.data.val_path = *data_path;
   }
   if (use == DataUse::kOpen) {
-    m.dataset = data::open_dataset(config::data_options(c));
+    data::DataOptions options = config::data_options(c);
+    if (tokenizer) options.tokenizer = tokenizer;
+    m.dataset = data::open_dataset(options);
     m.model = std::make_unique<modules::GPT>(cli::gpt_config(c, *m.dataset));
   }
   if (c.fp8 == ckpt.state.config.fp8) {
@@ -186,6 +202,11 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
     train::load_parameter_values(*m.model, ckpt.model);
   }
   m.model->eval();
+  const int64_t vocab = m.model->config().vocab_size;
+  OCTET_CHECK(!m.tokenizer || m.tokenizer->vocab_size() <= vocab, "checkpoint ", path, ": its ",
+              m.tokenizer ? m.tokenizer->describe() : "", " has ",
+              m.tokenizer ? m.tokenizer->vocab_size() : 0,
+              " ids, more than the model's vocabulary of ", vocab);
   m.config = std::move(c);
   m.step = ckpt.state.step;
   m.hf_tokens = cli::hf_export_options(ckpt);
@@ -414,13 +435,24 @@ int run_generate(const Args& args, std::ostream& out, std::ostream& err) {
   reset_peak_memory();
   autograd::InferenceModeGuard inference;
   LoadedModel m = load_model(path, p.values("--set"), std::nullopt,
-                             prompt_ids ? DataUse::kNone : DataUse::kOpen);
+                             prompt_ids ? DataUse::kNone : DataUse::kText);
   const auto* task = dynamic_cast<const data::AlgorithmicTask*>(m.dataset.get());
   const int64_t new_tokens = p.has("--max-new-tokens")
                                  ? parse_int(*p.value("--max-new-tokens"), "--max-new-tokens", 1)
                                  : (task != nullptr ? task->answer_len() : 64);
-  const std::vector<int32_t> ids = prompt_ids ? parse_token_ids(prompt) : m.dataset->encode(prompt);
-  OCTET_CHECK(!ids.empty(), "--prompt: \"", prompt, "\" encodes to no tokens");
+  const std::vector<int32_t> ids = prompt_ids    ? parse_token_ids(prompt)
+                                   : m.tokenizer ? m.tokenizer->encode(prompt)
+                                                 : m.dataset->encode(prompt);
+  const std::string_view option = prompt_ids ? "--prompt-ids" : "--prompt";
+  OCTET_CHECK(!ids.empty(), option, ": \"", prompt, "\" encodes to no tokens");
+  const modules::GPTConfig& g = m.model->config();
+  for (const int32_t id : ids) {
+    OCTET_CHECK(id < g.vocab_size, option, ": token id ", id,
+                " is outside the model's vocabulary [0, ", g.vocab_size, ")");
+  }
+  OCTET_CHECK(static_cast<int64_t>(ids.size()) <= g.max_seq_len, option, ": the prompt is ",
+              ids.size(), " tokens, longer than the model's context of ", g.max_seq_len,
+              " tokens (model.seq_len)");
   const Tensor prompts =
       Tensor::from_bytes(ids.data(), {1, static_cast<int64_t>(ids.size())}, DType::kI32);
   Generator gen(seed);
@@ -431,10 +463,69 @@ int run_generate(const Args& args, std::ostream& out, std::ostream& err) {
   if (prompt_ids) {
     out << fmt::format("{}\n", fmt::join(generated, ","));
   } else {
-    out << prompt << m.dataset->decode(generated) << '\n';
+    const std::string text =
+        m.tokenizer ? m.tokenizer->decode(generated) : m.dataset->decode(generated);
+    out << prompt << text << '\n';
   }
   // stdout is only the text, so it can be piped; the memory summary is for the person.
   err << memory_line(*m.model) << '\n';
+  return 0;
+}
+
+int run_tokenize(const Args& args, std::ostream& out) {
+  namespace fs = std::filesystem;
+  const Parsed p =
+      parse(args, "tokenize", {{"--tokenizer", Takes::kValue}, {"--out", Takes::kValue}});
+  if (p.has("--help")) {
+    out << help_text("tokenize");
+    return 0;
+  }
+  const std::string tokenizer_path = required(p, "--tokenizer", "tokenize");
+  const std::string path = required(p, "--out", "tokenize");
+  OCTET_CHECK(!p.positional.empty(),
+              "octet tokenize: expected one or more text files (see octet tokenize --help)");
+  std::error_code ec;
+  OCTET_CHECK(!fs::is_directory(path, ec), "--out ", path,
+              " is a directory: expected the shard file to write");
+  const fs::path folder = fs::path(path).parent_path();
+  OCTET_CHECK(folder.empty() || fs::is_directory(folder, ec), "--out ", path, ": the folder ",
+              folder.string(), " does not exist");
+  for (const std::string& file : p.positional) {
+    OCTET_CHECK(!fs::equivalent(file, path, ec), "--out ", path, " is the text file ", file,
+                ": choose another --out");
+  }
+  const data::Tokenizer tokenizer = data::Tokenizer::load(tokenizer_path);
+  data::check_stream_vocab(tokenizer, "an llm.c token shard");
+  // As llm.c's preprocessing does it: every document starts with the end-of-text token, so the
+  // model sees where one ends and the next begins.
+  const std::optional<int32_t> eos = tokenizer.eos_id();
+  std::vector<uint16_t> tokens;
+  int64_t bytes = 0;
+  for (const std::string& file : p.positional) {
+    const std::string text = read_file_text(file, "text file");
+    const int64_t bad = first_invalid_utf8(text);
+    OCTET_CHECK(bad < 0, "text file ", file, " is not valid UTF-8 (byte ", bad, ")");
+    if (eos) tokens.push_back(static_cast<uint16_t>(*eos));
+    for (const int32_t id : tokenizer.encode(text)) tokens.push_back(static_cast<uint16_t>(id));
+    bytes += static_cast<int64_t>(text.size());
+  }
+  OCTET_CHECK(!tokens.empty(),
+              "octet tokenize: the text files hold no text, so there is no token to write");
+  // A temporary file renamed into place: a failed run leaves no shard, and no half of one.
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  try {
+    data::write_token_shard(tmp, tokens);
+    fs::rename(tmp, path);
+  } catch (...) {
+    fs::remove(tmp, ec);
+    throw;
+  }
+  const size_t files = p.positional.size();
+  out << fmt::format(
+      "wrote {}: {} tokens of {} from {} text file{} ({} bytes, {:.2f} bytes per token){}\n", path,
+      tokens.size(), tokenizer.describe(), files, files == 1 ? "" : "s", bytes,
+      static_cast<double>(bytes) / static_cast<double>(tokens.size()),
+      eos ? fmt::format("; each file starts with the end-of-text token {}", *eos) : "");
   return 0;
 }
 
@@ -588,12 +679,13 @@ int run_octet(const Args& args, std::ostream& out, std::ostream& err) {
     if (command == "eval") return run_eval(rest, out);
     if (command == "generate") return run_generate(rest, out, err);
     if (command == "inspect") return run_inspect(rest, out);
+    if (command == "tokenize") return run_tokenize(rest, out);
     if (command == "import") return run_import(rest, out);
     if (command == "export") return run_export(rest, out);
     if (command == "bench") return bench::run_bench(rest, out);
     err << "octet: unknown command \"" << command
-        << "\"; the commands are train, eval, generate, bench, inspect, import and export (octet "
-           "--help)\n";
+        << "\"; the commands are train, eval, generate, tokenize, bench, inspect, import and "
+           "export (octet --help)\n";
     return 2;
   } catch (const CollectiveError& e) {
     return report_error(command, user_message(e.what()), err, /*every_rank=*/true);

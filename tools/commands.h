@@ -1,6 +1,6 @@
-// The subcommands of the `octet` program (train, eval, generate, inspect, import, export; bench
-// lives in tools/bench.h) and their help texts. Each takes the words after its name and returns the
-// exit code; bad input throws octet::Error, which main() prints as one line.
+// The subcommands of the `octet` program (train, eval, generate, tokenize, inspect, import,
+// export; bench lives in tools/bench.h) and their help texts. Each takes the words after its name
+// and returns the exit code; bad input throws octet::Error, which main() prints as one line.
 #pragma once
 
 #include <iosfwd>
@@ -16,6 +16,8 @@ int run_train(const Args& args, std::ostream& out);
 int run_eval(const Args& args, std::ostream& out);
 int run_generate(const Args& args, std::ostream& out, std::ostream& err);
 int run_inspect(const Args& args, std::ostream& out);
+// `tokenize --tokenizer PATH --out SHARD TEXT...`: text files as one llm.c token shard.
+int run_tokenize(const Args& args, std::ostream& out);
 // Hugging Face folders: `import HF_DIR --out FILE` writes a run checkpoint, `export FILE --to DIR`
 // writes a folder transformers loads.
 int run_import(const Args& args, std::ostream& out);

@@ -112,10 +112,16 @@ std::vector<Entry> fp8_keys() {
 
 std::vector<Entry> data_keys() {
   return {
-      choice_key(OCTET_KEY(data.kind), {"task", "text", "shards"},
-                 "built-in task, a UTF-8 text file (bytes), or llm.c token shards"),
+      choice_key(
+          OCTET_KEY(data.kind), {"task", "text", "shards"},
+          "built-in task, a UTF-8 text file (bytes, or the tokens of data.tokenizer), or llm.c "
+          "token shards"),
       string_key(OCTET_KEY(data.path),
                  "text: the file; shards: a .bin file, a directory of them or a glob pattern"),
+      string_key(OCTET_KEY(data.tokenizer),
+                 "text and shards: a tokenizer.json, or a folder with tokenizer.json or "
+                 "vocab.json + merges.txt (byte-level BPE; checkpoints carry it); empty: text "
+                 "as bytes, shards without a tokenizer"),
       string_key(OCTET_KEY(data.val_path),
                  "shards: validation shards; empty: hold out the tail of data.path"),
       float_key(OCTET_KEY(data.val_fraction), {0, 0.5, Bound::kOpen, Bound::kClosed},
@@ -581,6 +587,10 @@ void validate(const RunConfig& c) {
               "from the data), but only data.kind \"task\" has a natural length: set it for "
               "data.kind \"",
               c.data.kind, "\"");
+  OCTET_CHECK(file_data || c.data.tokenizer.empty(), "config key \"data.tokenizer\" is \"",
+              c.data.tokenizer,
+              "\", but data.kind \"task\" has its own tokens: a tokenizer is for ",
+              "data.kind \"text\" or \"shards\"");
   if (c.data.kind == "task") {
     const bool sort = c.data.task == "sort";
     const int64_t lo = sort ? 3 : 2, hi = sort ? 16 : 8;
@@ -654,6 +664,7 @@ data::DataOptions data_options(const RunConfig& c) {
   options.kind = data::parse_data_kind(c.data.kind);
   options.path = c.data.path;
   options.val_path = c.data.val_path;
+  options.tokenizer_path = c.data.tokenizer;
   options.val_fraction = c.data.val_fraction;
   options.task = data::parse_task_kind(c.data.task);
   options.task_digits = c.data.task_digits;

@@ -53,6 +53,7 @@ struct Fp8Config {
 struct DataConfig {
   std::string kind = "task";  // task | text | shards
   std::string path;           // text file, or shard file / directory / glob pattern
+  std::string tokenizer;      // tokenizer.json or a folder; empty: bytes (text), none (shards)
   std::string val_path;       // shards: validation shards; empty: hold out the tail
   double val_fraction = 0.1;
   std::string task = "sort";  // sort | add

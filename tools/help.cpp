@@ -18,6 +18,7 @@ commands:
              a 2-layer GPT sorting 6 digits under FP8 delayed scaling)
   eval       held-out accuracy / bits per byte / loss of a checkpoint
   generate   continue a prompt with a checkpoint, in inference mode
+  tokenize   text files as an llm.c token shard, through a byte-level BPE tokenizer
   bench      time f32 and each FP8 recipe: GEMMs, layers, a model
   inspect    what a checkpoint holds: tensors, FP8 metas, bytes by usage, config
   import     a Hugging Face model folder (GPT2LMHeadModel, LlamaForCausalLM) as a checkpoint
@@ -33,6 +34,10 @@ examples:
   octet train --resume --out runs/short --set training.steps=1000
   octet eval --checkpoint runs/default/checkpoint.safetensors
   octet generate --checkpoint runs/default/checkpoint.safetensors --prompt 931275'>'
+  octet train --set data.kind=text --set data.path=input.txt --set data.tokenizer=gpt2/ \
+              --set model.seq_len=256 --out runs/text
+  octet generate --checkpoint runs/text/checkpoint.safetensors --prompt 'Once upon a time'
+  octet tokenize --tokenizer gpt2/ --out train.bin input.txt
   octet inspect runs/default/checkpoint.safetensors
   octet import hf/gpt2 --out gpt2.safetensors
   octet generate --checkpoint gpt2.safetensors --prompt-ids 464,2068,7586
@@ -70,7 +75,8 @@ constexpr const char* kEvalHelp =
     R"(usage: octet eval --checkpoint PATH [--data FILE] [--examples N] [--set key=value ...] [--json]
 
 Evaluates a checkpoint on held-out data in inference mode: exact-match accuracy of greedy answers
-(built-in task), bits per byte (text) or loss (token shards).
+(built-in task), bits per byte (text as bytes) or loss per token (text through a tokenizer,
+token shards). A checkpoint's tokenizer is its own: data.tokenizer need not exist any more.
 
   --checkpoint PATH  a checkpoint written by octet train
   --data FILE        other text / shard data than the run's (same vocabulary): its held-out
@@ -90,15 +96,32 @@ column-wise data, no optimizer state, no saved tensors. Ends with a one-line mem
 (on stderr).
 
   --checkpoint PATH    a checkpoint written by octet train or octet import
-  --prompt TEXT        in the data's alphabet (task: digits and '>' or '+', '='; text: UTF-8)
-  --prompt-ids IDS     token ids instead, such as 1,2,3 (needs no data or tokenizer); prints
-                       the generated ids, comma-separated, on one line
+  --prompt TEXT        in the data's alphabet (task: digits and '>' or '+', '='; text: UTF-8,
+                       through the tokenizer the checkpoint carries: bytes, or the BPE of
+                       data.tokenizer; no data file is read); prints the prompt and the
+                       decoded continuation
+  --prompt-ids IDS     token ids instead, such as 1,2,3 (for a model without a tokenizer);
+                       prints the generated ids, comma-separated, on one line
   --set key=value      as for eval: fp8.* of a high-precision checkpoint runs it under a
                        recipe (current, mxfp8, blockwise, nvfp4 scale from the tensors; delayed
                        keeps its initial scales, as no amax is recorded in inference)
   --max-new-tokens N   tokens to add (default: the task's answer length, else 64)
   --temperature T      0 (default): greedy; > 0: sample from softmax(logits / T)
   --seed S             the sampling stream (default 0)
+)";
+
+constexpr const char* kTokenizeHelp =
+    R"(usage: octet tokenize --tokenizer PATH --out SHARD TEXT...
+
+Encodes the UTF-8 text files TEXT... with a byte-level BPE tokenizer and writes their tokens,
+one file after the other, as one llm.c token shard (uint16 ids; train on it with
+data.kind=shards, and give data.tokenizer=PATH so that checkpoints carry the tokenizer). As
+llm.c's preprocessing does, each file starts with the end-of-text token when the tokenizer has
+one. The shard is written to a temporary file and renamed into place.
+
+  --tokenizer PATH   a Hugging Face tokenizer.json, or a folder holding tokenizer.json or
+                     GPT-2's vocab.json + merges.txt; its vocabulary must fit uint16 (65536)
+  --out SHARD        the shard to write (replaced if it exists)
 )";
 
 constexpr const char* kInspectHelp = R"(usage: octet inspect PATH [--json]
@@ -153,9 +176,9 @@ struct CommandHelp {
 };
 
 constexpr CommandHelp kCommandHelp[] = {
-    {"", kOverviewHelp},         {"train", kTrainHelp},     {"eval", kEvalHelp},
-    {"generate", kGenerateHelp}, {"inspect", kInspectHelp}, {"bench", kBenchHelp},
-    {"import", kImportHelp},     {"export", kExportHelp},
+    {"", kOverviewHelp},         {"train", kTrainHelp},       {"eval", kEvalHelp},
+    {"generate", kGenerateHelp}, {"tokenize", kTokenizeHelp}, {"inspect", kInspectHelp},
+    {"bench", kBenchHelp},       {"import", kImportHelp},     {"export", kExportHelp},
 };
 
 }  // namespace
@@ -165,7 +188,8 @@ std::string help_text(std::string_view command) {
     if (command == h.command) return h.text;
   }
   OCTET_FAIL("no help for unknown command \"", command,
-             "\"; the commands are train, eval, generate, bench, inspect, import and export");
+             "\"; the commands are train, eval, generate, tokenize, bench, inspect, import and "
+             "export");
 }
 
 }  // namespace octet::cli

@@ -314,6 +314,7 @@ class RunDirectory final : public train::FitObserver {
         lead_(trainer.rank() == 0),
         rng_(static_cast<uint64_t>(c.training.seed)) {
     state_.config = c;
+    if (const data::Tokenizer* t = dataset.tokenizer()) state_.tokenizer = *t;
   }
 
   // The metrics file, opened for a fresh run or cut at the resumed step (rank 0 only).
@@ -416,6 +417,13 @@ int64_t resume_run(const config::RunConfig& c, Communicator& world, train::Train
   run_collectively(world, [&] {
     ckpt = read_checkpoint(path);
     check_resumable(ckpt.state.config, c, path);
+    // The same data.tokenizer path may hold another tokenizer by now.
+    const data::Tokenizer* now = dataset.tokenizer();
+    OCTET_CHECK(!ckpt.state.tokenizer || now == nullptr ||
+                    ckpt.state.tokenizer->serialize() == now->serialize(),
+                "cannot resume from ", path, ": data.tokenizer ", c.data.tokenizer,
+                " is no longer the tokenizer the checkpoint carries (", now->describe(),
+                " differs from the one the run was trained with)");
   });
   trainer.resume(ckpt, dataset);
   dir.set_rng(ckpt.state.rng);
@@ -520,7 +528,7 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
   reset_peak_memory(launch.device);
   modules::GPT model(gpt_config(c, *dataset));
   load_init_weights(model);  // octet train --init: the weights a new run starts from
-  model.to(launch.device);  // before the trainer's optimizer, made where the parameters live
+  model.to(launch.device);   // before the trainer's optimizer, made where the parameters live
   train::TrainerOptions options = trainer_options(c);
   if (world.size() > 1) {
     options.comm = launch.device.is_cuda() ? make_nccl_communicator(launch.world, launch.device)

@@ -339,6 +339,7 @@ TEST(Config, RoundTripsThroughJson) {
             "fp8.high_precision_last_layers=2",
             "data.kind=shards",
             "data.path=train_*.bin",
+            "data.tokenizer=gpt2/",
             "data.val_path=val.bin",
             "data.val_fraction=0.2",
             "data.task=add",
