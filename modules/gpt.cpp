@@ -3,6 +3,7 @@
 #include "modules/gpt.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -108,6 +109,10 @@ int32_t pick_token(const float* logits, int64_t vocab, const GenerateOptions& o,
     if (u < cumulative) return order[i];
   }
   return filtered ? order[0] : static_cast<int32_t>(best);  // u within rounding of the total
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace
@@ -329,10 +334,12 @@ Generation GPT::generate(const Tensor& prompts, const GenerateOptions& o, Genera
   if (o.kv_cache == KVCacheUse::kYes && p < config_.max_seq_len && o.new_tokens > 0) {
     step = generate_cached(seq, n, total, o, gen, result, done);
   }
+  const auto window_start = std::chrono::steady_clock::now();
   for (; step < o.new_tokens && !all_done(); ++step) {
     pick_tokens(window_logits(seq, n, total, p + step), n, step, o, gen, seq, total, result.tokens,
                 done);
   }
+  result.window_s = seconds_since(window_start);
   // Rows that stopped early: eos to the end.
   for (; step < o.new_tokens; ++step) {
     for (int64_t i = 0; i < n; ++i)
@@ -373,8 +380,11 @@ int64_t GPT::generate_cached(std::vector<int32_t>& seq, int64_t n, int64_t total
     std::memcpy(ids.data_as<int32_t>() + i * p, seq.data() + i * total,
                 static_cast<size_t>(p) * sizeof(int32_t));
   }
+  const auto start = std::chrono::steady_clock::now();
   pick_tokens(last_logits(hidden_cached(ids, caches, 0)), n, 0, o, gen, seq, total, result.tokens,
               done);
+  result.prompt_s = seconds_since(start);
+  const auto decode_start = std::chrono::steady_clock::now();
   int64_t step = 1;
   // The token at position len - 1 goes in while the window still starts at position 0.
   for (int64_t len = p + 1; step < o.new_tokens && len <= config_.max_seq_len; ++step, ++len) {
@@ -385,6 +395,7 @@ int64_t GPT::generate_cached(std::vector<int32_t>& seq, int64_t n, int64_t total
     pick_tokens(last_logits(hidden_cached(next, caches, len - 1)), n, step, o, gen, seq, total,
                 result.tokens, done);
   }
+  result.cached_s = seconds_since(decode_start);
   result.cached_tokens = step;
   return step;
 }

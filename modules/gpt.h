@@ -155,6 +155,9 @@ struct Generation {
   int64_t cache_bytes = 0;    // the key/value cache's (0 without one)
   int64_t cached_tokens = 0;  // tokens that came from the cache; past max_seq_len the window
                               // slides and each later token re-runs it
+  // Wall-clock seconds of the prompt's pass (with the first token), of the later cached tokens,
+  // and of the tokens that re-ran the window.
+  double prompt_s = 0, cached_s = 0, window_s = 0;
 };
 
 class GPT : public Module {

@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/fp8_simd.h"
+#include "kernels/cpu/row_ops.h"
 #include "kernels/cpu/sgemm.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/math/activation.h"
@@ -197,6 +198,24 @@ Operand prepare(const Tensor& x, bool trans, int64_t rows, int64_t cols, bool un
   return {ws, trans};
 }
 
+// Fewer rows than this against a transposed f32 B (a weight (N, K), as in generation's one token
+// a sequence) go through dot products instead of the GEMM: each weight row is read once, split
+// over every thread by columns (the GEMM's tile grid would give so thin a product one thread).
+constexpr int64_t kGemvRows = 4;
+
+// c (m, n) = alpha * a (m, k) b (n, k)^T + beta * c, one dot product per element.
+void gemv_rows(int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b,
+               float beta, float* c) {
+  parallel_for(0, n, 64, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      for (int64_t i = 0; i < m; ++i) {
+        const float d = alpha * rowops::dot(a + i * k, b + j * k, k);
+        c[i * n + j] = beta == 0.f ? d : d + c[i * n + j];
+      }
+    }
+  });
+}
+
 // x = gelu_tanh(x) in place: the loop of the activation kernel (kernels/cpu/activation.cpp), so
 // the epilogue gives the numbers ops::activation would.
 OCTET_VECTOR_CLONES void gelu_block(float* x, int64_t n) {
@@ -240,7 +259,10 @@ void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb
   if (k == 0) {
     if (beta == 0.f) std::fill(c, c + m * n, 0.f);
   } else if (m > 0 && n > 0) {
-    if (cpu_gemm_library() == CpuGemmLibrary::kOctet) {
+    if (m < kGemvRows && b_trans && !a_trans && a.dtype() == DType::kF32 &&
+        b.dtype() == DType::kF32) {
+      gemv_rows(m, n, k, alpha, a.data_as<float>(), b.data_as<float>(), beta, c);
+    } else if (cpu_gemm_library() == CpuGemmLibrary::kOctet) {
       // Stored rows: A (M, K) or (K, M); B (K, N) or (N, K).
       const GemmOperand oa{a.data(), a.dtype(), a_trans, a_trans ? m : k};
       const GemmOperand ob{b.data(), b.dtype(), b_trans, b_trans ? k : n};

@@ -74,8 +74,13 @@ class GemmAllTransposes : public ::testing::TestWithParam<std::tuple<int, int>> 
 
 TEST_P(GemmAllTransposes, F32MatchesF64WithinRelative1em5) {
   const auto [ta_i, tb_i] = GetParam();
-  for (const auto& [m, n, k] :
-       {std::tuple<int64_t, int64_t, int64_t>{37, 53, 71}, {64, 48, 256}, {128, 96, 768}}) {
+  // M of 1 and 3 against a transposed B take the dot-product path (one generated token a
+  // sequence); the others the GEMM.
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 53, 71},
+                                {64, 48, 256},
+                                {128, 96, 768},
+                                {1, 300, 77},
+                                {3, 130, 768}}) {
     const Problem p{m, n, k, ta_i ? Transpose::kYes : Transpose::kNo,
                     tb_i ? Transpose::kYes : Transpose::kNo};
     const Tensor a = test::random_tensor(stored(m, k, p.ta), DType::kF32, 11);
@@ -168,30 +173,35 @@ TEST(Gemm, Bf16OperandsBiasAndAccumulateIntoBf16Output) {
 }
 
 TEST(Gemm, F32BiasAlphaAccumulateAndFolded3dOperand) {
-  // x (2, 8, 32) folds to (16, 32); y = 0.5 x·wᵀ + bias, then a second call accumulates.
-  const Tensor x = test::random_tensor({2, 8, 32}, DType::kF32, 41);
-  const Tensor w = test::random_tensor({24, 32}, DType::kF32, 42);
-  const Tensor bias = test::random_tensor({24}, DType::kBF16, 43);
-  GemmOptions options;
-  options.alpha = 0.5f;
-  options.bias = &bias;
-  Tensor out = ops::gemm(x, Transpose::kNo, w, Transpose::kYes, DType::kF32, options);
-  ASSERT_EQ(out.shape(), (Shape{16, 24}));
-  std::vector<double> want, mag;
-  reference(test::to_doubles(x), 32, test::to_doubles(w), 32,
-            {16, 24, 32, Transpose::kNo, Transpose::kYes}, want, mag);
-  const std::vector<double> bias_d = test::to_doubles(bias);
-  std::vector<double> once(want.size());
-  for (size_t i = 0; i < want.size(); ++i) once[i] = 0.5 * want[i] + bias_d[i % 24];
-  EXPECT_TRUE(test::all_close(out.to_floats(), once, test::tolerance_for(DType::kF32)));
+  // x (2, 8, 32) folds to (16, 32); y = 0.5 x·wᵀ + bias, then a second call accumulates. One and
+  // three rows (x (1, 1, 32), (1, 3, 32)) take the dot-product path.
+  for (const int64_t rows : {8, 1, 3}) {
+    const int64_t seqs = rows == 8 ? 2 : 1, m = seqs * rows;
+    SCOPED_TRACE(testing::Message() << "M=" << m);
+    const Tensor x = test::random_tensor({seqs, rows, 32}, DType::kF32, 41);
+    const Tensor w = test::random_tensor({24, 32}, DType::kF32, 42);
+    const Tensor bias = test::random_tensor({24}, DType::kBF16, 43);
+    GemmOptions options;
+    options.alpha = 0.5f;
+    options.bias = &bias;
+    Tensor out = ops::gemm(x, Transpose::kNo, w, Transpose::kYes, DType::kF32, options);
+    ASSERT_EQ(out.shape(), (Shape{m, 24}));
+    std::vector<double> want, mag;
+    reference(test::to_doubles(x), 32, test::to_doubles(w), 32,
+              {m, 24, 32, Transpose::kNo, Transpose::kYes}, want, mag);
+    const std::vector<double> bias_d = test::to_doubles(bias);
+    std::vector<double> once(want.size());
+    for (size_t i = 0; i < want.size(); ++i) once[i] = 0.5 * want[i] + bias_d[i % 24];
+    EXPECT_TRUE(test::all_close(out.to_floats(), once, test::tolerance_for(DType::kF32)));
 
-  options.accumulate = Accumulate::kYes;
-  options.bias = nullptr;
-  const uint64_t version = out.version();
-  ops::gemm(x, Transpose::kNo, w, Transpose::kYes, out, options);
-  EXPECT_GT(out.version(), version);
-  for (size_t i = 0; i < want.size(); ++i) once[i] += 0.5 * want[i];
-  EXPECT_TRUE(test::all_close(out.to_floats(), once, test::tolerance_for(DType::kF32)));
+    options.accumulate = Accumulate::kYes;
+    options.bias = nullptr;
+    const uint64_t version = out.version();
+    ops::gemm(x, Transpose::kNo, w, Transpose::kYes, out, options);
+    EXPECT_GT(out.version(), version);
+    for (size_t i = 0; i < want.size(); ++i) once[i] += 0.5 * want[i];
+    EXPECT_TRUE(test::all_close(out.to_floats(), once, test::tolerance_for(DType::kF32)));
+  }
 }
 
 TEST(Gemm, LongKTransposedBPathMatchesReference) {
