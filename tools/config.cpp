@@ -83,6 +83,9 @@ std::vector<Entry> model_keys() {
       bool_key(OCTET_KEY(model.tie_embeddings), "LM head shares the token embedding"),
       bool_key(OCTET_KEY(model.fp8_primary_weights),
                "weights stored in FP8 with f32 master copies in the optimizer"),
+      choice_key(OCTET_KEY(model.dtype), {"auto", "f32", "bf16"},
+                 "parameters and activations (f32 master weights and moments in the optimizer, "
+                 "f32 loss); auto: bf16 on CUDA, f32 on the CPU"),
   };
 }
 

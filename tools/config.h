@@ -32,6 +32,7 @@ struct ModelConfig {
   bool bias = true;
   bool tie_embeddings = true;
   bool fp8_primary_weights = false;
+  std::string dtype = "auto";  // auto | f32 | bf16
   friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 

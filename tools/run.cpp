@@ -126,6 +126,15 @@ void check_fp8_width(const config::RunConfig& c, const Recipe& recipe) {
   }
 }
 
+// model.dtype as a DType: auto is bf16 on CUDA and f32 on the CPU.
+DType model_dtype(const config::RunConfig& c) {
+  if (c.model.dtype == "f32") return DType::kF32;
+  if (c.model.dtype == "bf16") return DType::kBF16;
+  OCTET_CHECK(c.model.dtype == "auto", "config key \"model.dtype\": \"", c.model.dtype,
+              "\" is not a model dtype (auto, f32, bf16)");
+  return parse_device(c.training.device).is_cuda() ? DType::kBF16 : DType::kF32;
+}
+
 // model.arch's value as the enum; the schema allows only these two.
 modules::Arch arch_from_name(const std::string& name) {
   if (name == "gpt2") return modules::Arch::kGPT2;
@@ -187,6 +196,7 @@ modules::GPTConfig gpt_config(const config::RunConfig& c, const data::Dataset& d
   g.high_precision_first_layers = c.fp8.high_precision_first_layers;
   g.high_precision_last_layers = c.fp8.high_precision_last_layers;
   if (modules::runs_fp8_modules(g)) check_fp8_width(c, *g.recipe);
+  g.dtype = model_dtype(c);
   g.seed = static_cast<uint64_t>(c.training.seed);
   return g;
 }

@@ -332,6 +332,7 @@ TEST(Config, RoundTripsThroughJson) {
             "model.bias=false",
             "model.tie_embeddings=false",
             "model.fp8_primary_weights=true",
+            "model.dtype=bf16",
             "fp8.enabled=false",
             R"(fp8.recipe={"recipe": "current", "fp8_format": "e4m3", "power_2_scale": true})",
             R"(fp8.high_precision_modules=["layers.*.attn.proj", "layers.1"])",
