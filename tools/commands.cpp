@@ -213,7 +213,7 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
   return m;
 }
 
-std::string memory_line(modules::GPT& model) {
+std::string memory_line(modules::GPT& model, int64_t cache_bytes) {
   int64_t rowwise = 0, columnwise = 0, high = 0;
   for (const modules::Parameter& p : model.parameters()) {
     if (!p.is_fp8()) {
@@ -230,9 +230,10 @@ std::string memory_line(modules::GPT& model) {
   const MemoryStats s = memory_stats();
   return fmt::format(
       "memory (inference mode): weights {} FP8 row-wise, {} FP8 column-wise, {} high precision; "
-      "peak {} in all, {} saved for backward, {} optimizer state",
+      "key/value cache {}; peak {} in all, {} saved for backward, {} optimizer state",
       cli::format_bytes(rowwise), cli::format_bytes(columnwise), cli::format_bytes(high),
-      cli::format_bytes(s.total_peak), cli::format_bytes(s.peak_of(MemTag::kSaved)),
+      cli::format_bytes(cache_bytes), cli::format_bytes(s.total_peak),
+      cli::format_bytes(s.peak_of(MemTag::kSaved)),
       cli::format_bytes(s.peak_of(MemTag::kOptimizer)));
 }
 
@@ -409,6 +410,31 @@ int run_eval(const Args& args, std::ostream& out) {
   return 0;
 }
 
+// generate's sampling options: --top-k, --top-p, --eos-id (default: the tokenizer's end-of-text
+// id; "none" for none), --no-cache (re-run the window for every token).
+modules::GenerateOptions generate_options(const Parsed& p, int64_t new_tokens, double temperature,
+                                          std::optional<int32_t> tokenizer_eos, int64_t vocab) {
+  modules::GenerateOptions o;
+  o.new_tokens = new_tokens;
+  o.temperature = static_cast<float>(temperature);
+  o.top_k = parse_int(p.value("--top-k").value_or("0"), "--top-k", 0);
+  o.top_p = static_cast<float>(parse_double(p.value("--top-p").value_or("1"), "--top-p"));
+  OCTET_CHECK(o.top_p > 0.f && o.top_p <= 1.f, "--top-p: expected a number in (0, 1], got ",
+              o.top_p);
+  const std::string eos = p.value("--eos-id").value_or("");
+  if (eos == "none") {
+    o.eos_id.reset();
+  } else if (!eos.empty()) {
+    o.eos_id = static_cast<int32_t>(parse_int(eos, "--eos-id", 0));
+    OCTET_CHECK(*o.eos_id < vocab, "--eos-id: ", *o.eos_id,
+                " is outside the model's vocabulary [0, ", vocab, ")");
+  } else {
+    o.eos_id = tokenizer_eos;
+  }
+  o.kv_cache = p.has("--no-cache") ? modules::KVCacheUse::kNo : modules::KVCacheUse::kYes;
+  return o;
+}
+
 int run_generate(const Args& args, std::ostream& out, std::ostream& err) {
   const Parsed p = parse(args, "generate",
                          {{"--checkpoint", Takes::kValue},
@@ -417,6 +443,10 @@ int run_generate(const Args& args, std::ostream& out, std::ostream& err) {
                           {"--set", Takes::kValue},
                           {"--max-new-tokens", Takes::kValue},
                           {"--temperature", Takes::kValue},
+                          {"--top-k", Takes::kValue},
+                          {"--top-p", Takes::kValue},
+                          {"--eos-id", Takes::kValue},
+                          {"--no-cache", Takes::kFlag},
                           {"--seed", Takes::kValue}});
   if (p.has("--help")) {
     out << help_text("generate");
@@ -456,10 +486,16 @@ int run_generate(const Args& args, std::ostream& out, std::ostream& err) {
   const Tensor prompts =
       Tensor::from_bytes(ids.data(), {1, static_cast<int64_t>(ids.size())}, DType::kI32);
   Generator gen(seed);
-  const Tensor tokens = train::generate_tokens(*m.model, cli::run_recipe(m.config), prompts,
-                                               new_tokens, static_cast<float>(temperature), &gen);
-  const auto* t = tokens.data_as<int32_t>();
-  const std::vector<int32_t> generated(t, t + tokens.numel());
+  const modules::GenerateOptions options = generate_options(
+      p, new_tokens, temperature, m.tokenizer ? m.tokenizer->eos_id() : std::nullopt, g.vocab_size);
+  const modules::Generation result =
+      train::generate(*m.model, cli::run_recipe(m.config), prompts, options, &gen);
+  const auto* t = result.tokens.data_as<int32_t>();
+  std::vector<int32_t> generated(t, t + result.tokens.numel());
+  if (options.eos_id) {  // the end-of-sequence id and what follows it are not printed
+    const auto end = std::find(generated.begin(), generated.end(), *options.eos_id);
+    if (end != generated.end()) generated.erase(end, generated.end());
+  }
   if (prompt_ids) {
     out << fmt::format("{}\n", fmt::join(generated, ","));
   } else {
@@ -468,7 +504,7 @@ int run_generate(const Args& args, std::ostream& out, std::ostream& err) {
     out << prompt << text << '\n';
   }
   // stdout is only the text, so it can be piped; the memory summary is for the person.
-  err << memory_line(*m.model) << '\n';
+  err << memory_line(*m.model, result.cache_bytes) << '\n';
   return 0;
 }
 

@@ -89,11 +89,13 @@ token shards). A checkpoint's tokenizer is its own: data.tokenizer need not exis
 )";
 
 constexpr const char* kGenerateHelp =
-    R"(usage: octet generate --checkpoint PATH (--prompt TEXT | --prompt-ids IDS) [--max-new-tokens N] [--temperature T] [--seed S] [--set key=value ...]
+    R"(usage: octet generate --checkpoint PATH (--prompt TEXT | --prompt-ids IDS) [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--eos-id ID|none] [--seed S] [--no-cache] [--set key=value ...]
 
 Continues TEXT with the checkpoint's model in inference mode: FP8 weights row-wise only, no
-column-wise data, no optimizer state, no saved tensors. Ends with a one-line memory summary
-(on stderr).
+column-wise data, no optimizer state, no saved tensors. The prompt goes through the model in one
+pass, then each new token is one position over a key/value cache (past the model's context the
+window of its last model.seq_len tokens slides, and each later token re-runs it). Ends with a
+one-line memory summary, the cache's bytes included (on stderr).
 
   --checkpoint PATH    a checkpoint written by octet train or octet import
   --prompt TEXT        in the data's alphabet (task: digits and '>' or '+', '='; text: UTF-8,
@@ -107,7 +109,13 @@ column-wise data, no optimizer state, no saved tensors. Ends with a one-line mem
                        keeps its initial scales, as no amax is recorded in inference)
   --max-new-tokens N   tokens to add (default: the task's answer length, else 64)
   --temperature T      0 (default): greedy; > 0: sample from softmax(logits / T)
+  --top-k K            sample among the K most likely tokens only (0, the default: all)
+  --top-p P            sample among the fewest most likely tokens whose probability reaches P
+                       (1, the default: all)
+  --eos-id ID|none     stop at this token id (default: the tokenizer's end-of-text id, if any);
+                       it and what would follow are not printed
   --seed S             the sampling stream (default 0)
+  --no-cache           re-run the whole window for every token (the cache's reference)
 )";
 
 constexpr const char* kTokenizeHelp =

@@ -99,6 +99,13 @@ Tensor generate_tokens(modules::GPT& model, const std::optional<Recipe>& recipe,
   return model.generate(prompts, new_tokens, temperature, gen);  // (N, new_tokens)
 }
 
+modules::Generation generate(modules::GPT& model, const std::optional<Recipe>& recipe,
+                             const Tensor& prompts, const modules::GenerateOptions& options,
+                             Generator* gen) {
+  MaybeAutocast fp8(recipe);
+  return model.generate(prompts, options, gen);
+}
+
 EvalResult evaluate(modules::GPT& model, data::Dataset& dataset, const EvalOptions& o,
                     const std::optional<Recipe>& recipe, Communicator* comm) {
   OCTET_CHECK(o.batch_size > 0 && o.seq_len > 0 && o.batches > 0,

@@ -48,5 +48,9 @@ EvalResult evaluate(modules::GPT& model, data::Dataset& dataset, const EvalOptio
 Tensor generate_tokens(modules::GPT& model, const std::optional<Recipe>& recipe,
                        const Tensor& prompts, int64_t new_tokens, float temperature,
                        Generator* gen);
+// The same with every option of GPT::generate (top-k, top-p, an end-of-sequence id, the cache).
+modules::Generation generate(modules::GPT& model, const std::optional<Recipe>& recipe,
+                             const Tensor& prompts, const modules::GenerateOptions& options,
+                             Generator* gen);
 
 }  // namespace octet::train

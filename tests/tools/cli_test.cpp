@@ -208,5 +208,33 @@ TEST(Cli, CorruptTruncatedOrForeignCheckpointsAreClearErrors) {
   EXPECT_EQ(test::read_file_bytes(dir + "/checkpoint.safetensors"), good);
 }
 
+TEST(Cli, GenerateSamplesStopsAndReportsItsCache) {
+  test::ScratchDir scratch;
+  const std::string dir = scratch.file("run"), ckpt = dir + "/checkpoint.safetensors";
+  ASSERT_EQ(octet(tiny_train(dir)).code, 0);
+  const Args base = {"generate", "--checkpoint",     ckpt, "--prompt-ids",
+                     "3,1,4,1",  "--max-new-tokens", "12"};
+  auto with = [&](const Args& more) {
+    Args a = base;
+    a.insert(a.end(), more.begin(), more.end());
+    return octet(a);
+  };
+  const Outcome cached = with({}), plain = with({"--no-cache"});
+  ASSERT_EQ(cached.code, 0) << cached.err;
+  EXPECT_EQ(cached.out, plain.out) << "greedy tokens over the cache and without one";
+  EXPECT_THAT(cached.err, HasSubstr("key/value cache "));
+  EXPECT_THAT(plain.err, HasSubstr("key/value cache 0 B"));
+  // --eos-id cuts the output at the first such token.
+  const std::string first = cached.out.substr(0, cached.out.find_first_of(",\n"));
+  const Outcome stopped = with({"--eos-id", first});
+  EXPECT_EQ(stopped.out, "\n") << "the first token is the end: nothing is printed";
+  // Sampling: reproducible by seed; top-k 1 is greedy.
+  const Outcome a = with({"--temperature", "2", "--seed", "5", "--top-p", "0.9"});
+  EXPECT_EQ(a.out, with({"--temperature", "2", "--seed", "5", "--top-p", "0.9"}).out);
+  EXPECT_EQ(with({"--temperature", "2", "--top-k", "1"}).out, cached.out);
+  test_cli::expect_one_clear_line(with({"--top-p", "0"}), "generate", "--top-p");
+  test_cli::expect_one_clear_line(with({"--eos-id", "99"}), "generate", "--eos-id: 99");
+}
+
 }  // namespace
 }  // namespace octet::cli
