@@ -400,6 +400,104 @@ int64_t GPT::generate_cached(std::vector<int32_t>& seq, int64_t n, int64_t total
   return step;
 }
 
+Generation GPT::generate(const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& o,
+                         Generator* gen) {
+  OCTET_CHECK(!prompts.empty(), "GPT::generate: no prompts");
+  const auto n = static_cast<int64_t>(prompts.size());
+  size_t shortest = prompts[0].size(), longest = prompts[0].size();
+  for (const auto& p : prompts) {
+    shortest = std::min(shortest, p.size());
+    longest = std::max(longest, p.size());
+  }
+  if (shortest == longest) {  // one length: the tensor path, with its sliding window
+    Tensor t = Tensor::empty({n, static_cast<int64_t>(longest)}, DType::kI32);
+    for (int64_t i = 0; i < n; ++i)
+      std::copy(prompts[static_cast<size_t>(i)].begin(), prompts[static_cast<size_t>(i)].end(),
+                t.data_as<int32_t>() + i * static_cast<int64_t>(longest));
+    return generate(t, o, gen);
+  }
+  OCTET_CHECK(shortest > 0, "GPT::generate: an empty prompt");
+  OCTET_CHECK(static_cast<int64_t>(longest) + o.new_tokens <= config_.max_seq_len,
+              "GPT::generate: prompts of different lengths need the longest (", longest,
+              " tokens) plus new_tokens ", o.new_tokens, " to fit max_seq_len ",
+              config_.max_seq_len, "; generate them apart, or fewer tokens");
+  OCTET_CHECK(o.temperature == 0.f || gen != nullptr, "GPT::generate: temperature ", o.temperature,
+              " samples, so it needs a Generator");
+  for (int64_t i = 0; i < n; ++i) {
+    for (const int32_t id : prompts[static_cast<size_t>(i)]) {
+      OCTET_CHECK(id >= 0 && id < config_.vocab_size, "GPT::generate: prompt ", i, " holds token ",
+                  id, ", outside the vocabulary [0, ", config_.vocab_size, ")");
+    }
+  }
+  autograd::InferenceModeGuard inference;
+  const int64_t multiple = fp8_row_multiple();
+  const int64_t rows = (n + multiple - 1) / multiple * multiple, c = config_.d_model;
+  const int64_t vocab = config_.vocab_size;
+  Generation result;
+  result.tokens =
+      Tensor::full({n, o.new_tokens}, static_cast<float>(o.eos_id.value_or(0)), DType::kI32);
+  std::vector<LayerCache> caches;
+  {
+    MemTagScope tag(MemTag::kActivations);
+    for (const auto& layer : layers_)
+      caches.push_back(layer->make_cache(rows, config_.max_seq_len, device()));
+  }
+  for (const LayerCache& cache : caches)
+    result.cache_bytes += static_cast<int64_t>(cache.k.nbytes() + cache.v.nbytes());
+  // Every sequence's known tokens: its prompt, then what it generated (made[i] of them).
+  std::vector<std::vector<int32_t>> seq(prompts.begin(), prompts.end());
+  std::vector<int64_t> made(static_cast<size_t>(n), 0);
+  std::vector<bool> done(static_cast<size_t>(n), false);
+  auto* out = result.tokens.data_as<int32_t>();
+  const auto wants = [&](int64_t i) {
+    return made[static_cast<size_t>(i)] < o.new_tokens && !done[static_cast<size_t>(i)];
+  };
+  // After a pass whose last position is `pos`: each sequence that knows no token past pos and
+  // wants more picks one from that position's logits.
+  auto pick = [&](const Tensor& h, int64_t pos) {
+    const int64_t T = h.size(1);
+    Tensor last = Tensor::empty({rows, c}, h.dtype(), h.device());
+    const Tensor flat = h.reshape({rows * T, c});
+    for (int64_t i = 0; i < rows; ++i)
+      last.slice(i, i + 1).copy_bytes_from(flat.slice(i * T + T - 1, i * T + T));
+    Tensor logits = lm_head(last);  // (rows, V)
+    if (!logits.device().is_cpu()) logits = logits.to(Device::cpu());
+    if (logits.dtype() != DType::kF32) logits = ops::cast(logits, DType::kF32);  // exact
+    const float* lp = logits.data_as<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      auto& known = seq[static_cast<size_t>(i)];
+      if (static_cast<int64_t>(known.size()) != pos + 1 || !wants(i)) continue;
+      const int32_t token = pick_token(lp + i * vocab, vocab, o, gen);
+      known.push_back(token);
+      out[i * o.new_tokens + made[static_cast<size_t>(i)]++] = token;
+      done[static_cast<size_t>(i)] = o.eos_id && token == *o.eos_id;
+    }
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const auto p0 = static_cast<int64_t>(shortest);
+  Tensor ids = Tensor::zeros({rows, p0}, DType::kI32);  // every prompt's first p0 tokens
+  for (int64_t i = 0; i < n; ++i)
+    std::copy_n(prompts[static_cast<size_t>(i)].begin(), p0, ids.data_as<int32_t>() + i * p0);
+  pick(hidden_cached(ids, caches, 0), p0 - 1);
+  result.prompt_s = seconds_since(start);
+  const auto decode_start = std::chrono::steady_clock::now();
+  for (int64_t pos = p0;; ++pos) {
+    bool more = false;
+    Tensor next = Tensor::zeros({rows, 1}, DType::kI32);  // padding and finished rows: token 0
+    for (int64_t i = 0; i < n; ++i) {
+      const auto& known = seq[static_cast<size_t>(i)];
+      more = more || wants(i);
+      if (static_cast<int64_t>(known.size()) > pos)
+        next.data_as<int32_t>()[i] = known[static_cast<size_t>(pos)];
+    }
+    if (!more) break;
+    pick(hidden_cached(next, caches, pos), pos);
+  }
+  result.cached_s = seconds_since(decode_start);
+  for (const int64_t m : made) result.cached_tokens = std::max(result.cached_tokens, m);
+  return result;
+}
+
 Tensor GPT::window_logits(const std::vector<int32_t>& seq, int64_t n, int64_t total, int64_t len) {
   const int64_t c = config_.d_model;
   const int64_t window = std::min(len, config_.max_seq_len);  // the last max_seq_len tokens

@@ -181,6 +181,12 @@ class GPT : public Module {
   // The same with every option (GenerateOptions); a sampling temperature needs `gen`.
   Generation generate(const Tensor& prompts, const GenerateOptions& options,
                       Generator* gen = nullptr);
+  // Prompts of different lengths in one batch, over the key/value cache: the batch moves one
+  // position a step from the shortest prompt's end, each longer prompt feeding its own next token
+  // until it ends and then its generated ones, so every sequence's tokens are those it would get
+  // alone. The longest prompt plus new_tokens must fit max_seq_len.
+  Generation generate(const std::vector<std::vector<int32_t>>& prompts,
+                      const GenerateOptions& options, Generator* gen = nullptr);
 
  private:
   // The final norm's output (B, T, C): everything but the LM head.

@@ -1,9 +1,11 @@
 // Uses octet as a library: writes two small llm.c token shards, trains a 2-layer GPT on them under
 // FP8 delayed scaling with train::Trainer::fit, and fails unless the loss fell and a run that was
 // stopped after step 25 and resumed from its step-20 checkpoint (a fresh model, trainer and
-// dataset) gives the uninterrupted run's losses bit for bit. Alone it is one process; under
-// `mpirun -np 2` the same program trains data-parallel: each rank reads its own rows of every
-// batch and the trainer keeps the ranks' weights and FP8 state identical.
+// dataset) gives the uninterrupted run's losses bit for bit. Then rank 0 exports the trained model
+// as a Hugging Face folder, imports it into a fresh model, and generates from it over the
+// key/value cache: the imported model must continue a run of ids as the trained one does. Alone
+// it is one process; under `mpirun -np 2` the same program trains data-parallel: each rank reads
+// its own rows of every batch and the trainer keeps the ranks' weights and FP8 state identical.
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -75,13 +77,16 @@ class Printer final : public train::FitObserver {
 };
 
 // One run: a fresh model, trainer and dataset; resumed from `resume_from` when it is not empty.
+// The trained model goes to `trained` when it is given.
 train::FitResult run(const std::string& shards, const std::string& checkpoint,
-                     const std::string& resume_from, int64_t stop_after) {
+                     const std::string& resume_from, int64_t stop_after,
+                     std::unique_ptr<modules::GPT>* trained = nullptr) {
   const Recipe recipe = Recipe::delayed(FP8Format::kHybrid);  // e4m3 forward, e5m2 gradients
   auto data = data::open_dataset({.kind = data::DataKind::kShards,
                                   .path = shards + "/train_*.bin",
                                   .val_path = shards + "/val_*.bin"});
-  modules::GPT model(gpt_config(recipe));
+  auto owned = std::make_unique<modules::GPT>(gpt_config(recipe));
+  modules::GPT& model = *owned;
   train::Trainer trainer(model, trainer_options(recipe));
   if (!resume_from.empty()) trainer.resume(resume_from, *data);  // model, optimizer, FP8, data
   train::FitOptions fit;
@@ -94,7 +99,37 @@ train::FitResult run(const std::string& shards, const std::string& checkpoint,
   fit.eval.batch_size = kBatch;
   fit.eval.batches = 4;
   Printer printer(trainer.rank(), stop_after);
-  return trainer.fit(*data, fit, &printer);
+  const train::FitResult result = trainer.fit(*data, fit, &printer);
+  if (trained != nullptr) *trained = std::move(owned);
+  return result;
+}
+
+// Greedy continuation of one run of ids over the key/value cache, in high precision (an imported
+// model has the weights but not the FP8 scales training settled on).
+std::vector<int32_t> continue_run(modules::GPT& model) {
+  Tensor prompt = Tensor::empty({1, 6}, DType::kI32);
+  for (int32_t i = 0; i < 6; ++i) prompt.data_as<int32_t>()[i] = 40 + i;
+  modules::GenerateOptions g;
+  g.new_tokens = 6;
+  const modules::Generation out = train::generate(model, std::nullopt, prompt, g, nullptr);
+  const int32_t* t = out.tokens.data_as<int32_t>();
+  return {t, t + out.tokens.numel()};
+}
+
+// The trained model out as a Hugging Face folder and back into a fresh one; both continue the
+// prompt alike. Returns an error message, or "" when all is well.
+std::string hf_round_trip(modules::GPT& trained, const std::filesystem::path& dir) {
+  const std::string folder = (dir / "hf").string();
+  train::export_hf(trained, folder);
+  const train::HfModel hf = train::import_hf(folder);
+  modules::GPT imported(hf.config);
+  train::load_parameter_values(imported, hf.weights);
+  const std::vector<int32_t> want = continue_run(trained), got = continue_run(imported);
+  if (got != want) return "the imported model continues the prompt differently";
+  std::printf("exported as %s and imported: 40..45 continues as", hf.architecture.c_str());
+  for (int32_t id : got) std::printf(" %d", id);
+  std::printf("\n");
+  return "";
 }
 
 }  // namespace
@@ -114,13 +149,21 @@ int main() {
       data::write_token_shard(shards + "/val_000.bin", token_stream(8000, 3));
     });
 
-    const train::FitResult straight = run(shards, (dir / "straight.safetensors").string(), "", 0);
+    std::unique_ptr<modules::GPT> trained;
+    const train::FitResult straight =
+        run(shards, (dir / "straight.safetensors").string(), "", 0, &trained);
     const std::string checkpoint = (dir / "checkpoint.safetensors").string();
     const train::FitResult stopped = run(shards, checkpoint, "", kStopAfter);
     const train::FitResult resumed =
         run(shards, (dir / "resumed.safetensors").string(), checkpoint, 0);  // from step 20
+    std::string round_trip;
+    if (world->rank() == 0) round_trip = hf_round_trip(*trained, dir);
     world->barrier();
     if (world->rank() == 0) std::filesystem::remove_all(dir);
+    if (!round_trip.empty()) {
+      std::fprintf(stderr, "%s\n", round_trip.c_str());
+      return 1;
+    }
 
     if (!stopped.interrupted ||
         resumed.start_step != kStopAfter / kCheckpointEvery * kCheckpointEvery) {

@@ -438,16 +438,7 @@ TEST_P(Regression, Mxfp8PrimaryWeightsTrainFromRowwiseOnly) {
 // the contract: a dropped forward frees all it saved and touches no weight, a backward leaves
 // nothing saved, and a model made in inference mode holds row-wise FP8 weights only and saves
 // nothing in its forward.
-GPTConfig llama_gpt() {
-  GPTConfig c = test::small_gpt(Recipe::delayed(), FP8PrimaryWeights::kYes);
-  c.arch = Arch::kLlama;
-  c.n_kv_head = 1;
-  c.norm = NormKind::kRMSNorm;
-  c.activation = MLPActivation::kSwiglu;
-  c.bias = Bias::kNo;
-  c.tie_embeddings = TieEmbeddings::kNo;
-  return c;
-}
+GPTConfig llama_gpt() { return test::small_llama(Recipe::delayed(), FP8PrimaryWeights::kYes); }
 
 TEST_P(MemoryBehaviour, LlamaGptFreesWhatItSavedAndItsInferenceFormSavesNothing) {
   GPT model(llama_gpt());

@@ -27,17 +27,10 @@ namespace {
 using ::testing::HasSubstr;
 
 GPTConfig model(Arch arch, std::optional<Recipe> recipe) {
-  GPTConfig c = test::small_gpt(std::move(recipe));
+  GPTConfig c = arch == Arch::kLlama ? test::small_llama(std::move(recipe))
+                                     : test::small_gpt(std::move(recipe));
   c.n_layer = 2;
   c.init_std = 0.3f;  // distinct logits: no near-ties for rounding to flip
-  if (arch == Arch::kLlama) {
-    c.arch = arch;
-    c.n_kv_head = 1;
-    c.norm = NormKind::kRMSNorm;
-    c.activation = MLPActivation::kSwiglu;
-    c.bias = Bias::kNo;
-    c.tie_embeddings = TieEmbeddings::kNo;
-  }
   return c;
 }
 
@@ -86,6 +79,42 @@ TEST(KVCache, GreedyTokensEqualTheCacheFreePathOnBothArchitectures) {
       EXPECT_EQ(cached.cache_bytes, 2 * 2 * rows * 16 * 32 * 4);
     }
   }
+}
+
+TEST(KVCache, PromptsOfDifferentLengthsGetTheTokensEachGetsAlone) {
+  for (const Arch arch : {Arch::kGPT2, Arch::kLlama}) {
+    for (const std::optional<Recipe>& recipe :
+         {std::optional<Recipe>(), std::optional<Recipe>(Recipe::delayed())}) {
+      SCOPED_TRACE(testing::Message() << (arch == Arch::kLlama ? "llama " : "gpt2 ")
+                                      << (recipe ? describe(*recipe) : "f32"));
+      GPT gpt(model(arch, recipe));
+      const std::vector<std::vector<int32_t>> prompts = {
+          {3, 1, 4}, {1, 5, 9, 2, 6, 5, 3}, {5, 8, 9, 7, 9}};
+      GenerateOptions o;
+      o.new_tokens = 6;
+      const Generation batch = [&] {
+        std::optional<FP8Autocast> scope;
+        if (recipe) scope.emplace(*recipe);
+        return gpt.generate(prompts, o);
+      }();
+      ASSERT_EQ(batch.tokens.shape(), (Shape{3, 6}));
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        std::optional<FP8Autocast> scope;
+        if (recipe) scope.emplace(*recipe);
+        const std::vector<int32_t> alone = ints(gpt.generate({prompts[i]}, o).tokens);
+        const std::vector<int32_t> row(batch.tokens.data_as<int32_t>() + i * 6,
+                                       batch.tokens.data_as<int32_t>() + i * 6 + 6);
+        EXPECT_EQ(row, alone) << "prompt " << i;
+      }
+    }
+  }
+  GPT gpt(model(Arch::kGPT2, std::nullopt));
+  GenerateOptions o;
+  o.new_tokens = 10;  // 7 + 10 > 16 positions
+  EXPECT_THAT(test::error_of([&] {
+                gpt.generate({{1, 2}, {1, 2, 3, 4, 5, 6, 7}}, o);
+              }),
+              HasSubstr("longest (7 tokens) plus new_tokens 10 to fit max_seq_len 16"));
 }
 
 TEST(KVCache, TopKAndTopPSampleOnlyAmongTheMostLikely) {

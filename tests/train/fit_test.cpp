@@ -107,19 +107,9 @@ std::vector<double> losses_of(const FitResult& r) {
   return out;
 }
 
-// The small GPT in GPT-2 form, or in Llama form (rotary positions, one key/value head for two
-// query heads, RMSNorm, SwiGLU, no biases, an untied head).
+// The small GPT in GPT-2 form, or in Llama form (tests/support/small_gpt.h).
 modules::GPTConfig model_config(const std::optional<Recipe>& recipe, modules::Arch arch) {
-  modules::GPTConfig c = test::small_gpt(recipe);
-  if (arch == modules::Arch::kLlama) {
-    c.arch = arch;
-    c.n_kv_head = 1;
-    c.norm = modules::NormKind::kRMSNorm;
-    c.activation = modules::MLPActivation::kSwiglu;
-    c.bias = modules::Bias::kNo;
-    c.tie_embeddings = modules::TieEmbeddings::kNo;
-  }
-  return c;
+  return arch == modules::Arch::kLlama ? test::small_llama(recipe) : test::small_gpt(recipe);
 }
 
 class FitResume : public ::testing::TestWithParam<int> {};
