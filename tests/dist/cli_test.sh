@@ -7,6 +7,8 @@
 #   rank_error  an exception on one rank (its own data file is too short) ends both ranks with
 #               a message naming the rank, well within 60 s
 #   kill        a SIGKILLed rank ends the run within 60 s with an error naming the rank
+#   llama       a Llama-shaped model (rotary positions, grouped-query heads, RMSNorm, SwiGLU, an
+#               untied head) trains on 2 ranks with ZeRO-1 and resumes bit for bit
 #   tests/dist/cli_test.sh CHECK OCTET MPIRUN
 set -uo pipefail
 
@@ -54,6 +56,20 @@ case "$check" in
       >"$work/d.out" 2>&1 || fail "resume in one process failed: $(tail -5 "$work/d.out")"
     grep -q "written by 2 ranks, continued by 1" "$work/d.out" || fail "no note of the rank change: $(cat "$work/d.out")"
     grep -q '"step":30,"loss".*"world_size":1' "$work/d/metrics.jsonl" || fail "one-process resume logged no step 30"
+    ;;
+  llama)
+    llama=(--set model.arch=llama --set model.n_kv_head=2 --set model.norm=rmsnorm
+      --set model.activation=swiglu --set model.bias=false --set model.tie_embeddings=false
+      --set training.zero_stage=1)
+    ranks 2 "$octet" train --out "$work/l30" "${short[@]}" "${llama[@]}" --set training.steps=30 \
+      >"$work/l30.out" 2>&1 || fail "2-rank Llama run failed: $(tail -5 "$work/l30.out")"
+    ranks 2 "$octet" train --out "$work/l" "${short[@]}" "${llama[@]}" --set training.steps=20 \
+      >"$work/l.out" 2>&1 || fail "2-rank Llama run to 20 failed: $(tail -5 "$work/l.out")"
+    ranks 2 "$octet" train --resume --out "$work/l" --set training.steps=30 --quiet \
+      >"$work/lr.out" 2>&1 || fail "Llama resume failed: $(tail -5 "$work/lr.out")"
+    diff <(losses_from "$work/l30/metrics.jsonl" 21) <(losses_from "$work/l/metrics.jsonl" 21) ||
+      fail "a 2-rank Llama resume is not bit-exact"
+    [ "$(losses_from "$work/l/metrics.jsonl" 21 | wc -l)" = 10 ] || fail "resumed Llama logged no steps 21-30"
     ;;
   bad_launch)
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
