@@ -466,6 +466,7 @@ Tensor pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_head
                            const Tensor& rope) {
   constexpr const char* op = "pack_heads_backward";
   check_float(op, dpacked, "dpacked");
+  OCTET_CHECK(heads >= 1, op, ": heads must be >= 1, got ", heads);
   OCTET_CHECK(dpacked.dim() == 3 && dpacked.size(2) > 0 && dpacked.size(2) % (3 * heads) == 0, op,
               ": dpacked ", shape_str(dpacked.shape()),
               " must be (B, T, 3 * heads * D) with heads ", heads);

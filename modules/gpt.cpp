@@ -111,6 +111,19 @@ int32_t pick_token(const float* logits, int64_t vocab, const GenerateOptions& o,
   return filtered ? order[0] : static_cast<int32_t>(best);  // u within rounding of the total
 }
 
+// GPT::generate's options, checked the same for every form of prompts.
+void check_generate_options(const GenerateOptions& o, const Generator* gen, int64_t vocab) {
+  OCTET_CHECK(o.new_tokens >= 0, "GPT::generate: new_tokens ", o.new_tokens, " must be >= 0");
+  OCTET_CHECK(std::isfinite(o.temperature) && o.temperature >= 0.f, "GPT::generate: temperature ",
+              o.temperature, " must be finite and >= 0 (0: greedy)");
+  OCTET_CHECK(o.temperature == 0.f || gen != nullptr, "GPT::generate: temperature ", o.temperature,
+              " samples, so it needs a Generator");
+  OCTET_CHECK(o.top_k >= 0 && o.top_p > 0.f && o.top_p <= 1.f, "GPT::generate: top_k ", o.top_k,
+              " must be >= 0 and top_p ", o.top_p, " in (0, 1]");
+  OCTET_CHECK(!o.eos_id || (*o.eos_id >= 0 && *o.eos_id < vocab), "GPT::generate: eos id ",
+              o.eos_id.value_or(0), " is outside the vocabulary [0, ", vocab, ")");
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -300,16 +313,7 @@ Generation GPT::generate(const Tensor& prompts, const GenerateOptions& o, Genera
   OCTET_CHECK(prompts.dim() == 2 && prompts.size(0) > 0 && prompts.size(1) > 0 &&
                   (prompts.dtype() == DType::kI32 || prompts.dtype() == DType::kI64),
               "GPT::generate: prompts ", prompts, " must be (N, P) i32 or i64 with N, P >= 1");
-  OCTET_CHECK(o.new_tokens >= 0, "GPT::generate: new_tokens ", o.new_tokens, " must be >= 0");
-  OCTET_CHECK(std::isfinite(o.temperature) && o.temperature >= 0.f, "GPT::generate: temperature ",
-              o.temperature, " must be finite and >= 0 (0: greedy)");
-  OCTET_CHECK(o.temperature == 0.f || gen != nullptr, "GPT::generate: temperature ", o.temperature,
-              " samples, so it needs a Generator");
-  OCTET_CHECK(o.top_k >= 0 && o.top_p > 0.f && o.top_p <= 1.f, "GPT::generate: top_k ", o.top_k,
-              " must be >= 0 and top_p ", o.top_p, " in (0, 1]");
-  OCTET_CHECK(!o.eos_id || (*o.eos_id >= 0 && *o.eos_id < config_.vocab_size),
-              "GPT::generate: eos id ", o.eos_id.value_or(0), " is outside the vocabulary [0, ",
-              config_.vocab_size, ")");
+  check_generate_options(o, gen, config_.vocab_size);
   autograd::InferenceModeGuard inference;
   const int64_t n = prompts.size(0), p = prompts.size(1), total = p + o.new_tokens;
   // Every sequence, prompt then generated tokens: (N, P + new_tokens).
@@ -359,8 +363,10 @@ int64_t GPT::generate_cached(std::vector<int32_t>& seq, int64_t n, int64_t total
   std::vector<LayerCache> caches;
   {
     MemTagScope tag(MemTag::kActivations);
+    // The positions this generation reaches: the prompt and its tokens, at most the context.
+    const int64_t positions = std::min(total, config_.max_seq_len);
     for (const auto& layer : layers_)
-      caches.push_back(layer->make_cache(rows, config_.max_seq_len, device()));
+      caches.push_back(layer->make_cache(rows, positions, device()));
   }
   for (const LayerCache& cache : caches)
     result.cache_bytes += static_cast<int64_t>(cache.k.nbytes() + cache.v.nbytes());
@@ -403,6 +409,7 @@ int64_t GPT::generate_cached(std::vector<int32_t>& seq, int64_t n, int64_t total
 Generation GPT::generate(const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& o,
                          Generator* gen) {
   OCTET_CHECK(!prompts.empty(), "GPT::generate: no prompts");
+  check_generate_options(o, gen, config_.vocab_size);
   const auto n = static_cast<int64_t>(prompts.size());
   size_t shortest = prompts[0].size(), longest = prompts[0].size();
   for (const auto& p : prompts) {
@@ -417,12 +424,22 @@ Generation GPT::generate(const std::vector<std::vector<int32_t>>& prompts, const
     return generate(t, o, gen);
   }
   OCTET_CHECK(shortest > 0, "GPT::generate: an empty prompt");
+  if (o.kv_cache == KVCacheUse::kNo) {  // the reference: each prompt alone, re-running windows
+    Generation all;
+    all.tokens = Tensor::empty({n, o.new_tokens}, DType::kI32);
+    for (int64_t i = 0; i < n; ++i) {
+      const Generation one =
+          generate(std::vector<std::vector<int32_t>>{prompts[static_cast<size_t>(i)]}, o, gen);
+      std::copy_n(one.tokens.data_as<int32_t>(), o.new_tokens,
+                  all.tokens.data_as<int32_t>() + i * o.new_tokens);
+      all.window_s += one.window_s;
+    }
+    return all;
+  }
   OCTET_CHECK(static_cast<int64_t>(longest) + o.new_tokens <= config_.max_seq_len,
               "GPT::generate: prompts of different lengths need the longest (", longest,
               " tokens) plus new_tokens ", o.new_tokens, " to fit max_seq_len ",
               config_.max_seq_len, "; generate them apart, or fewer tokens");
-  OCTET_CHECK(o.temperature == 0.f || gen != nullptr, "GPT::generate: temperature ", o.temperature,
-              " samples, so it needs a Generator");
   for (int64_t i = 0; i < n; ++i) {
     for (const int32_t id : prompts[static_cast<size_t>(i)]) {
       OCTET_CHECK(id >= 0 && id < config_.vocab_size, "GPT::generate: prompt ", i, " holds token ",
@@ -439,8 +456,9 @@ Generation GPT::generate(const std::vector<std::vector<int32_t>>& prompts, const
   std::vector<LayerCache> caches;
   {
     MemTagScope tag(MemTag::kActivations);
+    const int64_t positions = static_cast<int64_t>(longest) + o.new_tokens;  // <= max_seq_len
     for (const auto& layer : layers_)
-      caches.push_back(layer->make_cache(rows, config_.max_seq_len, device()));
+      caches.push_back(layer->make_cache(rows, positions, device()));
   }
   for (const LayerCache& cache : caches)
     result.cache_bytes += static_cast<int64_t>(cache.k.nbytes() + cache.v.nbytes());

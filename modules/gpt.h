@@ -183,8 +183,11 @@ class GPT : public Module {
                       Generator* gen = nullptr);
   // Prompts of different lengths in one batch, over the key/value cache: the batch moves one
   // position a step from the shortest prompt's end, each longer prompt feeding its own next token
-  // until it ends and then its generated ones, so every sequence's tokens are those it would get
-  // alone. The longest prompt plus new_tokens must fit max_seq_len.
+  // until it ends and then its generated ones, so every sequence gets the tokens it would get
+  // alone up to rounding (its later prompt tokens go through one-row GEMMs rather than the
+  // prompt's pass; under current scaling and NVFP4 a GEMM's scale also sees the other rows).
+  // The longest prompt plus new_tokens must fit max_seq_len. KVCacheUse::kNo generates each
+  // prompt alone without the cache.
   Generation generate(const std::vector<std::vector<int32_t>>& prompts,
                       const GenerateOptions& options, Generator* gen = nullptr);
 

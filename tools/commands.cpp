@@ -410,6 +410,54 @@ int run_eval(const Args& args, std::ostream& out) {
   return 0;
 }
 
+// Generated ids as text; an id the tokenizer cannot decode (a model's vocabulary padded past the
+// tokenizer's) prints as U+FFFD instead of ending the output with an error.
+std::string decode_generated(const LoadedModel& m, const std::vector<int32_t>& ids) {
+  const auto decode = [&](const std::vector<int32_t>& part) {
+    return m.tokenizer ? m.tokenizer->decode(part) : m.dataset->decode(part);
+  };
+  try {
+    return decode(ids);
+  } catch (const Error&) {
+    std::string text;
+    for (const int32_t id : ids) {
+      try {
+        text += decode({id});
+      } catch (const Error&) {
+        text += "\xEF\xBF\xBD";
+      }
+    }
+    return text;
+  }
+}
+
+// The prompt's token ids (--prompt-ids, or --prompt through the checkpoint's tokenizer or the
+// task's alphabet), checked against the model's vocabulary and context.
+std::vector<int32_t> prompt_tokens(const LoadedModel& m, const std::string& prompt, bool as_ids) {
+  const std::vector<int32_t> ids = as_ids        ? parse_token_ids(prompt)
+                                   : m.tokenizer ? m.tokenizer->encode(prompt)
+                                                 : m.dataset->encode(prompt);
+  const std::string_view option = as_ids ? "--prompt-ids" : "--prompt";
+  OCTET_CHECK(!ids.empty(), option, ": \"", prompt, "\" encodes to no tokens");
+  const modules::GPTConfig& g = m.model->config();
+  for (const int32_t id : ids) {
+    OCTET_CHECK(id < g.vocab_size, option, ": token id ", id,
+                " is outside the model's vocabulary [0, ", g.vocab_size, ")");
+  }
+  OCTET_CHECK(static_cast<int64_t>(ids.size()) <= g.max_seq_len, option, ": the prompt is ",
+              ids.size(), " tokens, longer than the model's context of ", g.max_seq_len,
+              " tokens (model.seq_len)");
+  return ids;
+}
+
+// The generated ids (1, N) up to the end-of-sequence id, which is not printed.
+std::vector<int32_t> printed_tokens(const Tensor& tokens, std::optional<int32_t> eos) {
+  const auto* t = tokens.data_as<int32_t>();
+  std::vector<int32_t> ids(t, t + tokens.numel());
+  if (eos) ids.erase(std::find(ids.begin(), ids.end(), *eos), ids.end());
+  return ids;
+}
+
 // generate's sampling options: --top-k, --top-p, --eos-id (default: the tokenizer's end-of-text
 // id; "none" for none), --no-cache (re-run the window for every token).
 modules::GenerateOptions generate_options(const Parsed& p, int64_t new_tokens, double temperature,
@@ -470,19 +518,8 @@ int run_generate(const Args& args, std::ostream& out, std::ostream& err) {
   const int64_t new_tokens = p.has("--max-new-tokens")
                                  ? parse_int(*p.value("--max-new-tokens"), "--max-new-tokens", 1)
                                  : (task != nullptr ? task->answer_len() : 64);
-  const std::vector<int32_t> ids = prompt_ids    ? parse_token_ids(prompt)
-                                   : m.tokenizer ? m.tokenizer->encode(prompt)
-                                                 : m.dataset->encode(prompt);
-  const std::string_view option = prompt_ids ? "--prompt-ids" : "--prompt";
-  OCTET_CHECK(!ids.empty(), option, ": \"", prompt, "\" encodes to no tokens");
+  const std::vector<int32_t> ids = prompt_tokens(m, prompt, prompt_ids.has_value());
   const modules::GPTConfig& g = m.model->config();
-  for (const int32_t id : ids) {
-    OCTET_CHECK(id < g.vocab_size, option, ": token id ", id,
-                " is outside the model's vocabulary [0, ", g.vocab_size, ")");
-  }
-  OCTET_CHECK(static_cast<int64_t>(ids.size()) <= g.max_seq_len, option, ": the prompt is ",
-              ids.size(), " tokens, longer than the model's context of ", g.max_seq_len,
-              " tokens (model.seq_len)");
   const Tensor prompts =
       Tensor::from_bytes(ids.data(), {1, static_cast<int64_t>(ids.size())}, DType::kI32);
   Generator gen(seed);
@@ -490,17 +527,11 @@ int run_generate(const Args& args, std::ostream& out, std::ostream& err) {
       p, new_tokens, temperature, m.tokenizer ? m.tokenizer->eos_id() : std::nullopt, g.vocab_size);
   const modules::Generation result =
       train::generate(*m.model, cli::run_recipe(m.config), prompts, options, &gen);
-  const auto* t = result.tokens.data_as<int32_t>();
-  std::vector<int32_t> generated(t, t + result.tokens.numel());
-  if (options.eos_id) {  // the end-of-sequence id and what follows it are not printed
-    const auto end = std::find(generated.begin(), generated.end(), *options.eos_id);
-    if (end != generated.end()) generated.erase(end, generated.end());
-  }
+  const std::vector<int32_t> generated = printed_tokens(result.tokens, options.eos_id);
   if (prompt_ids) {
     out << fmt::format("{}\n", fmt::join(generated, ","));
   } else {
-    const std::string text =
-        m.tokenizer ? m.tokenizer->decode(generated) : m.dataset->decode(generated);
+    const std::string text = decode_generated(m, generated);
     out << prompt << text << '\n';
   }
   // stdout is only the text, so it can be piped; the memory summary is for the person.

@@ -21,6 +21,7 @@
 #include "modules/optimizer.h"
 #include "runtime/comm.h"
 #include "runtime/safetensors.h"
+#include "train/gradient_sync.h"
 
 namespace octet::train {
 
@@ -28,16 +29,7 @@ namespace octet::train {
 // part of every gradient bucket, and gradients are reduce-scattered instead of all-reduced.
 enum class ZeroStage : uint8_t { kNone = 0, kOptimizerState = 1 };
 
-// What one step handed to the communicator, by purpose (payload bytes per rank).
-struct CommBytes {
-  int64_t grads = 0;   // gradient buckets reduced (f32)
-  int64_t params = 0;  // ZeRO-1: parameter bytes gathered after the step (FP8 primary weights
-                       // as FP8 bytes, where their format allows)
-  int64_t sent = 0;    // everything this rank sent to others in the step (Communicator::bytes_sent:
-                       // buckets, parameters, the FP8 amax reductions, the loss)
-};
-
-class DataParallel {
+class DataParallel final : public GradientSync {
  public:
   // Buckets of about `bucket_bytes` of f32 gradient, filled in reverse parameter order (the
   // order the backward produces gradients), and a hook on every parameter's gradient. `comm`
@@ -48,49 +40,51 @@ class DataParallel {
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
-  Communicator& comm() { return *comm_; }
+  Communicator& comm() override { return *comm_; }
   ZeroStage zero() const { return zero_; }
   // ZeRO-1: each parameter's part that this rank's optimizer owns (modules::Optimizer's
   // shards); empty without ZeRO.
-  const std::vector<modules::ElementRange>& optimizer_shards() const { return shards_; }
+  const std::vector<modules::ElementRange>& optimizer_shards() const override { return shards_; }
   // ZeRO-1, once the optimizer exists: FP8 primary weights gathered as FP8 bytes no longer need
   // the module's full f32 copy (the optimizer holds this rank's part of the master); others get
   // one, kept current by every step's gather.
-  void attach(modules::Optimizer& optimizer);
+  void attach(modules::Optimizer& optimizer) override;
 
   // At the start of each step: the byte counts of step_bytes() start again.
-  void begin_step();
+  void begin_step() override;
   // The mean of every rank's `value` (the loss), the same bits on every rank; NaN anywhere
   // gives NaN everywhere, so every rank skips a non-finite step together.
-  double mean(double value);
+  double mean(double value) override;
 
   // Before each backward of a step: `last` for the step's last micro-batch, whose gradients
   // are complete when the backward has added into them, so each bucket starts reducing as soon
   // as its gradients are in. Each rank's loss must be scaled by 1 / ranks (its share of the
   // global mean; the Trainer does it): the buckets sum the ranks' gradients.
-  void begin_backward(bool last);
+  void begin_backward(bool last) override;
   // After the last backward: every bucket reduced and the global gradient (the mean over every
   // rank's rows) in each parameter's .grad (ZeRO-1: in this rank's part of it). Every
   // parameter must have a gradient (an unused one is an error naming it).
-  void finish_gradients();
+  void finish_gradients() override;
   // The L2 norm of the global gradient, the same bits on every rank, and the gradients scaled
   // down to max_norm as modules::clip_grad_norm does (max_norm <= 0 only measures).
-  double clip(double max_norm);
+  double clip(double max_norm) override;
   // The same, with the norm left on the gradients' device and nothing read on the host (ZeRO-1
   // all-gathers the ranks' parts of it as a tensor, where the communicator takes them).
-  modules::GradNorm clip_on_device(double max_norm);
+  modules::GradNorm clip_on_device(double max_norm) override;
   // ZeRO-1, after optimizer.step(): every rank's updated part of every parameter to every rank.
-  void gather_parameters(modules::Optimizer& optimizer);
+  void gather_parameters(modules::Optimizer& optimizer) override;
   // ZeRO-1: the optimizer's state as full tensors, named as an unsharded optimizer's
   // state_dict() (so any number of ranks can load the checkpoint); a collective. Without ZeRO:
   // optimizer.state_dict().
-  NamedTensors optimizer_state(modules::Optimizer& optimizer);
+  NamedTensors optimizer_state(modules::Optimizer& optimizer) override;
   // ZeRO-1, after the optimizer loaded a checkpoint: the modules' full masters (formats
   // gathered as f32) made from the loaded parts.
-  void after_load(modules::Optimizer& optimizer);
+  void after_load(modules::Optimizer& optimizer) override;
 
+  // Every rank's micro-batch losses, all-gathered (rank-major).
+  void gather_losses(const Tensor& mine, Tensor& all) override { comm_->all_gather(mine, all); }
   // What the step since begin_step() handed to the communicator.
-  CommBytes step_bytes() const;
+  CommBytes step_bytes() const override;
   size_t num_buckets() const { return buckets_.size(); }
   // Buckets of the last step whose reduction started during its backward, from a gradient
   // hook (the rest started in finish_gradients): the overlap, observable.

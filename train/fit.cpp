@@ -104,7 +104,8 @@ FitResult Trainer::fit(data::Dataset& data, const FitOptions& o, FitObserver* ob
   Rates rates;
   rates.first_step = step_;
   rates.tokens_per_step = o.batch_size * o.seq_len * options_.grad_accum * world_size();
-  // Each read result, in step order: reported, then checked (the non-finite stop).
+  // Each read result, in step order: checked (the non-finite stop, which ends the run before
+  // the step is reported), then reported.
   auto take = [&](const StepResult& r) {
     check_nonfinite(r);
     result.losses.emplace_back(r.step, r.loss);
@@ -153,11 +154,7 @@ FitResult Trainer::fit(data::Dataset& data, const FitOptions& o, FitObserver* ob
 
 void Trainer::resume(const std::string& path, data::Dataset& data) {
   Checkpoint c;
-  if (dp_ == nullptr) {
-    c = read_checkpoint(path);
-  } else {
-    run_collectively(dp_->comm(), [&] { c = read_checkpoint(path); });
-  }
+  run_collectively(sync_->comm(), [&] { c = read_checkpoint(path); });
   resume(c, data);
 }
 

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "train/data_parallel.h"
+#include "train/gradient_sync.h"
 
 namespace octet::train {
 

@@ -31,9 +31,10 @@ bool has_fp8_primary_weights(const std::vector<modules::Parameter>& params) {
   return false;
 }
 
-std::unique_ptr<DataParallel> make_data_parallel(const TrainerOptions& o,
-                                                 const std::vector<modules::Parameter>& params) {
-  if (o.comm == nullptr || o.comm->size() == 1) return nullptr;
+// DataParallel over a communicator of several ranks, else LocalSync.
+std::unique_ptr<GradientSync> make_sync(const TrainerOptions& o,
+                                        const std::vector<modules::Parameter>& params) {
+  if (o.comm == nullptr || o.comm->size() == 1) return std::make_unique<LocalSync>(o.comm, params);
   return std::make_unique<DataParallel>(o.comm, params, o.zero_stage, o.grad_bucket_bytes);
 }
 
@@ -52,9 +53,8 @@ Trainer::Trainer(modules::Module& model, TrainerOptions options)
     : model_(model),
       options_(std::move(options)),
       params_(model.parameters()),
-      dp_(make_data_parallel(options_, params_)),
-      optimizer_(params_, options_.optimizer,
-                 dp_ != nullptr ? dp_->optimizer_shards() : std::vector<modules::ElementRange>{}) {
+      sync_(make_sync(options_, params_)),
+      optimizer_(params_, options_.optimizer, sync_->optimizer_shards()) {
   OCTET_CHECK(options_.grad_accum >= 1, "Trainer: grad_accum must be >= 1, got ",
               options_.grad_accum);
   OCTET_CHECK(options_.max_nonfinite_steps >= 0, "Trainer: max_nonfinite_steps must be >= 0, got ",
@@ -65,18 +65,17 @@ Trainer::Trainer(modules::Module& model, TrainerOptions options)
   const bool on_gpu = !params_.empty() && !params_.front().tensor->device().is_cpu();
   deferred_ =
       options_.reads == StepReads::kDeferred || (options_.reads == StepReads::kAuto && on_gpu);
-  if (dp_ != nullptr) {
-    dp_->attach(optimizer_);
-    check_same_on_all_ranks();
-  }
+  sync_->attach(optimizer_);
+  check_same_on_all_ranks();
 }
 
 void Trainer::check_same_on_all_ranks() {
+  if (world_size() == 1) return;
   // A bad launch is an error naming what differs, before any step could deadlock or diverge.
   const TrainerOptions& o = options_;
   const modules::OptimizerOptions& opt = o.optimizer;
   require_same_on_all_ranks(
-      dp_->comm(),
+      sync_->comm(),
       {{"recipe", o.recipe ? describe(*o.recipe) : "none"},
        {"grad_accum", std::to_string(o.grad_accum)},
        {"grad_clip", fmt::format("{}", o.grad_clip)},
@@ -95,7 +94,7 @@ void Trainer::check_same_on_all_ranks() {
       "Trainer options");
   std::vector<std::pair<std::string, std::string>> state;
   for (const auto& [name, t] : model_.state_dict()) state.emplace_back(name, digest(t));
-  require_same_on_all_ranks(dp_->comm(), state,
+  require_same_on_all_ranks(sync_->comm(), state,
                             "the model's state (build it from the same seed on every rank)",
                             /*show_values=*/false);
 }
@@ -174,7 +173,7 @@ Tensor Trainer::forward(const MicroBatchLoss& loss_of, int64_t micro) {
   std::optional<modules::FP8Autocast> fp8;
   if (options_.recipe) {
     fp8.emplace(*options_.recipe, modules::FP8Enabled::kYes,
-                dp_ != nullptr ? options_.comm : nullptr);
+                world_size() > 1 ? options_.comm : nullptr);
   }
   Tensor loss = loss_of(micro, first);
   if (fp8) fp8->close();  // the forward scales update here; a failure throws here
@@ -193,10 +192,10 @@ void Trainer::run_deferred(const MicroBatchLoss& loss_of) {
     waiting_losses_ = Tensor::empty({kMaxWaitingSteps * ranks * accum}, DType::kF32, device);
     waiting_norms_ = Tensor::zeros({kMaxWaitingSteps}, DType::kI64, device);
   }
-  if (dp_ != nullptr) dp_->begin_step();
+  sync_->begin_step();
   Tensor losses = waiting_losses_.slice(slot * ranks * accum, (slot + 1) * ranks * accum);
   // This rank's losses: in place in one process, all-gathered from here with several.
-  Tensor mine = dp_ == nullptr ? losses : Tensor::empty({accum}, DType::kF32, device);
+  Tensor mine = ranks == 1 ? losses : Tensor::empty({accum}, DType::kF32, device);
   // Each rank's share of the global mean, as step_now() takes it.
   const int64_t shares = accum * ranks;
   for (int64_t micro = 0; micro < accum; ++micro) {
@@ -205,27 +204,22 @@ void Trainer::run_deferred(const MicroBatchLoss& loss_of) {
                 "must be a one-element f32 tensor, got ", loss);
     Tensor value = mine.slice(micro, micro + 1);
     ops::copy_(value, loss.reshape({1}));
-    if (dp_ != nullptr) dp_->begin_backward(micro + 1 == accum);
+    sync_->begin_backward(micro + 1 == accum);
     autograd::backward(shares > 1 ? autograd::scale(loss, 1.f / static_cast<float>(shares)) : loss);
   }
   Tensor norm = waiting_norms_.slice(slot, slot + 1);
-  modules::GradNorm measured;
-  if (dp_ != nullptr) {
-    dp_->finish_gradients();
-    measured = dp_->clip_on_device(options_.grad_clip);
-    dp_->comm().all_gather(mine, losses);
-  } else {
-    measured = modules::clip_grad_norm_deferred(params_, options_.grad_clip);
-  }
+  sync_->finish_gradients();
+  const modules::GradNorm measured = sync_->clip_on_device(options_.grad_clip);
+  sync_->gather_losses(mine, losses);
   // No gradient: the norm is 0.0, whose bits are 0.
   norm.copy_bytes_from(measured.bits().defined() ? measured.bits()
                                                  : Tensor::zeros({1}, DType::kI64, norm.device()));
   // Every rank's gate is made from the same bits: all ranks' losses and the global norm.
   optimizer_.step(r.lr, ops::finite_gate(losses, &norm));
-  if (dp_ != nullptr) dp_->gather_parameters(optimizer_);
+  sync_->gather_parameters(optimizer_);
   optimizer_.zero_grad();
   step_ = r.step;
-  if (dp_ != nullptr) r.comm = dp_->step_bytes();
+  r.comm = sync_->step_bytes();
   waiting_.push_back(r);
 }
 
@@ -269,13 +263,13 @@ StepResult Trainer::step_now(const MicroBatchLoss& loss_of) {
   r.step = step_ + 1;
   r.lr = options_.schedule.at(step_);
   const int64_t accum = options_.grad_accum;
-  if (dp_ != nullptr) dp_->begin_step();
+  sync_->begin_step();
   double loss_sum = 0.0;
   bool finite = true;
   for (int64_t micro = 0; micro < accum && finite; ++micro) {
     const Tensor loss = forward(loss_of, micro);
     // Every rank decides on the mean, so all of them skip a step that is not finite anywhere.
-    const double value = dp_ != nullptr ? dp_->mean(loss.item()) : loss.item();
+    const double value = sync_->mean(loss.item());
     if (!std::isfinite(value)) {
       finite = false;
       break;  // the graph is dropped unused; nothing it holds touches a weight
@@ -284,28 +278,25 @@ StepResult Trainer::step_now(const MicroBatchLoss& loss_of) {
     // mean's), and the buckets sum the shares. So the gradients an FP8 cast sees in backward are
     // those of one process on the global batch, and their reduced amaxes give its scales.
     const int64_t shares = accum * world_size();
-    if (dp_ != nullptr) dp_->begin_backward(micro + 1 == accum);
+    sync_->begin_backward(micro + 1 == accum);
     autograd::backward(shares > 1 ? autograd::scale(loss, 1.f / static_cast<float>(shares)) : loss);
     loss_sum += value;
   }
   r.grad_norm = NAN;
-  if (finite && dp_ != nullptr) {
-    dp_->finish_gradients();
-    r.grad_norm = dp_->clip(options_.grad_clip);
-    finite = std::isfinite(r.grad_norm);
-  } else if (finite) {
-    r.grad_norm = modules::clip_grad_norm(params_, options_.grad_clip);
+  if (finite) {
+    sync_->finish_gradients();
+    r.grad_norm = sync_->clip(options_.grad_clip);
     finite = std::isfinite(r.grad_norm);
   }
   r.loss = finite ? loss_sum / static_cast<double>(accum) : NAN;
   if (finite) {
     optimizer_.step(r.lr);
-    if (dp_ != nullptr) dp_->gather_parameters(optimizer_);
+    sync_->gather_parameters(optimizer_);
   }
   optimizer_.zero_grad();
   step_ = r.step;
   r.skipped = !finite;
-  if (dp_ != nullptr) r.comm = dp_->step_bytes();
+  r.comm = sync_->step_bytes();
   count(r);
   return r;
 }
@@ -327,6 +318,7 @@ double Trainer::evaluate(const std::function<double()>& f) {
 
 void Trainer::save(const std::string& path, const SafetensorsMetadata& metadata) {
   read_waiting();  // the skipped-step counts the checkpoint holds
+  check_ready();   // a run past max_nonfinite_steps writes no "last good" checkpoint
   SafetensorsMetadata all = metadata;
   for (const auto& [key, value] : {std::pair<const char*, int64_t>{kStepKey, step_},
                                    {kSkippedKey, skipped_},
@@ -336,25 +328,17 @@ void Trainer::save(const std::string& path, const SafetensorsMetadata& metadata)
                 "\" is the trainer's own");
     all.emplace(key, std::to_string(value));
   }
-  if (dp_ == nullptr) {
-    save_checkpoint(path, model_, &optimizer_, all);
-  } else {
-    const NamedTensors optimizer_state = dp_->optimizer_state(optimizer_);  // a collective
-    run_collectively(dp_->comm(), [&] {
-      if (rank() == 0) save_checkpoint(path, model_, optimizer_state, all);
-    });
-  }
+  const NamedTensors optimizer_state = sync_->optimizer_state(optimizer_);  // a collective
+  run_collectively(sync_->comm(), [&] {
+    if (rank() == 0) save_checkpoint(path, model_, optimizer_state, all);
+  });
   last_checkpoint_ = path;
   last_checkpoint_step_ = step_;
 }
 
 SafetensorsMetadata Trainer::load(const std::string& path) {
   Checkpoint c;
-  if (dp_ == nullptr) {
-    c = read_checkpoint(path);
-  } else {
-    run_collectively(dp_->comm(), [&] { c = read_checkpoint(path); });
-  }
+  run_collectively(sync_->comm(), [&] { c = read_checkpoint(path); });
   load(c);
   return c.metadata;
 }
@@ -369,13 +353,9 @@ void Trainer::load(const Checkpoint& c) {
     nonfinite = c.metadata.count(kNonfiniteKey) != 0 ? metadata_int(c, kNonfiniteKey) : 0;
     load_checkpoint(c, model_, &optimizer_);
   };
-  if (dp_ == nullptr) {
-    restore();
-  } else {
-    run_collectively(dp_->comm(), restore);
-    dp_->after_load(optimizer_);
-    check_same_on_all_ranks();
-  }
+  run_collectively(sync_->comm(), restore);
+  sync_->after_load(optimizer_);
+  check_same_on_all_ranks();
   step_ = step;
   skipped_ = skipped;
   nonfinite_run_ = nonfinite;

@@ -42,6 +42,7 @@
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/fit.h"
+#include "train/gradient_sync.h"
 #include "train/step.h"
 
 namespace octet::train {
@@ -144,14 +145,14 @@ class Trainer {
   modules::Optimizer& optimizer() { return optimizer_; }
   modules::Module& model() { return model_; }
   // Data parallel: the gradient reduction (null in one process).
-  const DataParallel* data_parallel() const { return dp_.get(); }
+  const DataParallel* data_parallel() const {
+    return dynamic_cast<const DataParallel*>(sync_.get());
+  }
   // The optimizer's state as full tensors, named as Optimizer::state_dict names them (ZeRO-1:
   // gathered from every rank, a collective).
-  NamedTensors optimizer_state() {
-    return dp_ != nullptr ? dp_->optimizer_state(optimizer_) : optimizer_.state_dict();
-  }
-  int rank() const { return dp_ != nullptr ? dp_->comm().rank() : 0; }
-  int world_size() const { return dp_ != nullptr ? dp_->comm().size() : 1; }
+  NamedTensors optimizer_state() { return sync_->optimizer_state(optimizer_); }
+  int rank() const { return sync_->comm().rank(); }
+  int world_size() const { return sync_->comm().size(); }
 
  private:
   void check_same_on_all_ranks();
@@ -175,7 +176,8 @@ class Trainer {
   modules::Module& model_;
   TrainerOptions options_;
   std::vector<modules::Parameter> params_;
-  std::unique_ptr<DataParallel> dp_;  // null in one process
+  // The other ranks: DataParallel, or LocalSync in one process (never null).
+  std::unique_ptr<GradientSync> sync_;
   modules::Optimizer optimizer_;
   bool cache_weights_ = false;
   int64_t step_ = 0;

@@ -1,11 +1,12 @@
-// Uses octet as a library: writes two small llm.c token shards, trains a 2-layer GPT on them under
-// FP8 delayed scaling with train::Trainer::fit, and fails unless the loss fell and a run that was
-// stopped after step 25 and resumed from its step-20 checkpoint (a fresh model, trainer and
-// dataset) gives the uninterrupted run's losses bit for bit. Then rank 0 exports the trained model
-// as a Hugging Face folder, imports it into a fresh model, and generates from it over the
-// key/value cache: the imported model must continue a run of ids as the trained one does. Alone
-// it is one process; under `mpirun -np 2` the same program trains data-parallel: each rank reads
-// its own rows of every batch and the trainer keeps the ranks' weights and FP8 state identical.
+// Uses octet as a library: writes two small llm.c token shards of text (byte tokens), trains a
+// 2-layer GPT on them under FP8 delayed scaling with train::Trainer::fit, and fails unless the loss
+// fell and a run that was stopped after step 25 and resumed from its step-20 checkpoint (a fresh
+// model, trainer and dataset) gives the uninterrupted run's losses bit for bit. Then rank 0 exports
+// the trained model as a Hugging Face folder, imports it into a fresh model, and generates text
+// from it over the key/value cache: the imported model must continue "abcdef" as the trained one
+// does. Alone it is one process; under `mpirun -np 2` the same program trains data-parallel: each
+// rank reads its own rows of every batch and the trainer keeps the ranks' weights and FP8 state
+// identical.
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -21,18 +22,22 @@ using namespace octet;
 namespace {
 
 constexpr int64_t kSteps = 40, kCheckpointEvery = 10, kStopAfter = 25;
-constexpr int64_t kVocab = 96, kSeqLen = 32, kBatch = 8;  // FP8 GEMMs: rows % 8, cols % 16
+// Byte tokens (data::Tokenizer::bytes()): the text is lowercase letters and spaces, so 128 ids.
+constexpr int64_t kVocab = 128, kSeqLen = 32, kBatch = 8;  // FP8 GEMMs: rows % 8, cols % 16
 
-// Runs of consecutive token ids from random starts: a stream a small model learns quickly.
+// Text as byte tokens: runs of consecutive letters ("klmnop qrs ...", z wrapping to a) from
+// random starts, a space between runs: a stream a small model learns quickly.
 std::vector<uint16_t> token_stream(int64_t count, uint64_t seed) {
   Generator gen(seed);
-  std::vector<uint16_t> tokens;
-  while (static_cast<int64_t>(tokens.size()) < count) {
-    const uint32_t start = gen.next_u32() % kVocab, length = 4 + gen.next_u32() % 12;
-    for (uint32_t i = 0; i < length; ++i) tokens.push_back((start + i) % kVocab);
+  std::string text;
+  while (static_cast<int64_t>(text.size()) < count) {
+    const uint32_t start = gen.next_u32() % 26, length = 4 + gen.next_u32() % 12;
+    for (uint32_t i = 0; i < length; ++i) text.push_back(static_cast<char>('a' + (start + i) % 26));
+    text.push_back(' ');
   }
-  tokens.resize(static_cast<size_t>(count));
-  return tokens;
+  text.resize(static_cast<size_t>(count));
+  const std::vector<int32_t> ids = data::Tokenizer::bytes().encode(text);
+  return {ids.begin(), ids.end()};
 }
 
 modules::GPTConfig gpt_config(const Recipe& recipe) {
@@ -104,16 +109,18 @@ train::FitResult run(const std::string& shards, const std::string& checkpoint,
   return result;
 }
 
-// Greedy continuation of one run of ids over the key/value cache, in high precision (an imported
-// model has the weights but not the FP8 scales training settled on).
-std::vector<int32_t> continue_run(modules::GPT& model) {
-  Tensor prompt = Tensor::empty({1, 6}, DType::kI32);
-  for (int32_t i = 0; i < 6; ++i) prompt.data_as<int32_t>()[i] = 40 + i;
+// Greedy continuation of "abcdef" over the key/value cache, as text, in high precision (an
+// imported model has the weights but not the FP8 scales training settled on).
+std::string continue_text(modules::GPT& model) {
+  const data::Tokenizer bytes = data::Tokenizer::bytes();
+  const std::vector<int32_t> ids = bytes.encode("abcdef");
+  const Tensor prompt =
+      Tensor::from_bytes(ids.data(), {1, static_cast<int64_t>(ids.size())}, DType::kI32);
   modules::GenerateOptions g;
   g.new_tokens = 6;
   const modules::Generation out = train::generate(model, std::nullopt, prompt, g, nullptr);
   const int32_t* t = out.tokens.data_as<int32_t>();
-  return {t, t + out.tokens.numel()};
+  return bytes.decode(std::vector<int32_t>(t, t + out.tokens.numel()));
 }
 
 // The trained model out as a Hugging Face folder and back into a fresh one; both continue the
@@ -124,11 +131,10 @@ std::string hf_round_trip(modules::GPT& trained, const std::filesystem::path& di
   const train::HfModel hf = train::import_hf(folder);
   modules::GPT imported(hf.config);
   train::load_parameter_values(imported, hf.weights);
-  const std::vector<int32_t> want = continue_run(trained), got = continue_run(imported);
+  const std::string want = continue_text(trained), got = continue_text(imported);
   if (got != want) return "the imported model continues the prompt differently";
-  std::printf("exported as %s and imported: 40..45 continues as", hf.architecture.c_str());
-  for (int32_t id : got) std::printf(" %d", id);
-  std::printf("\n");
+  std::printf("exported as %s and imported: \"abcdef\" continues as \"%s\"\n",
+              hf.architecture.c_str(), got.c_str());
   return "";
 }
 

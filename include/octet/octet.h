@@ -55,6 +55,7 @@
 #include "data/dataset.h"
 #include "data/task_data.h"
 #include "data/token_data.h"
+#include "data/tokenizer.h"
 
 // train: the training loop (Trainer::fit), evaluation, checkpoints, Hugging Face folders, FP8
 // health.

@@ -12,7 +12,9 @@ namespace octet::cuda {
 namespace {
 
 constexpr int kAttnThreads = 128;
-constexpr int64_t kMaxSharedScores = 12288;  // 48 KiB of f32 scores: the longest cache
+// The longest cache: its f32 scores and block_reduce's own shared floats within the 48 KiB a
+// block gets without opting in to more.
+constexpr int64_t kMaxSharedScores = 12288 - 64;
 
 __global__ void kv_cache_write_kernel(ActIn packed, float* k, float* v, int64_t T, int64_t C,
                                       int64_t max_len, int64_t pos, int64_t n) {

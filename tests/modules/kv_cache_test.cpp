@@ -81,6 +81,29 @@ TEST(KVCache, GreedyTokensEqualTheCacheFreePathOnBothArchitectures) {
   }
 }
 
+TEST(KVCache, RunsUnderTheRecipesWhoseScalesSeeTheWholeBatch) {
+  // Current scaling and NVFP4 take a tensor-wide amax per GEMM, so the cache's rows (other
+  // padding, one position at a time) quantize apart from the cache-free path's and greedy tokens
+  // part ways (here 11 and 2 of 24 agree): the cache runs under them and gives tokens of the
+  // vocabulary.
+  for (const Recipe& recipe : {Recipe::current(), Recipe::nvfp4()}) {
+    SCOPED_TRACE(describe(recipe));
+    GPT gpt(model(Arch::kLlama, recipe));
+    GenerateOptions o;
+    o.new_tokens = 8;
+    FP8Autocast scope(recipe);
+    const Generation cached = gpt.generate(prompts_of(3, 5), o);
+    const std::vector<int32_t> got = ints(cached.tokens);
+    ASSERT_EQ(got.size(), 24u);
+    for (const int32_t id : got) {
+      EXPECT_GE(id, 0);
+      EXPECT_LT(id, 16);
+    }
+    EXPECT_EQ(cached.cached_tokens, 8);
+    EXPECT_GT(cached.cache_bytes, 0);
+  }
+}
+
 TEST(KVCache, PromptsOfDifferentLengthsGetTheTokensEachGetsAlone) {
   for (const Arch arch : {Arch::kGPT2, Arch::kLlama}) {
     for (const std::optional<Recipe>& recipe :
@@ -98,6 +121,14 @@ TEST(KVCache, PromptsOfDifferentLengthsGetTheTokensEachGetsAlone) {
         return gpt.generate(prompts, o);
       }();
       ASSERT_EQ(batch.tokens.shape(), (Shape{3, 6}));
+      GenerateOptions apart = o;
+      apart.kv_cache = KVCacheUse::kNo;  // each prompt alone, re-running its window
+      const Generation reference = [&] {
+        std::optional<FP8Autocast> scope;
+        if (recipe) scope.emplace(*recipe);
+        return gpt.generate(prompts, apart);
+      }();
+      EXPECT_EQ(ints(batch.tokens), ints(reference.tokens));
       for (size_t i = 0; i < prompts.size(); ++i) {
         std::optional<FP8Autocast> scope;
         if (recipe) scope.emplace(*recipe);
@@ -189,6 +220,13 @@ TEST(KVCache, BadOptionsAreClearErrors) {
   o.top_k = 0;
   o.eos_id = 16;
   EXPECT_THAT(test::error_of([&] { gpt.generate(prompts, o); }), HasSubstr("eos id 16"));
+  // Prompts of different lengths are checked alike.
+  o.eos_id.reset();
+  o.temperature = -1.f;
+  EXPECT_THAT(test::error_of([&] {
+                gpt.generate({{1, 2}, {1, 2, 3}}, o);
+              }),
+              HasSubstr("temperature -1"));
 }
 
 TEST(CachedAttention, EqualsCausalAttentionRowByRow) {

@@ -118,9 +118,20 @@ TEST_P(FitResume, AStoppedRunResumedFromItsCheckpointMatchesTheStraightRun) {
   const std::vector<std::optional<Recipe>> recipes = {std::nullopt,        Recipe::delayed(),
                                                       Recipe::current(),   Recipe::mxfp8(),
                                                       Recipe::blockwise(), Recipe::nvfp4()};
-  const std::optional<Recipe> recipe = recipes[static_cast<size_t>(GetParam()) % recipes.size()];
-  const modules::Arch arch =
-      GetParam() < static_cast<int>(recipes.size()) ? modules::Arch::kGPT2 : modules::Arch::kLlama;
+  // 0-5: GPT-2, 6-11: Llama, in f32; 12-14: GPT-2 in bf16 (model.dtype) under f32 GEMMs,
+  // delayed and MXFP8.
+  const int p = GetParam();
+  const bool bf16 = p >= 12;
+  const std::optional<Recipe> recipe =
+      bf16 ? std::vector<std::optional<Recipe>>{std::nullopt, Recipe::delayed(),
+                                                Recipe::mxfp8()}[static_cast<size_t>(p - 12)]
+           : recipes[static_cast<size_t>(p) % recipes.size()];
+  const modules::Arch arch = p >= 6 && p < 12 ? modules::Arch::kLlama : modules::Arch::kGPT2;
+  const auto model_config = [&](const std::optional<Recipe>& r, modules::Arch a) {
+    modules::GPTConfig c = train::model_config(r, a);
+    if (bf16) c.dtype = DType::kBF16;
+    return c;
+  };
   test::ScratchDir dir;
   const std::string data_dir = write_shards(dir);
 
@@ -170,7 +181,7 @@ TEST_P(FitResume, AStoppedRunResumedFromItsCheckpointMatchesTheStraightRun) {
   EXPECT_TRUE(same_bits(rest.final_eval->loss, straight.final_eval->loss));
 }
 
-INSTANTIATE_TEST_SUITE_P(RecipesAndArchs, FitResume, ::testing::Range(0, 12));
+INSTANTIATE_TEST_SUITE_P(RecipesArchsAndDtypes, FitResume, ::testing::Range(0, 15));
 
 TEST(Fit, RunsTheStepsThatStepWouldRun) {
   // fit() is step() on this rank's rows of the dataset's batches: the same losses as a loop
