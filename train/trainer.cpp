@@ -100,27 +100,21 @@ void Trainer::check_same_on_all_ranks() {
 }
 
 StepResult Trainer::step(const MicroBatchLoss& loss_of) {
-  if (!deferred_) {
-    const StepResult r = step_now(loss_of);
-    check_nonfinite(r);
-    return r;
+  run_one(loss_of);
+  if (deferred_) {
+    read_waiting();
+    check_ready();
   }
-  run_deferred(loss_of);
-  read_waiting();
-  check_ready();
   StepResult r = ready_.back();
   ready_.pop_back();
+  if (!deferred_) check_nonfinite(r);
   return r;
 }
 
 int64_t Trainer::run_step(const MicroBatchLoss& loss_of) {
-  if (!deferred_) {
-    ready_.push_back(step_now(loss_of));
-    check_nonfinite(ready_.back());
-  } else {
-    if (static_cast<int64_t>(waiting_.size()) == kMaxWaitingSteps) read_waiting();
-    run_deferred(loss_of);
-  }
+  if (deferred_ && static_cast<int64_t>(waiting_.size()) == kMaxWaitingSteps) read_waiting();
+  run_one(loss_of);
+  if (!deferred_) check_nonfinite(ready_.back());
   return step_;
 }
 
@@ -180,47 +174,85 @@ Tensor Trainer::forward(const MicroBatchLoss& loss_of, int64_t micro) {
   return loss;
 }
 
-void Trainer::run_deferred(const MicroBatchLoss& loss_of) {
+void Trainer::run_one(const MicroBatchLoss& loss_of) {
   StepResult r;
   r.step = step_ + 1;
   r.lr = options_.schedule.at(step_);
   const int64_t accum = options_.grad_accum;
   const int64_t ranks = world_size();
-  const auto slot = static_cast<int64_t>(waiting_.size());
-  const Device device = params_.front().tensor->device();
-  if (!waiting_losses_.defined()) {
-    waiting_losses_ = Tensor::empty({kMaxWaitingSteps * ranks * accum}, DType::kF32, device);
-    waiting_norms_ = Tensor::zeros({kMaxWaitingSteps}, DType::kI64, device);
-  }
-  sync_->begin_step();
-  Tensor losses = waiting_losses_.slice(slot * ranks * accum, (slot + 1) * ranks * accum);
-  // This rank's losses: in place in one process, all-gathered from here with several.
-  Tensor mine = ranks == 1 ? losses : Tensor::empty({accum}, DType::kF32, device);
-  // Each rank's share of the global mean, as step_now() takes it.
+  // Each rank's backward yields its share of the global mean's gradient (1 / ranks of its own
+  // mean's), and the buckets sum the shares. So the gradients an FP8 cast sees in backward are
+  // those of one process on the global batch, and their reduced amaxes give its scales.
   const int64_t shares = accum * ranks;
-  for (int64_t micro = 0; micro < accum; ++micro) {
+  sync_->begin_step();
+  // Deferred: this step's slot of the waiting losses (every rank's) and norm, on the device;
+  // this rank's losses go in place in one process and are all-gathered from `mine` with several.
+  const auto slot = static_cast<int64_t>(waiting_.size());
+  Tensor losses, mine, norm;
+  if (deferred_) {
+    const Device device = params_.front().tensor->device();
+    if (!waiting_losses_.defined()) {
+      waiting_losses_ = Tensor::empty({kMaxWaitingSteps * ranks * accum}, DType::kF32, device);
+      waiting_norms_ = Tensor::zeros({kMaxWaitingSteps}, DType::kI64, device);
+    }
+    losses = waiting_losses_.slice(slot * ranks * accum, (slot + 1) * ranks * accum);
+    mine = ranks == 1 ? losses : Tensor::empty({accum}, DType::kF32, device);
+    norm = waiting_norms_.slice(slot, slot + 1);
+  }
+  double loss_sum = 0.0;
+  bool finite = true;  // read every step: no loss nor the norm was NaN/inf
+  for (int64_t micro = 0; micro < accum && finite; ++micro) {
     const Tensor loss = forward(loss_of, micro);
-    OCTET_CHECK(loss.numel() == 1 && loss.dtype() == DType::kF32, "Trainer: the micro-batch loss ",
-                "must be a one-element f32 tensor, got ", loss);
-    Tensor value = mine.slice(micro, micro + 1);
-    ops::copy_(value, loss.reshape({1}));
+    if (deferred_) {
+      OCTET_CHECK(loss.numel() == 1 && loss.dtype() == DType::kF32,
+                  "Trainer: the micro-batch loss must be a one-element f32 tensor, got ", loss);
+      Tensor value = mine.slice(micro, micro + 1);
+      ops::copy_(value, loss.reshape({1}));
+    } else {
+      // Every rank decides on the mean, so all of them skip a step that is not finite anywhere.
+      const double value = sync_->mean(loss.item());
+      if (!std::isfinite(value)) {
+        finite = false;
+        break;  // the graph is dropped unused; nothing it holds touches a weight
+      }
+      loss_sum += value;
+    }
     sync_->begin_backward(micro + 1 == accum);
     autograd::backward(shares > 1 ? autograd::scale(loss, 1.f / static_cast<float>(shares)) : loss);
   }
-  Tensor norm = waiting_norms_.slice(slot, slot + 1);
-  sync_->finish_gradients();
-  const modules::GradNorm measured = sync_->clip_on_device(options_.grad_clip);
-  sync_->gather_losses(mine, losses);
-  // No gradient: the norm is 0.0, whose bits are 0.
-  norm.copy_bytes_from(measured.bits().defined() ? measured.bits()
-                                                 : Tensor::zeros({1}, DType::kI64, norm.device()));
-  // Every rank's gate is made from the same bits: all ranks' losses and the global norm.
-  optimizer_.step(r.lr, ops::finite_gate(losses, &norm));
-  sync_->gather_parameters(optimizer_);
+  if (finite) sync_->finish_gradients();
+  if (deferred_) {
+    const modules::GradNorm measured = sync_->clip_on_device(options_.grad_clip);
+    sync_->gather_losses(mine, losses);
+    // No gradient: the norm is 0.0, whose bits are 0.
+    norm.copy_bytes_from(measured.bits().defined()
+                             ? measured.bits()
+                             : Tensor::zeros({1}, DType::kI64, norm.device()));
+    // Every rank's gate is made from the same bits: all ranks' losses and the global norm.
+    optimizer_.step(r.lr, ops::finite_gate(losses, &norm));
+    sync_->gather_parameters(optimizer_);
+  } else {
+    r.grad_norm = NAN;
+    if (finite) {
+      r.grad_norm = sync_->clip(options_.grad_clip);
+      finite = std::isfinite(r.grad_norm);
+    }
+    r.loss = finite ? loss_sum / static_cast<double>(accum) : NAN;
+    if (finite) {
+      optimizer_.step(r.lr);
+      sync_->gather_parameters(optimizer_);
+    }
+  }
   optimizer_.zero_grad();
   step_ = r.step;
   r.comm = sync_->step_bytes();
-  waiting_.push_back(r);
+  if (deferred_) {
+    waiting_.push_back(r);  // read_waiting() fills in the loss, the norm and the skip
+  } else {
+    r.skipped = !finite;
+    count(r);
+    ready_.push_back(r);
+  }
 }
 
 void Trainer::read_waiting() {
@@ -233,7 +265,8 @@ void Trainer::read_waiting() {
   std::vector<StepResult> read = std::exchange(waiting_, {});
   for (int64_t i = 0; i < n; ++i) {
     StepResult& r = read[static_cast<size_t>(i)];
-    // The host's reading of the same values (step_now): each micro-batch's loss is the mean
+    // The host's reading of the same values (as a step read every step takes them): each
+    // micro-batch's loss is the mean
     // over the ranks, summed in rank order in f64 (DataParallel::mean's rule; one process: the
     // loss itself); the first non-finite one ends the sum and leaves the norm unreported.
     const float* loss = losses.data_as<float>() + i * ranks * accum;
@@ -256,49 +289,6 @@ void Trainer::read_waiting() {
     ready_.push_back(r);
     count(ready_.back());
   }
-}
-
-StepResult Trainer::step_now(const MicroBatchLoss& loss_of) {
-  StepResult r;
-  r.step = step_ + 1;
-  r.lr = options_.schedule.at(step_);
-  const int64_t accum = options_.grad_accum;
-  sync_->begin_step();
-  double loss_sum = 0.0;
-  bool finite = true;
-  for (int64_t micro = 0; micro < accum && finite; ++micro) {
-    const Tensor loss = forward(loss_of, micro);
-    // Every rank decides on the mean, so all of them skip a step that is not finite anywhere.
-    const double value = sync_->mean(loss.item());
-    if (!std::isfinite(value)) {
-      finite = false;
-      break;  // the graph is dropped unused; nothing it holds touches a weight
-    }
-    // Each rank's backward yields its share of the global mean's gradient (1 / ranks of its own
-    // mean's), and the buckets sum the shares. So the gradients an FP8 cast sees in backward are
-    // those of one process on the global batch, and their reduced amaxes give its scales.
-    const int64_t shares = accum * world_size();
-    sync_->begin_backward(micro + 1 == accum);
-    autograd::backward(shares > 1 ? autograd::scale(loss, 1.f / static_cast<float>(shares)) : loss);
-    loss_sum += value;
-  }
-  r.grad_norm = NAN;
-  if (finite) {
-    sync_->finish_gradients();
-    r.grad_norm = sync_->clip(options_.grad_clip);
-    finite = std::isfinite(r.grad_norm);
-  }
-  r.loss = finite ? loss_sum / static_cast<double>(accum) : NAN;
-  if (finite) {
-    optimizer_.step(r.lr);
-    sync_->gather_parameters(optimizer_);
-  }
-  optimizer_.zero_grad();
-  step_ = r.step;
-  r.skipped = !finite;
-  r.comm = sync_->step_bytes();
-  count(r);
-  return r;
 }
 
 double Trainer::evaluate(const std::function<double()>& f) {

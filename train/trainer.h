@@ -158,8 +158,10 @@ class Trainer {
   void check_same_on_all_ranks();
   // Micro-batch `micro`'s loss, its forward in the recipe's FP8 scope.
   Tensor forward(const MicroBatchLoss& loss, int64_t micro);
-  StepResult step_now(const MicroBatchLoss& loss);  // reads every step
-  void run_deferred(const MicroBatchLoss& loss);
+  // The step, for both read modes: read every step, each loss reaches the host as it comes and a
+  // NaN/inf one ends the step at once (its result joins ready_); deferred, the losses and the
+  // norm stay on the device, where they gate the update, and the step waits in waiting_.
+  void run_one(const MicroBatchLoss& loss);
   // The waiting steps' results into ready_ (deferred reads).
   void read_waiting();
   // After a step's result is known: the skipped-step counts.
