@@ -135,6 +135,19 @@ DType model_dtype(const config::RunConfig& c) {
   return parse_device(c.training.device).is_cuda() ? DType::kBF16 : DType::kF32;
 }
 
+// model.norm and optimizer.kind as their enums: every value the schema allows is named, and any
+// other is an error rather than a fallback.
+modules::NormKind norm_from_name(const std::string& name) {
+  if (name == "layernorm") return modules::NormKind::kLayerNorm;
+  if (name == "rmsnorm") return modules::NormKind::kRMSNorm;
+  OCTET_FAIL("config key \"model.norm\": \"", name, "\" is not a norm (layernorm, rmsnorm)");
+}
+modules::OptimizerKind optimizer_from_name(const std::string& name) {
+  if (name == "adamw") return modules::OptimizerKind::kAdamW;
+  if (name == "sgd") return modules::OptimizerKind::kSGD;
+  OCTET_FAIL("config key \"optimizer.kind\": \"", name, "\" is not an optimizer (adamw, sgd)");
+}
+
 // model.arch's value as the enum; the schema allows only these two.
 modules::Arch arch_from_name(const std::string& name) {
   if (name == "gpt2") return modules::Arch::kGPT2;
@@ -181,7 +194,7 @@ modules::GPTConfig gpt_config(const config::RunConfig& c, const data::Dataset& d
   g.tie_embeddings =
       c.model.tie_embeddings ? modules::TieEmbeddings::kYes : modules::TieEmbeddings::kNo;
   g.activation = modules::mlp_activation_from_name(c.model.activation);
-  g.norm = c.model.norm == "rmsnorm" ? modules::NormKind::kRMSNorm : modules::NormKind::kLayerNorm;
+  g.norm = norm_from_name(c.model.norm);
   g.norm_eps = static_cast<float>(c.model.norm_eps);
   g.zero_centered_gamma = c.model.zero_centered_gamma ? modules::ZeroCenteredGamma::kYes
                                                       : modules::ZeroCenteredGamma::kNo;
@@ -274,8 +287,7 @@ Device rank_device(const config::RunConfig& c, const LaunchInfo& launch) {
 
 train::TrainerOptions trainer_options(const config::RunConfig& c) {
   train::TrainerOptions o;
-  o.optimizer.kind =
-      c.optimizer.kind == "sgd" ? modules::OptimizerKind::kSGD : modules::OptimizerKind::kAdamW;
+  o.optimizer.kind = optimizer_from_name(c.optimizer.kind);
   o.optimizer.beta1 = static_cast<float>(c.optimizer.betas[0]);
   o.optimizer.beta2 = static_cast<float>(c.optimizer.betas[1]);
   o.optimizer.eps = static_cast<float>(c.optimizer.eps);
