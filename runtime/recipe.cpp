@@ -109,11 +109,46 @@ class Reader {
   std::string where_;
 };
 
-// The recipes JSON can name; "custom" (the last RecipeKind) is made in code only.
-const std::vector<std::string_view> kKinds = {"delayed", "current", "mxfp8", "blockwise", "nvfp4"};
-const std::vector<std::string_view> kScopes = {"none", "weights", "activations", "all"};
-const std::vector<std::string_view> kFormats = {"e4m3", "hybrid"};
-const std::vector<std::string_view> kAlgos = {"max", "most_recent"};
+// Each value recipe JSON can name, keyed by the enum value (never by its ordinal); "custom" is
+// made in code only.
+template <typename E>
+struct Named {
+  E value;
+  std::string_view name;
+};
+constexpr Named<RecipeKind> kKinds[] = {{RecipeKind::kDelayed, "delayed"},
+                                        {RecipeKind::kCurrent, "current"},
+                                        {RecipeKind::kMXFP8, "mxfp8"},
+                                        {RecipeKind::kBlockwise, "blockwise"},
+                                        {RecipeKind::kNVFP4, "nvfp4"}};
+constexpr Named<NVFP4Scope> kScopes[] = {{NVFP4Scope::kNone, "none"},
+                                         {NVFP4Scope::kWeights, "weights"},
+                                         {NVFP4Scope::kActivations, "activations"},
+                                         {NVFP4Scope::kAll, "all"}};
+constexpr Named<FP8Format> kFormats[] = {{FP8Format::kE4M3, "e4m3"},
+                                         {FP8Format::kHybrid, "hybrid"}};
+constexpr Named<FP8Format> kE4M3Only[] = {{FP8Format::kE4M3, "e4m3"}};  // MXFP8
+constexpr Named<AmaxComputeAlgo> kAlgos[] = {{AmaxComputeAlgo::kMax, "max"},
+                                             {AmaxComputeAlgo::kMostRecent, "most_recent"}};
+
+template <typename E, size_t N>
+std::vector<std::string_view> names_of(const Named<E> (&table)[N]) {
+  std::vector<std::string_view> names;
+  for (const Named<E>& n : table) names.push_back(n.name);
+  return names;
+}
+template <typename E, size_t N>
+std::string_view name_of(const Named<E> (&table)[N], E value) {
+  for (const Named<E>& n : table) {
+    if (n.value == value) return n.name;
+  }
+  OCTET_FAIL("no name for value ", static_cast<int>(value));
+}
+// The value `key` names (table[default_index] when absent), checked as Reader::choice checks.
+template <typename E, size_t N>
+E choose(const Reader& in, std::string_view key, const Named<E> (&table)[N], size_t default_index) {
+  return table[in.choice(key, names_of(table), default_index)].value;
+}
 
 }  // namespace
 
@@ -124,22 +159,16 @@ std::string_view recipe_kind_name(RecipeKind kind) {
     case RecipeKind::kMXFP8:
     case RecipeKind::kBlockwise:
     case RecipeKind::kNVFP4:
-      return kKinds.at(static_cast<size_t>(kind));
+      return name_of(kKinds, kind);
     case RecipeKind::kCustom:
       return "custom";
   }
   OCTET_FAIL("unknown recipe kind ", static_cast<int>(kind));
 }
-std::string_view fp8_format_name(FP8Format format) {
-  return kFormats.at(static_cast<size_t>(format));
-}
-std::string_view amax_compute_algo_name(AmaxComputeAlgo algo) {
-  return kAlgos.at(static_cast<size_t>(algo));
-}
+std::string_view fp8_format_name(FP8Format format) { return name_of(kFormats, format); }
+std::string_view amax_compute_algo_name(AmaxComputeAlgo algo) { return name_of(kAlgos, algo); }
 
-std::string_view nvfp4_scope_name(NVFP4Scope scope) {
-  return kScopes.at(static_cast<size_t>(scope));
-}
+std::string_view nvfp4_scope_name(NVFP4Scope scope) { return name_of(kScopes, scope); }
 
 Recipe Recipe::delayed(FP8Format format, int margin, int64_t amax_history_len,
                        AmaxComputeAlgo algo) {
@@ -216,48 +245,56 @@ BlockScaling Recipe::block_scaling(SlotId slot) const {
 }
 
 DType Recipe::dtype(FP8Direction direction) const {
-  if (kind == RecipeKind::kCustom) return custom->dtype(direction);
-  if (kind == RecipeKind::kNVFP4) return DType::kU8;
-  if (fp8_format == FP8Format::kHybrid && direction == FP8Direction::kBackward) {
-    return DType::kE5M2;
+  switch (kind) {
+    case RecipeKind::kCustom:
+      return custom->dtype(direction);
+    case RecipeKind::kNVFP4:
+      return DType::kU8;  // two E2M1 values a byte
+    case RecipeKind::kDelayed:
+    case RecipeKind::kCurrent:
+    case RecipeKind::kMXFP8:
+    case RecipeKind::kBlockwise:
+      return fp8_format == FP8Format::kHybrid && direction == FP8Direction::kBackward
+                 ? DType::kE5M2
+                 : DType::kE4M3;
   }
-  return DType::kE4M3;
+  OCTET_FAIL("unknown recipe kind ", static_cast<int>(kind));
 }
 
 Recipe recipe_from_json(const json& object, std::string_view where) {
   OCTET_CHECK(object.is_object(), where, ": expected a JSON object, got ", shown(object));
   const Reader in(object, where);
-  OCTET_CHECK(in.find("recipe") != nullptr, in.key("recipe"), ": missing (one of ", join(kKinds),
-              ")");
+  OCTET_CHECK(in.find("recipe") != nullptr, in.key("recipe"), ": missing (one of ",
+              join(names_of(kKinds)), ")");
   Recipe r;
-  r.kind = static_cast<RecipeKind>(in.choice("recipe", kKinds, 0));
+  r.kind = choose(in, "recipe", kKinds, 0);
   switch (r.kind) {
     case RecipeKind::kDelayed:
       in.reject_unknown({"recipe", "fp8_format", "margin", "amax_history_len", "amax_compute_algo",
                          "reduce_amax"},
                         "delayed");
-      r.fp8_format = static_cast<FP8Format>(in.choice("fp8_format", kFormats, 1));
+      r.fp8_format = choose(in, "fp8_format", kFormats, 1);
       r.margin = static_cast<int>(in.integer("margin", 0, kMaxMargin, 0));
       r.amax_history_len = in.integer("amax_history_len", 1, kMaxHistoryLen, 1024);
-      r.amax_compute_algo = static_cast<AmaxComputeAlgo>(in.choice("amax_compute_algo", kAlgos, 0));
+      r.amax_compute_algo = choose(in, "amax_compute_algo", kAlgos, 0);
       r.reduce_amax = in.boolean("reduce_amax", true);
       break;
     case RecipeKind::kCurrent:
       in.reject_unknown({"recipe", "fp8_format", "power_2_scale", "amax_epsilon"}, "current");
-      r.fp8_format = static_cast<FP8Format>(in.choice("fp8_format", kFormats, 1));
+      r.fp8_format = choose(in, "fp8_format", kFormats, 1);
       r.power_2_scale = in.boolean("power_2_scale", false);
       r.amax_epsilon = in.non_negative_float("amax_epsilon", 0.f);
       break;
     case RecipeKind::kMXFP8:
       in.reject_unknown({"recipe", "fp8_format"}, "mxfp8");
       // MXFP8 uses e4m3 for every tensor; the key is accepted only to say so explicitly.
-      r.fp8_format = static_cast<FP8Format>(in.choice("fp8_format", {"e4m3"}, 0));
+      r.fp8_format = choose(in, "fp8_format", kE4M3Only, 0);
       break;
     case RecipeKind::kBlockwise: {
       in.reject_unknown({"recipe", "fp8_format", "power_2_scale", "amax_epsilon",
                          "x_block_scaling_dim", "w_block_scaling_dim", "grad_block_scaling_dim"},
                         "blockwise");
-      r.fp8_format = static_cast<FP8Format>(in.choice("fp8_format", kFormats, 0));
+      r.fp8_format = choose(in, "fp8_format", kFormats, 0);
       r.power_2_scale = in.boolean("power_2_scale", true);
       r.amax_epsilon = in.non_negative_float("amax_epsilon", 0.f);
       r.x_block_scaling = static_cast<BlockScaling>(in.integer("x_block_scaling_dim", 1, 2, 1));
@@ -290,9 +327,8 @@ Recipe recipe_from_json(const json& object, std::string_view where) {
       r.random_hadamard_transform = !in.boolean("disable_rht", false);
       r.stochastic_rounding = !in.boolean("disable_stochastic_rounding", false);
       r.weight_2d_quantization = !in.boolean("disable_2d_quantization", false);
-      r.four_over_six = static_cast<NVFP4Scope>(in.choice("nvfp4_4over6", kScopes, 0));
-      r.four_over_six_e4m3_256 =
-          static_cast<NVFP4Scope>(in.choice("nvfp4_4over6_e4m3_use_256", kScopes, 3));
+      r.four_over_six = choose(in, "nvfp4_4over6", kScopes, 0);
+      r.four_over_six_e4m3_256 = choose(in, "nvfp4_4over6_e4m3_use_256", kScopes, 3);
       r.four_over_six_mse = in.choice("nvfp4_4over6_err_mode", {"MAE", "MSE"}, 0) == 1;
       // An activation's column-wise copy gets the transform: 4over6 has none (TE refuses it).
       OCTET_CHECK(!covers_activations(r.four_over_six) || !r.random_hadamard_transform, where,
