@@ -355,32 +355,15 @@ Generation GPT::generate(const Tensor& prompts, const GenerateOptions& o, Genera
 int64_t GPT::generate_cached(std::vector<int32_t>& seq, int64_t n, int64_t total,
                              const GenerateOptions& o, Generator* gen, Generation& result,
                              std::vector<bool>& done) {
-  const int64_t p = total - o.new_tokens, c = config_.d_model;
+  const int64_t p = total - o.new_tokens;
   // Under FP8 every GEMM's rows must be a multiple of the format's: pad the batch with dummy
   // sequences (token 0), so that prompt (rows_pad * P) and each step (rows_pad) fit.
   const int64_t multiple = fp8_row_multiple();
   const int64_t rows = (n + multiple - 1) / multiple * multiple;
-  std::vector<LayerCache> caches;
-  {
-    MemTagScope tag(MemTag::kActivations);
-    // The positions this generation reaches: the prompt and its tokens, at most the context.
-    const int64_t positions = std::min(total, config_.max_seq_len);
-    for (const auto& layer : layers_)
-      caches.push_back(layer->make_cache(rows, positions, device()));
-  }
-  for (const LayerCache& cache : caches)
-    result.cache_bytes += static_cast<int64_t>(cache.k.nbytes() + cache.v.nbytes());
-  // Each sequence's last position's hidden state through the LM head: (rows, C) -> (rows, V).
-  auto last_logits = [&](const Tensor& h) {  // h (rows, T, C)
-    const int64_t T = h.size(1);
-    Tensor last = Tensor::empty({rows, c}, h.dtype(), h.device());
-    const Tensor flat = h.reshape({rows * T, c});
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t r = i * T + T - 1;
-      last.slice(i, i + 1).copy_bytes_from(flat.slice(r, r + 1));
-    }
-    return lm_head(last);
-  };
+  // The positions this generation reaches: the prompt and its tokens, at most the context.
+  std::vector<LayerCache> caches =
+      make_caches(rows, std::min(total, config_.max_seq_len), result.cache_bytes);
+  auto last_logits = [&](const Tensor& h) { return last_logits_of(h, rows, h.size(1) - 1); };
   Tensor ids = Tensor::zeros({rows, p}, DType::kI32);  // the prompts, then padding rows
   for (int64_t i = 0; i < n; ++i) {
     std::memcpy(ids.data_as<int32_t>() + i * p, seq.data() + i * total,
@@ -448,20 +431,13 @@ Generation GPT::generate(const std::vector<std::vector<int32_t>>& prompts, const
   }
   autograd::InferenceModeGuard inference;
   const int64_t multiple = fp8_row_multiple();
-  const int64_t rows = (n + multiple - 1) / multiple * multiple, c = config_.d_model;
+  const int64_t rows = (n + multiple - 1) / multiple * multiple;
   const int64_t vocab = config_.vocab_size;
   Generation result;
   result.tokens =
       Tensor::full({n, o.new_tokens}, static_cast<float>(o.eos_id.value_or(0)), DType::kI32);
-  std::vector<LayerCache> caches;
-  {
-    MemTagScope tag(MemTag::kActivations);
-    const int64_t positions = static_cast<int64_t>(longest) + o.new_tokens;  // <= max_seq_len
-    for (const auto& layer : layers_)
-      caches.push_back(layer->make_cache(rows, positions, device()));
-  }
-  for (const LayerCache& cache : caches)
-    result.cache_bytes += static_cast<int64_t>(cache.k.nbytes() + cache.v.nbytes());
+  std::vector<LayerCache> caches =
+      make_caches(rows, static_cast<int64_t>(longest) + o.new_tokens, result.cache_bytes);
   // Every sequence's known tokens: its prompt, then what it generated (made[i] of them).
   std::vector<std::vector<int32_t>> seq(prompts.begin(), prompts.end());
   std::vector<int64_t> made(static_cast<size_t>(n), 0);
@@ -473,12 +449,7 @@ Generation GPT::generate(const std::vector<std::vector<int32_t>>& prompts, const
   // After a pass whose last position is `pos`: each sequence that knows no token past pos and
   // wants more picks one from that position's logits.
   auto pick = [&](const Tensor& h, int64_t pos) {
-    const int64_t T = h.size(1);
-    Tensor last = Tensor::empty({rows, c}, h.dtype(), h.device());
-    const Tensor flat = h.reshape({rows * T, c});
-    for (int64_t i = 0; i < rows; ++i)
-      last.slice(i, i + 1).copy_bytes_from(flat.slice(i * T + T - 1, i * T + T));
-    Tensor logits = lm_head(last);  // (rows, V)
+    Tensor logits = last_logits_of(h, rows, h.size(1) - 1);  // (rows, V)
     if (!logits.device().is_cpu()) logits = logits.to(Device::cpu());
     if (logits.dtype() != DType::kF32) logits = ops::cast(logits, DType::kF32);  // exact
     const float* lp = logits.data_as<float>();
@@ -517,7 +488,6 @@ Generation GPT::generate(const std::vector<std::vector<int32_t>>& prompts, const
 }
 
 Tensor GPT::window_logits(const std::vector<int32_t>& seq, int64_t n, int64_t total, int64_t len) {
-  const int64_t c = config_.d_model;
   const int64_t window = std::min(len, config_.max_seq_len);  // the last max_seq_len tokens
   const auto [batch_pad, seq_pad] =
       padded_shape(n, window, config_.max_seq_len, fp8_row_multiple());
@@ -527,15 +497,29 @@ Tensor GPT::window_logits(const std::vector<int32_t>& seq, int64_t n, int64_t to
     std::memcpy(id + i * seq_pad, seq.data() + i * total + (len - window),
                 static_cast<size_t>(window) * sizeof(int32_t));
   }
-  const Tensor h = hidden(ids, FirstMicrobatch::kUnset);  // (N_pad, T_pad, C)
-  // Only each real sequence's last position goes through the LM head: (N, C).
-  Tensor last = Tensor::empty({n, c}, h.dtype(), h.device());
-  const Tensor rows = h.reshape({batch_pad * seq_pad, c});
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t r = i * seq_pad + window - 1;
-    last.slice(i, i + 1).copy_bytes_from(rows.slice(r, r + 1));
+  // Only each real sequence's last position goes through the LM head: (N, V).
+  return last_logits_of(hidden(ids, FirstMicrobatch::kUnset), n, window - 1);
+}
+
+std::vector<LayerCache> GPT::make_caches(int64_t rows, int64_t positions, int64_t& bytes) const {
+  MemTagScope tag(MemTag::kActivations);
+  std::vector<LayerCache> caches;
+  for (const auto& layer : layers_) {
+    caches.push_back(layer->make_cache(rows, positions, device()));
+    bytes += static_cast<int64_t>(caches.back().k.nbytes() + caches.back().v.nbytes());
   }
-  return lm_head(last);  // (N, V) in the model's dtype
+  return caches;
+}
+
+Tensor GPT::last_logits_of(const Tensor& h, int64_t rows, int64_t position) {
+  const int64_t T = h.size(1), c = config_.d_model;
+  Tensor last = Tensor::empty({rows, c}, h.dtype(), h.device());  // (rows, C)
+  const Tensor flat = h.reshape({h.size(0) * T, c});
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t r = i * T + position;
+    last.slice(i, i + 1).copy_bytes_from(flat.slice(r, r + 1));
+  }
+  return lm_head(last);  // (rows, V) in the model's dtype
 }
 
 }  // namespace octet::modules

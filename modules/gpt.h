@@ -201,6 +201,10 @@ class GPT : public Module {
                           const GenerateOptions& o, Generator* gen, Generation& result,
                           std::vector<bool>& done);
   Tensor window_logits(const std::vector<int32_t>& seq, int64_t n, int64_t total, int64_t len);
+  // Every layer's key/value cache for `rows` sequences of `positions`; adds their bytes to `bytes`.
+  std::vector<LayerCache> make_caches(int64_t rows, int64_t positions, int64_t& bytes) const;
+  // The LM head on hidden states h (N, T, C) at `position` of each of the first `rows` rows.
+  Tensor last_logits_of(const Tensor& h, int64_t rows, int64_t position);
   // hidden() at positions [pos, pos + T) over the layers' key/value caches (inference).
   Tensor hidden_cached(const Tensor& ids, std::vector<LayerCache>& caches, int64_t pos);
   // One token for each of the first n rows of (rows, V) logits into column `step` of `out`.
