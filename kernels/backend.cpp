@@ -121,6 +121,13 @@ void Backend::dropout_backward(const Tensor&, const Tensor&, float, Tensor&) con
 void Backend::causal_attention(const Tensor&, int64_t, float, Tensor&, Tensor&) const {
   unsupported("causal_attention");
 }
+bool Backend::grouped_attention(const Tensor&, int64_t, int64_t, float, Tensor&, Tensor&) const {
+  return false;
+}
+bool Backend::grouped_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                         int64_t, int64_t, float, Tensor&) const {
+  return false;
+}
 void Backend::causal_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                         int64_t, float, Tensor&) const {
   unsupported("causal_attention_backward");

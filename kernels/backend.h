@@ -154,8 +154,18 @@ class Backend {
                                          const Tensor& lse, int64_t heads, float scale,
                                          Tensor& dqkv) const;
 
-  // qkv (B, T, H + 2G, D) -> packed (B, T, 3, H, D) and back (kernels/nn.h pack_heads); rope
-  // (max_len, D) f32 or undefined.
+  // Fused grouped-query attention: qkv (B, T, H + 2G, D), G < H dividing H; out and lse as
+  // causal_attention's. False, with nothing written, where the backend has none for the shape
+  // (kernels/nn.h then repeats the key/value heads for causal_attention). The backward only
+  // follows a forward that returned true for the same shape.
+  virtual bool grouped_attention(const Tensor& qkv, int64_t heads, int64_t kv_heads, float scale,
+                                 Tensor& out, Tensor& lse) const;
+  virtual bool grouped_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                          const Tensor& lse, int64_t heads, int64_t kv_heads,
+                                          float scale, Tensor& dqkv) const;
+
+  // qkv (B, T, H + 2G, D) -> packed (B, T, H + 2K, D) and back, K (packed's width) H or G
+  // (kernels/nn.h pack_heads, rope_heads); rope (max_len, D) f32 or undefined.
   virtual void pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope,
                           Tensor& packed) const;
   virtual void pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads,

@@ -387,31 +387,52 @@ Tensor dropout_backward(const Tensor& dy, const Tensor& mask, float p) {
 // ---- causal attention ----
 
 namespace {
-// Checks qkv (B, T, 3*H*D); returns C = H*D.
-int64_t check_qkv(const char* op, const Tensor& qkv, int64_t heads, float scale) {
+// Checks qkv (B, T, (H + 2G) * D); returns C = H*D.
+int64_t check_qkv(const char* op, const Tensor& qkv, int64_t heads, int64_t kv_heads, float scale) {
   check_float(op, qkv, "qkv");
   OCTET_CHECK(heads >= 1, op, ": heads must be >= 1, got ", heads);
-  OCTET_CHECK(qkv.dim() == 3 && qkv.size(2) > 0 && qkv.size(2) % (3 * heads) == 0, op, ": qkv ",
-              shape_str(qkv.shape()), " must be (B, T, 3 * heads * head_dim) with heads = ", heads);
+  OCTET_CHECK(kv_heads >= 1 && heads % kv_heads == 0, op, ": kv_heads ", kv_heads,
+              " must divide heads ", heads);
+  const int64_t slots = heads + 2 * kv_heads;
+  OCTET_CHECK(qkv.dim() == 3 && qkv.size(2) > 0 && qkv.size(2) % slots == 0, op, ": qkv ",
+              shape_str(qkv.shape()),
+              " must be (B, T, (heads + 2 * kv_heads) * head_dim) with heads ", heads,
+              " and kv_heads ", kv_heads);
   OCTET_CHECK(std::isfinite(scale), op, ": scale must be finite, got ", scale);
-  return qkv.size(2) / 3;
+  return qkv.size(2) / slots * heads;
 }
 }  // namespace
 
 AttentionForward causal_attention(const Tensor& qkv, int64_t heads, float scale) {
-  const int64_t C = check_qkv("causal_attention", qkv, heads, scale);
+  return causal_attention(qkv, heads, heads, scale);
+}
+
+Tensor causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                 const Tensor& lse, int64_t heads, float scale) {
+  return causal_attention_backward(dout, qkv, out, lse, heads, heads, scale);
+}
+
+AttentionForward causal_attention(const Tensor& qkv, int64_t heads, int64_t kv_heads, float scale) {
+  const int64_t C = check_qkv("causal_attention", qkv, heads, kv_heads, scale);
   const int64_t B = qkv.size(0), T = qkv.size(1);
   ActOutput out({B, T, C}, qkv.dtype(), qkv.device());
   AttentionForward f{Tensor(), f32_like(qkv, {B, heads, T})};
-  on_device(qkv.device())->causal_attention(act_input(qkv), heads, scale, out.kernel(), f.lse);
+  const auto backend = on_device(qkv.device());
+  if (kv_heads == heads) {
+    backend->causal_attention(act_input(qkv), heads, scale, out.kernel(), f.lse);
+  } else if (!backend->grouped_attention(act_input(qkv), heads, kv_heads, scale, out.kernel(),
+                                         f.lse)) {
+    const Tensor packed = pack_heads(qkv, heads, kv_heads, Tensor());  // (B, T, 3, H, D)
+    backend->causal_attention(act_input(packed), heads, scale, out.kernel(), f.lse);
+  }
   f.out = out.finish();
   return f;
 }
 
 Tensor causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                 const Tensor& lse, int64_t heads, float scale) {
+                                 const Tensor& lse, int64_t heads, int64_t kv_heads, float scale) {
   constexpr const char* op = "causal_attention_backward";
-  const int64_t C = check_qkv(op, qkv, heads, scale);
+  const int64_t C = check_qkv(op, qkv, heads, kv_heads, scale);
   const int64_t B = qkv.size(0), T = qkv.size(1);
   const Shape want = {B, T, C};
   check_float(op, dout, "dout");
@@ -423,10 +444,24 @@ Tensor causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Te
               shape_str(qkv.shape()));
   OCTET_CHECK(lse.dtype() == DType::kF32 && lse.shape() == Shape({B, heads, T}), op,
               ": lse must be f32 (", B, ", ", heads, ", ", T, "), got ", lse);
-  ActOutput dqkv(qkv.shape(), qkv.dtype(), device);
-  on_device(device)->causal_attention_backward(act_input(dout), act_input(qkv), act_input(out), lse,
-                                               heads, scale, dqkv.kernel());
-  return dqkv.finish();
+  const auto backend = on_device(device);
+  if (kv_heads == heads) {
+    ActOutput dqkv(qkv.shape(), qkv.dtype(), device);
+    backend->causal_attention_backward(act_input(dout), act_input(qkv), act_input(out), lse, heads,
+                                       scale, dqkv.kernel());
+    return dqkv.finish();
+  }
+  {
+    ActOutput dqkv(qkv.shape(), qkv.dtype(), device);
+    if (backend->grouped_attention_backward(act_input(dout), act_input(qkv), act_input(out), lse,
+                                            heads, kv_heads, scale, dqkv.kernel())) {
+      return dqkv.finish();
+    }
+  }
+  // The forward's repeated heads again, their gradient, and each group's sum.
+  const Tensor packed = pack_heads(qkv, heads, kv_heads, Tensor());
+  const Tensor dpacked = causal_attention_backward(dout, packed, out, lse, heads, heads, scale);
+  return pack_heads_backward(dpacked, heads, kv_heads, Tensor());
 }
 
 // ---- rotary positions and grouped-query heads ----
@@ -452,31 +487,54 @@ int64_t check_pack(const char* op, int64_t T, int64_t width, Device device, int6
 }
 }  // namespace
 
-Tensor pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope) {
-  constexpr const char* op = "pack_heads";
+namespace {
+// qkv (B, T, (H + 2G) * D) -> (B, T, (H + 2K) * D), K = packed_kv (H or G).
+Tensor pack_to(const char* op, const Tensor& qkv, int64_t heads, int64_t kv_heads,
+               const Tensor& rope, int64_t packed_kv) {
   check_float(op, qkv, "qkv");
   OCTET_CHECK(qkv.dim() == 3, op, ": qkv must be (B, T, (heads + 2 * kv_heads) * D), got ", qkv);
   const int64_t D = check_pack(op, qkv.size(1), qkv.size(2), qkv.device(), heads, kv_heads, rope);
-  ActOutput out({qkv.size(0), qkv.size(1), 3 * heads * D}, qkv.dtype(), qkv.device());
+  ActOutput out({qkv.size(0), qkv.size(1), (heads + 2 * packed_kv) * D}, qkv.dtype(), qkv.device());
   on_device(qkv.device())->pack_heads(act_input(qkv), heads, kv_heads, rope, out.kernel());
   return out.finish();
 }
 
-Tensor pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads,
-                           const Tensor& rope) {
-  constexpr const char* op = "pack_heads_backward";
+// dpacked (B, T, (H + 2K) * D), K = packed_kv -> dqkv (B, T, (H + 2G) * D).
+Tensor pack_from(const char* op, const Tensor& dpacked, int64_t heads, int64_t kv_heads,
+                 const Tensor& rope, int64_t packed_kv) {
   check_float(op, dpacked, "dpacked");
-  OCTET_CHECK(heads >= 1, op, ": heads must be >= 1, got ", heads);
-  OCTET_CHECK(dpacked.dim() == 3 && dpacked.size(2) > 0 && dpacked.size(2) % (3 * heads) == 0, op,
-              ": dpacked ", shape_str(dpacked.shape()),
-              " must be (B, T, 3 * heads * D) with heads ", heads);
-  const int64_t D = dpacked.size(2) / (3 * heads);
+  OCTET_CHECK(heads >= 1 && packed_kv >= 1, op, ": heads ", heads, " and kv_heads ", kv_heads,
+              " must be >= 1");
+  const int64_t slots = heads + 2 * packed_kv;
+  OCTET_CHECK(dpacked.dim() == 3 && dpacked.size(2) > 0 && dpacked.size(2) % slots == 0, op,
+              ": dpacked ", shape_str(dpacked.shape()), " must be (B, T, ", slots,
+              " * D) with heads ", heads, " and kv_heads ", kv_heads);
+  const int64_t D = dpacked.size(2) / slots;
   const Shape shape = {dpacked.size(0), dpacked.size(1), (heads + 2 * kv_heads) * D};
   check_pack(op, dpacked.size(1), shape[2], dpacked.device(), heads, kv_heads, rope);
   ActOutput dqkv(shape, dpacked.dtype(), dpacked.device());
   on_device(dpacked.device())
       ->pack_heads_backward(act_input(dpacked), heads, kv_heads, rope, dqkv.kernel());
   return dqkv.finish();
+}
+}  // namespace
+
+Tensor pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope) {
+  return pack_to("pack_heads", qkv, heads, kv_heads, rope, heads);
+}
+
+Tensor pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads,
+                           const Tensor& rope) {
+  return pack_from("pack_heads_backward", dpacked, heads, kv_heads, rope, heads);
+}
+
+Tensor rope_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope) {
+  return pack_to("rope_heads", qkv, heads, kv_heads, rope, kv_heads);
+}
+
+Tensor rope_heads_backward(const Tensor& dqkv, int64_t heads, int64_t kv_heads,
+                           const Tensor& rope) {
+  return pack_from("rope_heads_backward", dqkv, heads, kv_heads, rope, kv_heads);
 }
 
 Tensor rope_table(int64_t max_len, int64_t head_dim, double theta) {

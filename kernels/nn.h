@@ -100,6 +100,13 @@ AttentionForward causal_attention(const Tensor& qkv, int64_t heads, float scale)
 // dqkv (B, T, 3*H*D), from the forward's out and lse (the probabilities are recomputed).
 Tensor causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                  const Tensor& lse, int64_t heads, float scale);
+// Grouped-query attention: qkv (B, T, (H + 2G) * D) laid out as (B, T, H + 2G, D), G dividing H;
+// query head h reads key and value head h / (H/G). The backend's fused grouped attention where
+// it has one (cuDNN's); otherwise the key and value heads are repeated (pack_heads without a
+// table) for the H-head kernels, and the gradient summed back. G == H is the call above.
+AttentionForward causal_attention(const Tensor& qkv, int64_t heads, int64_t kv_heads, float scale);
+Tensor causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                 const Tensor& lse, int64_t heads, int64_t kv_heads, float scale);
 
 // ---- rotary positions and grouped-query heads, packed for causal_attention ----
 // qkv (B, T, (H + 2G) * D) laid out as (B, T, H + 2G, D): H query heads, then G key heads, then
@@ -113,6 +120,10 @@ Tensor pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tens
 // in head order, then rotated back.
 Tensor pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads,
                            const Tensor& rope);
+// pack_heads without the repetition: (B, T, (H + 2G) * D) in and out, query and key heads
+// rotated, value heads copied (the grouped-query causal_attention's input); and its gradient.
+Tensor rope_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope);
+Tensor rope_heads_backward(const Tensor& dqkv, int64_t heads, int64_t kv_heads, const Tensor& rope);
 // The table pack_heads reads, on the CPU: for position t and frequency i < D/2,
 // inv_freq = f32(1 / theta^(2i / D)), angle = f32(t) * inv_freq in f32, and the cosine and sine
 // of that angle rounded to f32 (Hugging Face computes them in f32 the same way).

@@ -77,12 +77,10 @@ Tensor CausalSelfAttention::forward(const Tensor& x, FirstMicrobatch first) {
   OCTET_CHECK(x.dim() == 3 && x.size(2) == d_model_, "CausalSelfAttention(d_model ", d_model_,
               "): input ", x, " must be (B, T, ", d_model_, ")");
   Tensor qkv = qkv_->forward(x, first);  // (B, T, (H + 2G) D)
-  if (rope_ != nullptr || n_kv_head_ != n_head_) {
-    const Tensor rope = rope_ != nullptr ? rope_->on(qkv.device()) : Tensor();
-    qkv = autograd::pack_heads(qkv, n_head_, n_kv_head_, rope);  // (B, T, 3C) as (B, T, 3, H, D)
-  }
+  if (rope_ != nullptr)
+    qkv = autograd::rope_heads(qkv, n_head_, n_kv_head_, rope_->on(qkv.device()));
   const float scale = 1.f / std::sqrt(static_cast<float>(d_model_ / n_head_));
-  const Tensor y = autograd::causal_attention(qkv, n_head_, scale);  // (B, T, C)
+  const Tensor y = autograd::causal_attention(qkv, n_head_, n_kv_head_, scale);  // (B, T, C)
   return proj_->forward(y, first);
 }
 

@@ -102,16 +102,16 @@ struct DropoutFn {
 
 struct AttentionFn {
   static constexpr const char* kName = "causal_attention";
-  int64_t heads;
+  int64_t heads, kv_heads;
   float scale;
   Tensor forward(Context& ctx, const Tensor& qkv) {
-    ops::AttentionForward f = ops::causal_attention(qkv, heads, scale);
+    ops::AttentionForward f = ops::causal_attention(qkv, heads, kv_heads, scale);
     ctx.save(qkv, f.out, f.lse);
     return f.out;
   }
   Tensors backward(Context& ctx, const Tensors& dy) {
     auto [qkv, out, lse] = ctx.restore<3>();
-    return {ops::causal_attention_backward(dy[0], qkv, out, lse, heads, scale)};
+    return {ops::causal_attention_backward(dy[0], qkv, out, lse, heads, kv_heads, scale)};
   }
 };
 
@@ -124,6 +124,18 @@ struct PackHeadsFn {
   }
   Tensors backward(Context&, const Tensors& dy) {
     return {ops::pack_heads_backward(dy[0], heads, kv_heads, rope)};
+  }
+};
+
+struct RopeHeadsFn {
+  static constexpr const char* kName = "rope_heads";
+  int64_t heads, kv_heads;
+  Tensor rope;  // owned by the model, as above
+  Tensor forward(Context&, const Tensor& qkv) {
+    return ops::rope_heads(qkv, heads, kv_heads, rope);
+  }
+  Tensors backward(Context&, const Tensors& dy) {
+    return {ops::rope_heads_backward(dy[0], heads, kv_heads, rope)};
   }
 };
 
@@ -177,11 +189,19 @@ Tensor dropout(const Tensor& x, float p, Generator& gen) {
 }
 
 Tensor causal_attention(const Tensor& qkv, int64_t heads, float scale) {
-  return apply(AttentionFn{heads, scale}, qkv);
+  return apply(AttentionFn{heads, heads, scale}, qkv);
+}
+
+Tensor causal_attention(const Tensor& qkv, int64_t heads, int64_t kv_heads, float scale) {
+  return apply(AttentionFn{heads, kv_heads, scale}, qkv);
 }
 
 Tensor pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope) {
   return apply(PackHeadsFn{heads, kv_heads, rope}, qkv);
+}
+
+Tensor rope_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope) {
+  return apply(RopeHeadsFn{heads, kv_heads, rope}, qkv);
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {

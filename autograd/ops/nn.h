@@ -38,11 +38,15 @@ Tensor dropout(const Tensor& x, float p, Generator& gen);
 
 // qkv (B, T, 3*H*D) as (B, T, 3, H, D) -> (B, T, H*D); scale usually 1/sqrt(D).
 Tensor causal_attention(const Tensor& qkv, int64_t heads, float scale);
+// Grouped-query: qkv (B, T, (H + 2G) * D) as (B, T, H + 2G, D) (kernels/nn.h causal_attention).
+Tensor causal_attention(const Tensor& qkv, int64_t heads, int64_t kv_heads, float scale);
 
 // qkv (B, T, (H + 2G) * D) -> (B, T, 3 * H * D) for causal_attention: query and key heads rotated
 // by their positions (rope: the (max_len, D) f32 table of ops::rope_table, or undefined for none),
 // key and value heads repeated for their H/G query heads (kernels/nn.h pack_heads).
 Tensor pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope);
+// The same without the repetition: (B, T, (H + 2G) * D) in and out (kernels/nn.h rope_heads).
+Tensor rope_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope);
 
 // Mean cross-entropy over rows of logits (N, V) whose target (i32/i64, (N,)) != ignore_index.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);

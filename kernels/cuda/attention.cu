@@ -377,14 +377,41 @@ thread_local bool t_last_used_cudnn = false;
 // cuDNN only for those, so a pass never mixes the paths' numerics when cuDNN takes one direction
 // but not the other. A forward that falls back removes its problem (cuDNN's plans are per device
 // and scale, and a plan that failed once is dropped), so the backward follows the path that ran.
-using ShapeKey = std::array<int64_t, 6>;
+using ShapeKey = std::array<int64_t, 7>;
 std::mutex g_cudnn_shapes_mutex;
 std::set<ShapeKey> g_cudnn_shapes;
 
-ShapeKey key_of(const Tensor& qkv, int64_t heads, float scale) {
+ShapeKey key_of(const Tensor& qkv, int64_t heads, int64_t kv_heads, float scale) {
   uint32_t scale_bits = 0;
   std::memcpy(&scale_bits, &scale, sizeof(scale_bits));
-  return {qkv.device().index, qkv.size(0), qkv.size(1), qkv.size(2), heads, scale_bits};
+  return {qkv.device().index, qkv.size(0), qkv.size(1), qkv.size(2), heads, kv_heads, scale_bits};
+}
+
+// cuDNN's forward when it takes the problem, remembered for the backward; false: nothing written.
+bool cudnn_forward(const Tensor& qkv, int64_t heads, int64_t kv_heads, float scale, Tensor& out,
+                   Tensor& lse) {
+  t_last_used_cudnn =
+      cudnn_attention_enabled() && cudnn::attention_forward(qkv, heads, kv_heads, scale, out, lse);
+  std::lock_guard lock(g_cudnn_shapes_mutex);
+  if (t_last_used_cudnn) {
+    g_cudnn_shapes.insert(key_of(qkv, heads, kv_heads, scale));
+  } else {
+    g_cudnn_shapes.erase(key_of(qkv, heads, kv_heads, scale));
+  }
+  return t_last_used_cudnn;
+}
+
+// cuDNN's backward, only after its forward ran for the problem. Both paths read lse in octet's
+// (B, H, T) layout, so either can follow either forward; cuDNN declining the backward leaves the
+// caller's fallback.
+bool cudnn_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                    int64_t heads, int64_t kv_heads, float scale, Tensor& dqkv) {
+  if (!cudnn_attention_enabled()) return false;
+  {
+    std::lock_guard lock(g_cudnn_shapes_mutex);
+    if (g_cudnn_shapes.count(key_of(qkv, heads, kv_heads, scale)) == 0) return false;
+  }
+  return cudnn::attention_backward(dout, qkv, out, lse, heads, kv_heads, scale, dqkv);
 }
 
 }  // namespace
@@ -444,33 +471,25 @@ void causal_attention_backward_fallback(const Tensor& dout, const Tensor& qkv, c
 }
 
 void causal_attention(const Tensor& qkv, int64_t heads, float scale, Tensor& out, Tensor& lse) {
-  t_last_used_cudnn =
-      cudnn_attention_enabled() && cudnn::attention_forward(qkv, heads, scale, out, lse);
-  {
-    std::lock_guard lock(g_cudnn_shapes_mutex);
-    if (t_last_used_cudnn) {
-      g_cudnn_shapes.insert(key_of(qkv, heads, scale));
-    } else {
-      g_cudnn_shapes.erase(key_of(qkv, heads, scale));
-    }
-  }
-  if (t_last_used_cudnn) return;
+  if (cudnn_forward(qkv, heads, heads, scale, out, lse)) return;
   causal_attention_fallback(qkv, heads, scale, out, lse);
 }
 
 void causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                const Tensor& lse, int64_t heads, float scale, Tensor& dqkv) {
-  bool forward_on_cudnn = false;
-  if (cudnn_attention_enabled()) {
-    std::lock_guard lock(g_cudnn_shapes_mutex);
-    forward_on_cudnn = g_cudnn_shapes.count(key_of(qkv, heads, scale)) > 0;
-  }
-  // Both paths read lse in octet's (B, H, T) layout, so either can follow either forward; cuDNN
-  // declining the backward falls back here too.
-  if (forward_on_cudnn && cudnn::attention_backward(dout, qkv, out, lse, heads, scale, dqkv)) {
-    return;
-  }
+  if (cudnn_backward(dout, qkv, out, lse, heads, heads, scale, dqkv)) return;
   causal_attention_backward_fallback(dout, qkv, out, lse, heads, scale, dqkv);
+}
+
+bool grouped_attention(const Tensor& qkv, int64_t heads, int64_t kv_heads, float scale, Tensor& out,
+                       Tensor& lse) {
+  return cudnn_forward(qkv, heads, kv_heads, scale, out, lse);
+}
+
+bool grouped_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                const Tensor& lse, int64_t heads, int64_t kv_heads, float scale,
+                                Tensor& dqkv) {
+  return cudnn_backward(dout, qkv, out, lse, heads, kv_heads, scale, dqkv);
 }
 
 bool last_attention_used_cudnn() { return t_last_used_cudnn; }

@@ -2,8 +2,11 @@
 // spelling cudnn-frontend's SDPA nodes lower to and cuDNN's fused-attention engines match:
 // forward  S = scale·QKᵀ, causal select, softmax with stats (max + log Σexp), O = P·V;
 // backward the recompute graph with dQ accumulated in an f32 buffer (cuDNN >= 9's form).
-// Operands are bf16 copies of octet's f32 tensors; any failure to build a plan returns false.
-// The backend-API plumbing (descriptors, attribute setters, GraphBuilder): cudnn_graph_builder.h.
+// Grouped-query attention (G key/value heads for H query heads) as cudnn-frontend spells it: K and
+// V with G heads in both matmuls, and in the backward dK and dV per query head reduced over each
+// group. Operands are bf16 copies of octet's f32 tensors; any failure to build a plan returns
+// false. The backend-API plumbing (descriptors, attribute setters, GraphBuilder):
+// cudnn_graph_builder.h.
 #include <cuda_runtime.h>
 #include <cudnn_graph.h>
 
@@ -56,14 +59,17 @@ enum Uid : int64_t {
 };
 static_assert(kSoftmaxSum < kFirstVirtual);
 
-// Shapes of one problem: Q, K, V live in the packed (B, T, 3, H, D) bf16 buffer, O and dO in
-// (B, T, H, D); cuDNN sees them as (B, H, T, D) through strides.
+// Shapes of one problem: Q, K, V live in the packed (B, T, H + 2G, D) bf16 buffer (G = H: the
+// (B, T, 3, H, D) of causal_attention), O and dO in (B, T, H, D); cuDNN sees them as (B, H, T, D)
+// and K, V as (B, G, T, D) through strides.
 struct Shape4 {
-  int64_t B, T, H, D;
+  int64_t B, T, H, G, D;
+  int64_t row() const { return (H + 2 * G) * D; }  // one token's q, k and v
   Dims qkv_dims() const { return {B, H, T, D}; }
-  Dims qkv_strides() const { return {T * 3 * H * D, D, 3 * H * D, 1}; }
-  Dims qkv_t_dims() const { return {B, H, D, T}; }  // Kᵀ, Vᵀ
-  Dims qkv_t_strides() const { return {T * 3 * H * D, D, 1, 3 * H * D}; }
+  Dims qkv_strides() const { return {T * row(), D, row(), 1}; }
+  Dims kv_dims() const { return {B, G, T, D}; }
+  Dims kv_t_dims() const { return {B, G, D, T}; }  // Kᵀ, Vᵀ
+  Dims kv_t_strides() const { return {T * row(), D, 1, row()}; }
   Dims o_strides() const { return {T * H * D, D, H * D, 1}; }
   Dims packed_strides() const { return {H * T * D, T * D, D, 1}; }  // dense (B, H, T, D)
   Dims scores() const { return {B, H, T, T}; }
@@ -78,8 +84,8 @@ std::unique_ptr<Plan> build_forward(cudnnHandle_t handle, const Shape4& s) {
   GraphBuilder g(handle);
   const cudnnDataType_t bf16 = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
   auto q = g.tensor(kQ, bf16, s.qkv_dims(), s.qkv_strides(), false);
-  auto kt = g.tensor(kK, bf16, s.qkv_t_dims(), s.qkv_t_strides(), false);
-  auto v = g.tensor(kV, bf16, s.qkv_dims(), s.qkv_strides(), false);
+  auto kt = g.tensor(kK, bf16, s.kv_t_dims(), s.kv_t_strides(), false);
+  auto v = g.tensor(kV, bf16, s.kv_dims(), s.qkv_strides(), false);
   auto o = g.tensor(kO, bf16, s.qkv_dims(), s.o_strides(), false);
   auto stats = g.tensor(kStats, f32, s.rows(), s.rows_strides(), false);
   auto scale = g.scalar(kScale);
@@ -126,19 +132,32 @@ constexpr BackwardForm kBackwardForms[] = {
     {false, false, false, true},
 };
 
+// x = a·b into `grouped` (B, G, T, D): directly when G == H, else the product per query head
+// (B, H, T, D, bf16 as in cudnn-frontend) and its groups of H/G heads summed by a reduction.
+void matmul_grouped(GraphBuilder& g, const Shape4& s, cudnnBackendDescriptor_t a,
+                    cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t grouped) {
+  if (s.G == s.H) {
+    g.matmul(a, b, grouped);
+    return;
+  }
+  auto per_head = g.virtual_tensor(CUDNN_DATA_BFLOAT16, s.qkv_dims(), s.packed_strides());
+  g.matmul(a, b, per_head);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, per_head, grouped);
+}
+
 // dQ, dK, dV of the forward above, recomputing P from Q, K and the stats.
 std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape4& s, BackwardForm form) {
   GraphBuilder g(handle);
   const cudnnDataType_t bf16 = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
   auto q = g.tensor(kQ, bf16, s.qkv_dims(), s.qkv_strides(), false);
-  auto kt = g.tensor(kK, bf16, s.qkv_t_dims(), s.qkv_t_strides(), false);
-  auto vt = g.tensor(kV, bf16, s.qkv_t_dims(), s.qkv_t_strides(), false);
+  auto kt = g.tensor(kK, bf16, s.kv_t_dims(), s.kv_t_strides(), false);
+  auto vt = g.tensor(kV, bf16, s.kv_t_dims(), s.kv_t_strides(), false);
   auto o = g.tensor(kO, bf16, s.qkv_dims(), s.o_strides(), false);
   auto d_o = g.tensor(kDO, bf16, s.qkv_dims(), s.o_strides(), false);
   auto stats = g.tensor(kStats, f32, s.rows(), s.rows_strides(), false);
   auto dq = g.tensor(kDQ, bf16, s.qkv_dims(), s.qkv_strides(), false);
-  auto dk = g.tensor(kDK, bf16, s.qkv_dims(), s.qkv_strides(), false);
-  auto dv = g.tensor(kDV, bf16, s.qkv_dims(), s.qkv_strides(), false);
+  auto dk = g.tensor(kDK, bf16, s.kv_dims(), s.qkv_strides(), false);
+  auto dv = g.tensor(kDV, bf16, s.kv_dims(), s.qkv_strides(), false);
   // A bound f32 dQ accumulator selects the backend's dQ-accumulating engines.
   auto dq_accum = form.dq_accum ? g.tensor(kDQAccum, f32, s.qkv_dims(), s.packed_strides(), false,
                                            false, form.dq_accum_f16x16)
@@ -174,10 +193,10 @@ std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape4& s, Back
   auto probs =
       g.pointwise_to(CUDNN_POINTWISE_EXP, logits, nullptr, f32, s.scores(), s.scores_strides());
 
-  // dV = Pᵀ dO.
+  // dV = Pᵀ dO (per query head, then summed over each group of H/G heads).
   auto probs_t = g.virtual_tensor(bf16, s.scores(), s.scores_t_strides());
   g.reshape(probs, probs_t);
-  g.matmul(probs_t, d_o, dv);
+  matmul_grouped(g, s, probs_t, d_o, dv);
 
   // dS = scale · P ∘ (dO Vᵀ - softmax_sum).
   auto dp = g.virtual_tensor(f32, s.scores(), s.scores_strides());
@@ -195,10 +214,10 @@ std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape4& s, Back
   // dK = dSᵀ Q.
   auto ds_t = g.virtual_tensor(bf16, s.scores(), s.scores_t_strides());
   g.reshape(ds, ds_t);
-  g.matmul(ds_t, q, dk);
+  matmul_grouped(g, s, ds_t, q, dk);
 
   // dQ = dS K, accumulated in f32 and copied out in bf16.
-  auto k = g.virtual_tensor(f32, s.qkv_dims(), s.qkv_strides());
+  auto k = g.virtual_tensor(f32, s.kv_dims(), s.qkv_strides());
   g.reshape(kt, k);
   if (form.dq_accum) {
     g.matmul(ds, k, dq_accum);
@@ -274,7 +293,7 @@ enum class Direction : uint8_t { kForward, kBackward };
 
 struct PlanKey {
   int device;
-  int64_t B, T, H, D;
+  int64_t B, T, H, G, D;
   uint32_t scale_bits;
   Direction direction;
   auto operator<=>(const PlanKey&) const = default;
@@ -315,14 +334,15 @@ cudnnHandle_t handle_for(Device device) {
 std::string shape_text(const PlanKey& key) {
   return std::string(key.direction == Direction::kForward ? "forward" : "backward") +
          " B=" + std::to_string(key.B) + " T=" + std::to_string(key.T) +
-         " H=" + std::to_string(key.H) + " D=" + std::to_string(key.D);
+         " H=" + std::to_string(key.H) + " G=" + std::to_string(key.G) +
+         " D=" + std::to_string(key.D);
 }
 
 // The cached plan for `key`, built on first use; null when cuDNN declines (reported once).
 Plan* plan_for(const PlanKey& key, cudnnHandle_t handle) {
   auto& cache = plan_cache();
   if (auto it = cache.find(key); it != cache.end()) return it->second.get();
-  const Shape4 shape{key.B, key.T, key.H, key.D};
+  const Shape4 shape{key.B, key.T, key.H, key.G, key.D};
   std::unique_ptr<Plan> plan;
   std::string why;
   if (key.direction == Direction::kForward) {
@@ -397,10 +417,15 @@ AttentionRuns& runs() {
   return counts;
 }
 
-// B, T, H, D of a packed qkv (B, T, 3*H*D), or false when cuDNN's fused attention cannot take it.
-bool supported(const Tensor& qkv, int64_t heads, Direction direction, Shape4* shape) {
-  if (qkv.dim() != 3 || heads <= 0 || qkv.size(2) % (3 * heads) != 0) return false;
-  *shape = {qkv.size(0), qkv.size(1), heads, qkv.size(2) / (3 * heads)};
+// B, T, H, G, D of a packed qkv (B, T, (H + 2G) * D), or false when cuDNN's fused attention cannot
+// take it.
+bool supported(const Tensor& qkv, int64_t heads, int64_t kv_heads, Direction direction,
+               Shape4* shape) {
+  if (qkv.dim() != 3 || heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 ||
+      qkv.size(2) % (heads + 2 * kv_heads) != 0) {
+    return false;
+  }
+  *shape = {qkv.size(0), qkv.size(1), heads, kv_heads, qkv.size(2) / (heads + 2 * kv_heads)};
   if (shape->B == 0 || shape->T == 0) return false;
   // The fused engines take head dims up to 128 in multiples of 8 (16-byte bf16 rows).
   if (shape->D > 128 || shape->D % 8 != 0) return false;
@@ -415,7 +440,7 @@ bool supported(const Tensor& qkv, int64_t heads, Direction direction, Shape4* sh
 PlanKey key_for(Device device, const Shape4& s, float scale, Direction direction) {
   uint32_t bits = 0;
   std::memcpy(&bits, &scale, sizeof(bits));
-  return {device.index, s.B, s.T, s.H, s.D, bits, direction};
+  return {device.index, s.B, s.T, s.H, s.G, s.D, bits, direction};
 }
 
 }  // namespace
@@ -425,9 +450,10 @@ AttentionRuns attention_runs() {
   return runs();
 }
 
-bool attention_forward(const Tensor& qkv, int64_t heads, float scale, Tensor& out, Tensor& lse) {
+bool attention_forward(const Tensor& qkv, int64_t heads, int64_t kv_heads, float scale, Tensor& out,
+                       Tensor& lse) {
   Shape4 s{};
-  if (!supported(qkv, heads, Direction::kForward, &s)) return false;
+  if (!supported(qkv, heads, kv_heads, Direction::kForward, &s)) return false;
   const Device device = qkv.device();
   DeviceGuard guard(device);
   std::lock_guard lock(attention_mutex());
@@ -439,14 +465,14 @@ bool attention_forward(const Tensor& qkv, int64_t heads, float scale, Tensor& ou
 
   const cudaStream_t stream = stream_of(qkv);
   OCTET_ASSERT(out.numel() == s.B * s.T * s.H * s.D && lse.numel() == s.B * s.H * s.T);
-  const Tensor qkv16 = as_bf16(qkv, stream);  // (B, T, 3, H, D)
+  const Tensor qkv16 = as_bf16(qkv, stream);  // (B, T, H + 2G, D)
   Tensor o16 = bf16_target(out);              // (B, T, H, D)
   auto* base = const_cast<uint16_t*>(qkv16.data_as<uint16_t>());
-  const int64_t hd = s.H * s.D;
+  const int64_t k_at = s.H * s.D, v_at = (s.H + s.G) * s.D;
   float scale_value = scale;
   float neg_inf = std::numeric_limits<float>::lowest();
   const std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
-  const std::vector<void*> pointers = {base,       base + hd,    base + 2 * hd, o16.data(),
+  const std::vector<void*> pointers = {base,       base + k_at,  base + v_at, o16.data(),
                                        lse.data(), &scale_value, &neg_inf};
   if (!execute(key, *plan, handle, stream, uids, pointers, device)) return false;
   from_bf16_into(o16, out, stream);
@@ -455,9 +481,9 @@ bool attention_forward(const Tensor& qkv, int64_t heads, float scale, Tensor& ou
 }
 
 bool attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                        int64_t heads, float scale, Tensor& dqkv) {
+                        int64_t heads, int64_t kv_heads, float scale, Tensor& dqkv) {
   Shape4 s{};
-  if (!supported(qkv, heads, Direction::kBackward, &s)) return false;
+  if (!supported(qkv, heads, kv_heads, Direction::kBackward, &s)) return false;
   const Device device = qkv.device();
   DeviceGuard guard(device);
   std::lock_guard lock(attention_mutex());
@@ -470,12 +496,12 @@ bool attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
   const cudaStream_t stream = stream_of(qkv);
   OCTET_ASSERT(dout.numel() == out.numel() && dqkv.numel() == qkv.numel() &&
                lse.numel() == s.B * s.H * s.T);
-  const Tensor qkv16 = as_bf16(qkv, stream);  // (B, T, 3, H, D)
+  const Tensor qkv16 = as_bf16(qkv, stream);  // (B, T, H + 2G, D)
   // out is the forward's bf16 O (widened to f32 for an f32 out) when cuDNN ran the forward: the
   // copy back to bf16 is exact.
   const Tensor o16 = as_bf16(out, stream);    // (B, T, H, D)
   const Tensor do16 = as_bf16(dout, stream);  // (B, T, H, D)
-  Tensor dqkv16 = bf16_target(dqkv);          // (B, T, 3, H, D)
+  Tensor dqkv16 = bf16_target(dqkv);          // (B, T, H + 2G, D)
   Tensor dq_accum, softmax_sum;
   if (plan->dq_accum) {
     dq_accum = workspace({s.B, s.H, s.T, s.D}, DType::kF32, device);
@@ -485,20 +511,20 @@ bool attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
 
   auto* base = const_cast<uint16_t*>(qkv16.data_as<uint16_t>());
   auto* dbase = dqkv16.data_as<uint16_t>();
-  const int64_t hd = s.H * s.D;
+  const int64_t k_at = s.H * s.D, v_at = (s.H + s.G) * s.D;
   float scale_value = scale;
   float neg_inf = std::numeric_limits<float>::lowest();
   float one = 1.f;
   std::vector<int64_t> uids = {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kNegInf, kOne};
   std::vector<void*> pointers = {base,
-                                 base + hd,
-                                 base + 2 * hd,
+                                 base + k_at,
+                                 base + v_at,
                                  const_cast<void*>(o16.data()),
                                  const_cast<void*>(do16.data()),
                                  const_cast<void*>(lse.data()),
                                  dbase,
-                                 dbase + hd,
-                                 dbase + 2 * hd,
+                                 dbase + k_at,
+                                 dbase + v_at,
                                  &scale_value,
                                  &neg_inf,
                                  &one};

@@ -31,11 +31,13 @@ struct AttentionRuns {
 AttentionRuns attention_runs();
 
 // cuDNN's fused causal SDPA; false (nothing written) when cuDNN cannot run this shape.
-// qkv (B, T, 3*H*D) f32 laid out (B, T, 3, H, D); out (B, T, H*D) f32; lse (B, H, T) f32, the
+// qkv (B, T, (H + 2G) * D) f32 laid out (B, T, H + 2G, D): H query heads, G key and value heads
+// (G divides H; G == H is (B, T, 3, H, D)); out (B, T, H*D) f32; lse (B, H, T) f32, the
 // natural-log log-sum-exp of each scaled, causally masked score row.
-bool attention_forward(const Tensor& qkv, int64_t heads, float scale, Tensor& out, Tensor& lse);
-// dout (B, T, H*D) f32; dqkv (B, T, 3*H*D) f32, fully written on success.
+bool attention_forward(const Tensor& qkv, int64_t heads, int64_t kv_heads, float scale, Tensor& out,
+                       Tensor& lse);
+// dout (B, T, H*D) f32; dqkv like qkv, fully written on success.
 bool attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                        int64_t heads, float scale, Tensor& dqkv);
+                        int64_t heads, int64_t kv_heads, float scale, Tensor& dqkv);
 
 }  // namespace octet::cuda::cudnn

@@ -179,6 +179,16 @@ class CudaBackend final : public Backend {
     cuda::causal_attention_backward(dout, qkv, out, lse, heads, scale, dqkv);
   }
 
+  bool grouped_attention(const Tensor& qkv, int64_t heads, int64_t kv_heads, float scale,
+                         Tensor& out, Tensor& lse) const override {
+    return cuda::grouped_attention(qkv, heads, kv_heads, scale, out, lse);
+  }
+  bool grouped_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                  const Tensor& lse, int64_t heads, int64_t kv_heads, float scale,
+                                  Tensor& dqkv) const override {
+    return cuda::grouped_attention_backward(dout, qkv, out, lse, heads, kv_heads, scale, dqkv);
+  }
+
   void pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope,
                   Tensor& packed) const override {
     cuda::pack_heads(qkv, heads, kv_heads, rope, packed);

@@ -173,7 +173,15 @@ void causal_attention_fallback(const Tensor& qkv, int64_t heads, float scale, Te
 void causal_attention_backward_fallback(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                         const Tensor& lse, int64_t heads, float scale,
                                         Tensor& dqkv);
-// qkv (B, T, H + 2G, D) <-> packed (B, T, 3, H, D) (kernels/nn.h pack_heads; rope.cu).
+// Grouped-query attention on qkv (B, T, H + 2G, D) through cuDNN; false (nothing written) when
+// cuDNN does not take it. The backward runs only after a forward that did.
+bool grouped_attention(const Tensor& qkv, int64_t heads, int64_t kv_heads, float scale, Tensor& out,
+                       Tensor& lse);
+bool grouped_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                const Tensor& lse, int64_t heads, int64_t kv_heads, float scale,
+                                Tensor& dqkv);
+// qkv (B, T, H + 2G, D) <-> packed (B, T, H + 2K, D), K = H or G (kernels/nn.h pack_heads,
+// rope_heads; rope.cu).
 void pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope,
                 Tensor& packed);
 void pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads, const Tensor& rope,

@@ -1,5 +1,6 @@
-// Rotary positions and grouped-query heads on the GPU: qkv (B, T, H + 2G, D) to the packed
-// (B, T, 3, H, D) causal_attention reads, and its gradient back. One thread per output element;
+// Rotary positions and grouped-query heads on the GPU: qkv (B, T, H + 2G, D) to (B, T, H + 2K, D)
+// with K = H (key/value heads repeated: causal_attention's (B, T, 3, H, D)) or K = G (rotation
+// only), and its gradient back. One thread per output element;
 // the arithmetic is math/rope.h's and the head sums go in the CPU's order, so both backends give
 // the same bits. Operands f32, bf16 or f16.
 #include <cuda_runtime.h>
@@ -13,21 +14,25 @@
 namespace octet::cuda {
 namespace {
 
+// H query heads, G key/value heads in the input, K (G or H) in the packed layout.
 struct HeadShape {
-  int64_t T, H, G, D;
+  int64_t T, H, G, K, D;
 };
 
-// packed[r, part, h, d] for r over B*T rows.
+// packed[r, slot, d] for r over B*T rows and slot over H + 2K.
 __global__ void pack_heads_kernel(ActIn qkv, const float* rope, HeadShape s, ActOut packed,
                                   int64_t n) {
-  const int64_t half = s.D / 2, rep = s.H / s.G, width = (s.H + 2 * s.G) * s.D;
+  const int64_t half = s.D / 2, rep = s.K / s.G, width = (s.H + 2 * s.G) * s.D,
+                slots = s.H + 2 * s.K;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
        e += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t d = e % s.D, h = e / s.D % s.H, part = e / (s.D * s.H) % 3,
-                  r = e / (3 * s.H * s.D);
+    const int64_t d = e % s.D, slot = e / s.D % slots, r = e / (s.D * slots);
     const ActIn x = qkv + r * width;
-    const int64_t head = part == 0 ? h : part == 1 ? s.H + h / rep : s.H + s.G + h / rep;
-    if (part == 2 || rope == nullptr) {
+    const bool value = slot >= s.H + s.K;
+    const int64_t head = slot < s.H         ? slot
+                         : slot < s.H + s.K ? s.H + (slot - s.H) / rep
+                                            : s.H + s.G + (slot - s.H - s.K) / rep;
+    if (value || rope == nullptr) {
       packed.set(e, x[head * s.D + d]);
       continue;
     }
@@ -42,11 +47,11 @@ __global__ void pack_heads_kernel(ActIn qkv, const float* rope, HeadShape s, Act
 // dqkv[r, slot, d] for slot over H + 2G.
 __global__ void pack_heads_backward_kernel(ActIn dpacked, const float* rope, HeadShape s,
                                            ActOut dqkv, int64_t n) {
-  const int64_t half = s.D / 2, rep = s.H / s.G, slots = s.H + 2 * s.G;
+  const int64_t half = s.D / 2, rep = s.K / s.G, slots = s.H + 2 * s.G;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
        e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t d = e % s.D, slot = e / s.D % slots, r = e / (s.D * slots);
-    const ActIn dy = dpacked + r * 3 * s.H * s.D;
+    const ActIn dy = dpacked + r * (s.H + 2 * s.K) * s.D;
     // The packed heads this slot fed: one query head, or the rep heads of a key / value group.
     int64_t first, count = rep;
     if (slot < s.H) {
@@ -55,7 +60,7 @@ __global__ void pack_heads_backward_kernel(ActIn dpacked, const float* rope, Hea
     } else if (slot < s.H + s.G) {
       first = s.H + (slot - s.H) * rep;
     } else {
-      first = 2 * s.H + (slot - s.H - s.G) * rep;
+      first = s.H + s.K + (slot - s.H - s.G) * rep;
     }
     const bool rotated = rope != nullptr && slot < s.H + s.G;
     const int64_t i = rotated && d >= half ? d - half : d;
@@ -81,7 +86,8 @@ void pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor
                 Tensor& packed) {
   const int64_t n = packed.numel();
   if (n == 0) return;
-  const HeadShape s{qkv.size(1), heads, kv_heads, qkv.size(2) / (heads + 2 * kv_heads)};
+  const int64_t D = qkv.size(2) / (heads + 2 * kv_heads);
+  const HeadShape s{qkv.size(1), heads, kv_heads, (packed.size(2) / D - heads) / 2, D};
   pack_heads_kernel<<<blocks_for(n), kThreads, 0, stream_of(qkv)>>>(
       act_in(qkv), rope.defined() ? rope.data_as<float>() : nullptr, s, act_out(packed), n);
   OCTET_CUDA_LAUNCH_CHECK("pack_heads");
@@ -91,7 +97,8 @@ void pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads,
                          Tensor& dqkv) {
   const int64_t n = dqkv.numel();
   if (n == 0) return;
-  const HeadShape s{dpacked.size(1), heads, kv_heads, dpacked.size(2) / (3 * heads)};
+  const int64_t D = dqkv.size(2) / (heads + 2 * kv_heads);
+  const HeadShape s{dpacked.size(1), heads, kv_heads, (dpacked.size(2) / D - heads) / 2, D};
   pack_heads_backward_kernel<<<blocks_for(n), kThreads, 0, stream_of(dpacked)>>>(
       act_in(dpacked), rope.defined() ? rope.data_as<float>() : nullptr, s, act_out(dqkv), n);
   OCTET_CUDA_LAUNCH_CHECK("pack_heads_backward");

@@ -122,6 +122,38 @@ TEST(CudaCudnnAttention, RunsForHeadDims64And128AndMatchesTheCpu) {
   }
 }
 
+TEST(CudaCudnnAttention, RunsGroupedQueryHeadsAndMatchesTheCpu) {
+  OCTET_REQUIRE_REAL_GPU("cuDNN is not emulated");
+  // Key and value with G heads in cuDNN's graph (no repeated copies): forward and backward run
+  // on cuDNN for 4 query heads per key/value head and for one key/value head.
+  for (int64_t kv : {2, 1}) {
+    SCOPED_TRACE("kv heads " + std::to_string(kv));
+    const int64_t B = 2, T = 128, H = 8, D = 64;
+    const float scale = 1.f / std::sqrt(static_cast<float>(D));
+    const Tensor qkv = test::random_tensor({B, T, (H + 2 * kv) * D}, DType::kF32, 50 + kv);
+    const Tensor dout = test::random_tensor({B, T, H * D}, DType::kF32, 60 + kv);
+    const ops::AttentionForward want = ops::causal_attention(qkv, H, kv, scale);
+    const Tensor want_dqkv =
+        ops::causal_attention_backward(dout, qkv, want.out, want.lse, H, kv, scale);
+
+    const cuda::cudnn::AttentionRuns before = cuda::cudnn::attention_runs();
+    const Tensor qkv_g = on_gpu(qkv);
+    const ops::AttentionForward got = ops::causal_attention(qkv_g, H, kv, scale);
+    const Tensor dqkv =
+        ops::causal_attention_backward(on_gpu(dout), qkv_g, got.out, got.lse, H, kv, scale);
+    const cuda::cudnn::AttentionRuns after = cuda::cudnn::attention_runs();
+    EXPECT_EQ(after.forward, before.forward + 1) << "cuDNN's grouped forward did not run (the log)";
+    EXPECT_EQ(after.backward, before.backward + 1) << "cuDNN's grouped backward did not run";
+    // bf16 as above; a key or value gradient sums H/G heads' bf16 gradients.
+    const test::Tolerance bf16 = test::parity_tolerance(DType::kBF16);
+    EXPECT_TRUE(test::close_to(on_cpu(got.out), want.out, bf16)) << "out";
+    EXPECT_TRUE(test::close_to(on_cpu(got.lse), want.lse, bf16)) << "lse";
+    EXPECT_TRUE(test::close_to(on_cpu(dqkv), want_dqkv,
+                               test::scaled(bf16, 2.0 * static_cast<double>(H / kv))))
+        << "dqkv";
+  }
+}
+
 // ---- cuBLASLt FP8 ----
 
 TEST(CudaGemm, ReportsTheNativeFp8PathAndTheBf16Fallback) {

@@ -486,6 +486,39 @@ TEST(CudaAttention, FallbackKernelsMatchTheCpuInF32) {
 #endif
 }
 
+TEST(CudaAttention, GroupedQueryHeadsMatchTheCpuOnWhicheverPathRuns) {
+  OCTET_REQUIRE_CUDA();
+  // (B, T, H + 2G, D): cuDNN's grouped attention where it takes the shape (a GPU), else the key
+  // and value heads repeated for the own kernels (the emulation build).
+  struct Grouped {
+    int64_t B, T, H, G, D;
+  };
+  for (const Grouped& s :
+       {Grouped{2, 70, 4, 2, 64}, Grouped{1, 128, 8, 1, 128}, Grouped{2, 37, 6, 3, 20}}) {
+    SCOPED_TRACE(testing::Message()
+                 << "B " << s.B << " T " << s.T << " H " << s.H << " G " << s.G << " D " << s.D);
+    const Tensor qkv = test::random_tensor({s.B, s.T, (s.H + 2 * s.G) * s.D}, DType::kF32, 331);
+    const Tensor dout = test::random_tensor({s.B, s.T, s.H * s.D}, DType::kF32, 332);
+    const float scale = 1.f / std::sqrt(static_cast<float>(s.D));
+    const ops::AttentionForward f = ops::causal_attention(qkv, s.H, s.G, scale);
+    const ops::AttentionForward fg = ops::causal_attention(on_gpu(qkv), s.H, s.G, scale);
+    const bool cudnn = cuda::last_attention_used_cudnn();
+    SCOPED_TRACE(cudnn ? "cuDNN" : "fallback");
+    // As in ForwardBackwardMatchTheCpuOnWhicheverPathRuns; a key or value gradient also sums H/G
+    // heads' gradients.
+    const test::Tolerance fwd = cudnn ? parity_tolerance(DType::kBF16) : kF32;
+    const test::Tolerance bwd =
+        test::scaled(cudnn ? parity_tolerance(DType::kBF16) : test::scaled(kF32, 5),
+                     static_cast<double>(s.H / s.G));
+    EXPECT_TRUE(test::close_to(fg.out, f.out, fwd)) << "out";
+    EXPECT_TRUE(test::close_to(fg.lse, f.lse, fwd)) << "lse";
+    const Tensor dqkv = ops::causal_attention_backward(dout, qkv, f.out, f.lse, s.H, s.G, scale);
+    const Tensor dqkv_g =
+        ops::causal_attention_backward(on_gpu(dout), on_gpu(qkv), fg.out, fg.lse, s.H, s.G, scale);
+    EXPECT_TRUE(test::close_to(dqkv_g, dqkv, bwd)) << "dqkv";
+  }
+}
+
 TEST(CudaAttention, FutureTokensDoNotChangeEarlierOutputs) {
   OCTET_REQUIRE_CUDA();
   const Dims s{2, 150, 2, 64};
@@ -532,6 +565,13 @@ TEST(CudaPackHeads, ForwardAndBackwardEqualTheCpuBitForBit) {
       const Tensor dqkv = ops::pack_heads_backward(dy, H, G, r);
       const Tensor dqkv_g = ops::pack_heads_backward(on_gpu(dy), H, G, on_gpu(r));
       EXPECT_TRUE(test::same_bits(on_cpu(dqkv_g), dqkv)) << "dqkv";
+      // Rotation without repetition (rope_heads) and its gradient.
+      const Tensor roped = ops::rope_heads(qkv, H, G, r);
+      EXPECT_TRUE(test::same_bits(on_cpu(ops::rope_heads(on_gpu(qkv), H, G, on_gpu(r))), roped))
+          << "roped";
+      EXPECT_TRUE(test::same_bits(on_cpu(ops::rope_heads_backward(on_gpu(roped), H, G, on_gpu(r))),
+                                  ops::rope_heads_backward(roped, H, G, r)))
+          << "droped";
     }
   }
 }

@@ -6,12 +6,12 @@
 
 namespace octet::cuda::cudnn {
 
-bool attention_forward(const Tensor&, int64_t, float, Tensor&, Tensor&) { return false; }
+bool attention_forward(const Tensor&, int64_t, int64_t, float, Tensor&, Tensor&) { return false; }
 
 AttentionRuns attention_runs() { return {}; }  // never runs here
 
-bool attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, float,
-                        Tensor&) {
+bool attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
+                        int64_t, float, Tensor&) {
   return false;
 }
 

@@ -121,6 +121,62 @@ TEST(CausalAttention, ForwardBackwardMatchNaiveF64) {
   check_against_reference({2, 1, 4, 2}, 307);     // one token: attends to itself only
 }
 
+// Grouped-query attention on (B, T, H + 2G, D): the reference above on the key and value heads
+// repeated for their H/G query heads (Hugging Face's repeat_kv), its key and value gradients
+// summed over each group.
+void check_grouped_against_reference(const Dims& s, int64_t G, uint64_t seed) {
+  const int64_t rep = s.H / G, W = (s.H + 2 * G) * s.D;
+  const Tensor qkv = test::random_tensor({s.B, s.T, W}, DType::kF32, seed);
+  const Tensor dout = test::random_tensor({s.B, s.T, s.C()}, DType::kF32, seed + 1);
+  const float scale = 1.f / std::sqrt(static_cast<float>(s.D));
+  const std::vector<double> x = test::to_doubles(qkv);
+  std::vector<double> repeated(static_cast<size_t>(s.B * s.T * 3 * s.C()));
+  auto source = [&](int64_t b, int64_t t, int64_t which, int64_t h, int64_t d) {
+    const int64_t slot = which == 0 ? h : which == 1 ? s.H + h / rep : s.H + G + h / rep;
+    return static_cast<size_t>((b * s.T + t) * W + slot * s.D + d);
+  };
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t t = 0; t < s.T; ++t)
+      for (int64_t which = 0; which < 3; ++which)
+        for (int64_t h = 0; h < s.H; ++h)
+          for (int64_t d = 0; d < s.D; ++d)
+            repeated[qkv_at(s, b, t, which, h, d)] = x[source(b, t, which, h, d)];
+  const RefAttention want = reference(s, repeated, test::to_doubles(dout), scale);
+  std::vector<double> want_dqkv(x.size(), 0.0);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t t = 0; t < s.T; ++t)
+      for (int64_t which = 0; which < 3; ++which)
+        for (int64_t h = 0; h < s.H; ++h)
+          for (int64_t d = 0; d < s.D; ++d)
+            want_dqkv[source(b, t, which, h, d)] += want.dqkv[qkv_at(s, b, t, which, h, d)];
+
+  const ops::AttentionForward f = ops::causal_attention(qkv, s.H, G, scale);
+  ASSERT_EQ(f.out.shape(), Shape({s.B, s.T, s.C()}));
+  ASSERT_EQ(f.lse.shape(), Shape({s.B, s.H, s.T}));
+  EXPECT_TRUE(test::all_close(f.out.to_floats(), want.out, {1e-5, 1e-5})) << "out, G " << G;
+  EXPECT_TRUE(test::all_close(f.lse.to_floats(), want.lse, {1e-5, 1e-5})) << "lse, G " << G;
+  const Tensor dqkv = ops::causal_attention_backward(dout, qkv, f.out, f.lse, s.H, G, scale);
+  ASSERT_EQ(dqkv.shape(), qkv.shape());
+  // A key or value gradient sums H/G heads' gradients: that many times the tolerance above.
+  const double tol = 5e-5 * static_cast<double>(rep);
+  EXPECT_TRUE(test::all_close(dqkv.to_floats(), want_dqkv, {tol, tol})) << "dqkv, G " << G;
+}
+
+TEST(CausalAttention, GroupedQueryHeadsMatchNaiveF64) {
+  check_grouped_against_reference({2, 70, 4, 8}, 2, 311);   // two query heads per key/value head
+  check_grouped_against_reference({1, 33, 6, 16}, 1, 313);  // one key/value head for all
+  check_grouped_against_reference({2, 9, 6, 4}, 3, 315);
+  check_grouped_against_reference({1, 12, 3, 8}, 3, 317);  // G == H: plain multi-head
+  const Tensor qkv = Tensor::zeros({1, 4, 7 * 8}, DType::kF32);
+  try {
+    ops::causal_attention(qkv, 4, 3, 1.f);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kv_heads 3 must divide heads 4"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(CausalAttention, FutureTokensDoNotChangeEarlierOutputs) {
   const Dims s{2, 90, 3, 8};
   const int64_t t = 70;  // in the second query block

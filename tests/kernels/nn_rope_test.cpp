@@ -124,6 +124,57 @@ TEST(PackHeads, BackwardSumsTheRepeatedHeadsInOrder) {
   }
 }
 
+TEST(RopeHeads, RotatesWithoutRepeatingAsTheReference) {
+  // rope_heads keeps (B, T, H + 2G, D): query head h, key head g and value head g are the
+  // reference's packed query h and its key and value at the group's first query head g * H/G.
+  for (const Dims& s : {Dims{2, 5, 4, 2, 8}, Dims{1, 7, 6, 3, 4}, Dims{1, 9, 8, 1, 16}}) {
+    SCOPED_TRACE(testing::Message() << "H " << s.H << " G " << s.G << " D " << s.D);
+    const Tensor qkv = test::random_tensor({s.B, s.T, (s.H + 2 * s.G) * s.D}, DType::kF32, 13);
+    const Tensor table = ops::rope_table(s.T, s.D, 10000.0);
+    const std::vector<float> got = ops::rope_heads(qkv, s.H, s.G, table).to_floats();
+    const std::vector<double> want = reference_pack(s, qkv.to_floats(), table.to_floats(), true);
+    ASSERT_EQ(got.size(), qkv.to_floats().size());
+    const double tol = 4 * 0x1p-24 * 2 * max_abs(qkv.to_floats());
+    const int64_t rep = s.H / s.G, slots = s.H + 2 * s.G;
+    for (int64_t r = 0; r < s.B * s.T; ++r) {
+      for (int64_t slot = 0; slot < slots; ++slot) {
+        const int64_t packed_head = slot < s.H         ? slot
+                                    : slot < s.H + s.G ? s.H + (slot - s.H) * rep
+                                                       : 2 * s.H + (slot - s.H - s.G) * rep;
+        for (int64_t d = 0; d < s.D; ++d) {
+          ASSERT_NEAR(got[static_cast<size_t>((r * slots + slot) * s.D + d)],
+                      want[static_cast<size_t>((r * 3 * s.H + packed_head) * s.D + d)],
+                      slot >= s.H + s.G ? 0.0 : tol)
+              << "row " << r << " slot " << slot << " d " << d;
+        }
+      }
+    }
+    // Repeating the rotated heads afterwards is pack_heads, bit for bit.
+    EXPECT_TRUE(test::bitwise_equal(
+        ops::pack_heads(ops::rope_heads(qkv, s.H, s.G, table), s.H, s.G, Tensor()),
+        ops::pack_heads(qkv, s.H, s.G, table)));
+  }
+}
+
+TEST(RopeHeads, BackwardIsTheTransposeOfTheForward) {
+  const Dims s{2, 6, 6, 2, 8};
+  const Tensor rope = ops::rope_table(s.T, s.D, 500000.0);
+  const Tensor x = test::random_tensor({s.B, s.T, (s.H + 2 * s.G) * s.D}, DType::kF32, 23);
+  const Tensor dy = test::random_tensor({s.B, s.T, (s.H + 2 * s.G) * s.D}, DType::kF32, 24);
+  const std::vector<float> y = ops::rope_heads(x, s.H, s.G, rope).to_floats();
+  const std::vector<float> dx = ops::rope_heads_backward(dy, s.H, s.G, rope).to_floats();
+  const std::vector<float> xv = x.to_floats(), dyv = dy.to_floats();
+  double lhs = 0, rhs = 0, scale = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    lhs += static_cast<double>(y[i]) * dyv[i];
+    rhs += static_cast<double>(xv[i]) * dx[i];
+    scale += std::fabs(static_cast<double>(y[i]) * dyv[i]);
+  }
+  EXPECT_NEAR(lhs, rhs, 1e-6 * scale);
+  EXPECT_THAT(test::error_of([&] { ops::rope_heads_backward(dy, s.H, 4, rope); }),
+              HasSubstr("kv_heads 4"));
+}
+
 TEST(RopeTable, HoldsTheCosineAndSineOfEachPositionsAngle) {
   const int64_t T = 40, D = 16;
   for (const double theta : {10000.0, 500000.0}) {
