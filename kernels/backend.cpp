@@ -66,6 +66,13 @@ void Backend::expand_nvfp4(const Tensor&, const Tensor&, const Tensor*, float, T
   unsupported("expand_nvfp4");
 }
 void Backend::hadamard16(const Tensor&, bool, Tensor&) const { unsupported("hadamard16"); }
+void Backend::rht128(const Tensor&, uint64_t, uint64_t, bool, Tensor&) const {
+  unsupported("rht128");
+}
+void Backend::quantize_nvfp4_eden(const Tensor&, uint64_t, uint64_t, Tensor&, Tensor&,
+                                  Tensor&) const {
+  unsupported("quantize_nvfp4_eden");
+}
 void Backend::transpose_nvfp4_tiles(const Tensor&, const Tensor&, int64_t, int64_t, Tensor&,
                                     Tensor&) const {
   unsupported("transpose_nvfp4_tiles");

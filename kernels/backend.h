@@ -95,6 +95,11 @@ class Backend {
   virtual void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax,
                             float e4m3_max, Tensor& out) const;
   virtual void hadamard16(const Tensor& x, bool inverse, Tensor& out) const;
+  // Quartet II (kernels/nvfp4.h rht128, quantize_nvfp4_eden).
+  virtual void rht128(const Tensor& x, uint64_t seed, uint64_t offset, bool inverse,
+                      Tensor& out) const;
+  virtual void quantize_nvfp4_eden(const Tensor& v, uint64_t seed, uint64_t offset, Tensor& data,
+                                   Tensor& scales, Tensor& decode) const;
   // 16x16-tiled data stored (rows, cols) -> its transpose (cols, rows): nibbles transposed, each
   // tile's scale moved with it.
   virtual void transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t rows,

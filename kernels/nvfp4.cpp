@@ -2,6 +2,7 @@
 #include "kernels/nvfp4.h"
 
 #include "kernels/device_policy.h"
+#include "kernels/math/quartet2.h"
 #include "kernels/quantized_format.h"
 #include "runtime/fp4.h"
 #include "runtime/fp8_scaling.h"
@@ -95,6 +96,29 @@ Tensor hadamard16(const Tensor& x, bool inverse) {
   return out;
 }
 
+Tensor rht128(const Tensor& x, uint64_t seed, uint64_t offset, bool inverse) {
+  constexpr const char* op = "rht128";
+  check_quantize_input(op, x);
+  OCTET_CHECK(x.cols() % math::kRht128 == 0, op, ": the last dim of ", x,
+              " must be a multiple of 128");
+  Tensor out = Tensor::empty(x.shape(), DType::kF32, x.device());
+  on_device(op_device(op, {{x, "x"}}))->rht128(x, seed, offset, inverse, out);
+  return out;
+}
+
+void quantize_nvfp4_eden(const Tensor& v, uint64_t seed, uint64_t offset, Tensor& data,
+                         Tensor& scales, Tensor& decode) {
+  constexpr const char* op = "quantize_nvfp4_eden";
+  OCTET_CHECK(v.defined() && v.dtype() == DType::kF32, op, ": v must be f32, got ", v);
+  check_packed(op, data, scales, v.rows(), v.cols());
+  OCTET_CHECK(decode.defined() && decode.dtype() == DType::kF32 && decode.numel() == 1, op,
+              ": decode must be a one-element f32 tensor, got ", decode);
+  const Device device =
+      op_device(op, {{v, "v"}, {data, "data"}, {scales, "scales"}, {decode, "decode"}});
+  on_device(device)->quantize_nvfp4_eden(v, seed, offset, data, scales, decode);
+  for (Tensor* t : {&data, &scales, &decode}) t->bump_version();
+}
+
 namespace {
 
 const NVFP4Tensor& as_nvfp4(const QuantizedTensor& t) {
@@ -131,6 +155,19 @@ Tensor gemm_alpha(const Tensor& amax_a, float e4m3_max_a, const Tensor& amax_b, 
   return scale(mul(amax_a, amax_b), inv);
 }
 
+// The values of one direction, stored (rows, cols), in f32: TE's dequantization, or for MS-EDEN
+// data e2m1 * e4m3 * g, then the 128-point transform undone.
+Tensor stored_values(const NVFP4Tensor& t, const Stored& s) {
+  if (!t.layout().rht128) {
+    return dequantize_nvfp4(s.data, s.scales, s.amax, s.rows, s.cols, DType::kF32,
+                            t.layout().e4m3_max);
+  }
+  // e2m1 * e4m3 is exact: one rounding, by g (read on the host: dequantizing is not a step's path).
+  const Tensor values =
+      scale(expand_nvfp4(s.data, s.scales, s.rows, s.cols, DType::kF32), s.amax.item());
+  return rht128(values, t.layout().rht128_seed, t.layout().rht128_offset, true);
+}
+
 class NVFP4Format final : public QuantizedFormat {
  public:
   std::string_view name() const override { return kNVFP4Format; }
@@ -149,9 +186,7 @@ class NVFP4Format final : public QuantizedFormat {
   Tensor dequantize(const QuantizedTensor& q, DType dtype) const override {
     const NVFP4Tensor& t = as_nvfp4(q);
     const Usage d = t.has(Usage::kRowwise) ? Usage::kRowwise : Usage::kColumnwise;
-    const Stored s = stored(t, d);
-    Tensor values = dequantize_nvfp4(s.data, s.scales, s.amax, s.rows, s.cols, DType::kF32,
-                                     t.layout().e4m3_max);
+    Tensor values = stored_values(t, stored(t, d));
     if (d == Usage::kColumnwise && t.layout().columnwise_rht) values = hadamard16(values, true);
     if (d == Usage::kColumnwise) values = transpose_2d(values);
     return (dtype == DType::kF32 ? values : cast(values, dtype)).reshape(t.shape());
@@ -195,6 +230,14 @@ class NVFP4Format final : public QuantizedFormat {
                 a.describe(), " and ", b.describe(),
                 " differ in the Hadamard transform of their data; it cancels only when both have "
                 "it");
+    const NVFP4Layout& la = ta.layout();
+    const NVFP4Layout& lb = tb.layout();
+    OCTET_CHECK(la.rht128 == lb.rht128 && (!la.rht128 || (la.rht128_seed == lb.rht128_seed &&
+                                                          la.rht128_offset == lb.rht128_offset)),
+                "fp8_gemm (", gemm_layout_name(layout), "): operands ", a.describe(), " and ",
+                b.describe(),
+                " differ in their 128-point transform; it cancels only with the same signs on "
+                "both");
     const Stored sa = stored(ta, a_usage), sb = stored(tb, b_usage);
     // e2m1 * e4m3 has at most 5 significant bits: exact in f32 (and in bf16 on a GPU without
     // FP4 tensor cores), so the products are exact and the sums the only rounding; the tensor
@@ -203,7 +246,9 @@ class NVFP4Format final : public QuantizedFormat {
     const DType expanded = a.device().is_cuda() ? DType::kBF16 : DType::kF32;
     const Tensor ax = expand_nvfp4(sa.data, sa.scales, sa.rows, sa.cols, expanded);
     const Tensor bx = expand_nvfp4(sb.data, sb.scales, sb.rows, sb.cols, expanded);
-    const Tensor alpha = gemm_alpha(sa.amax, ta.layout().e4m3_max, sb.amax, tb.layout().e4m3_max);
+    // MS-EDEN data carries decode scales: alpha is their product.
+    const Tensor alpha =
+        la.rht128 ? mul(sa.amax, sb.amax) : gemm_alpha(sa.amax, la.e4m3_max, sb.amax, lb.e4m3_max);
     GemmOptions g;
     g.alpha_scale = &alpha;
     g.bias = options.bias;
@@ -222,10 +267,11 @@ std::shared_ptr<const QuantizedFormat> make_nvfp4_format() {
 
 NVFP4Quantizer::NVFP4Quantizer(NVFP4Role role, bool tiles_2d, bool hadamard, bool stochastic,
                                Tensor rng, std::shared_ptr<SlotStats> stats,
-                               NVFP4FourOverSix four_over_six)
+                               NVFP4FourOverSix four_over_six, NVFP4Method method)
     : role_(role),
       stochastic_(stochastic),
       four_over_six_(four_over_six),
+      method_(method),
       rng_(std::move(rng)),
       stats_(std::move(stats)) {
   layout_.tiles_2d = role == NVFP4Role::kWeight && tiles_2d;
@@ -336,7 +382,121 @@ std::string NVFP4Quantizer::describe() const {
   return std::string("nvfp4 ") + role + (layout_.tiles_2d ? " 16x16" : " 1x16") +
          (layout_.columnwise_rht ? " rht" : "") + (stochastic_ ? " sr" : "") +
          (four_over_six_.on ? (four_over_six_.squared_error ? " 4over6-mse" : " 4over6-mae") : "") +
-         (layout_.e4m3_max == 256.f ? " e4m3-256" : "");
+         (layout_.e4m3_max == 256.f ? " e4m3-256" : "") +
+         (method_ == NVFP4Method::kQuartet2 ? " quartet2" : "");
+}
+
+// ---- Quartet II's gradient slot ----
+
+Quartet2GradQuantizer::Quartet2GradQuantizer(Tensor rng) : rng_(std::move(rng)) {
+  OCTET_CHECK(
+      rng_.defined() && rng_.dtype() == DType::kI64 && rng_.numel() == 2 && rng_.device().is_cpu(),
+      "Quartet2GradQuantizer: its stream must be a host i64 (2,) tensor (seed, offset), "
+      "got ",
+      rng_);
+}
+
+uint64_t Quartet2GradQuantizer::take(int64_t draws) const {
+  Tensor stream = rng_;  // a handle on the slot's state: advancing it is the point
+  auto* state = stream.data_as<int64_t>();
+  const auto first = static_cast<uint64_t>(state[1]);
+  state[1] += draws;
+  stream.bump_version();
+  return first;
+}
+
+namespace {
+
+void check_quartet2_shape(const char* what, int64_t rows, int64_t cols) {
+  OCTET_CHECK(rows % math::kRht128 == 0 && cols % math::kRht128 == 0, "Quartet II: the ", what,
+              " (", rows, ", ", cols,
+              ") must have both dimensions multiples of 128 (the backward's 128-point transform "
+              "runs along each GEMM's inner dimension)");
+}
+
+// values (rows, cols) rotated along its rows with the signs at `signs_at` and cast by MS-EDEN
+// with the draws from `draws_at`: (data, scales, decode).
+struct EdenCast {
+  Tensor data, scales, decode;
+};
+EdenCast eden_cast(const Tensor& values, uint64_t seed, uint64_t signs_at, uint64_t draws_at) {
+  const int64_t rows = values.rows(), cols = values.cols();
+  Tensor rotated;
+  {
+    MemTagScope workspace(MemTag::kWorkspace);
+    rotated = ops::rht128(values.reshape({rows, cols}), seed, signs_at);
+  }
+  EdenCast c{Tensor::empty(nvfp4_data_shape(rows, cols), DType::kU8, values.device()),
+             Tensor::empty(nvfp4_scale_shape(rows, cols), DType::kE4M3, values.device()),
+             Tensor::empty({1}, DType::kF32, values.device())};
+  ops::quantize_nvfp4_eden(rotated, seed, draws_at, c.data, c.scales, c.decode);
+  return c;
+}
+
+}  // namespace
+
+std::shared_ptr<QuantizedTensor> Quartet2GradQuantizer::quantize(const Tensor& x, Usage usage,
+                                                                 Ownership ownership,
+                                                                 AmaxRecording) const {
+  ops::check_quantize_input("Quartet2GradQuantizer::quantize", x);
+  ops::check_quantize_usage("Quartet2GradQuantizer::quantize", usage);
+  const int64_t rows = x.rows(), cols = x.cols();
+  check_quartet2_shape("output gradient", rows, cols);
+  const uint64_t seed = static_cast<uint64_t>(rng_.data_as<int64_t>()[0]);
+  NVFP4Layout layout;
+  layout.rht128 = true;
+  layout.rht128_seed = seed;
+  layout.rht128_offset = take(math::kRht128);
+  EdenCast c[2];
+  if (has_usage(usage, Usage::kRowwise)) {
+    c[0] = eden_cast(x, seed, layout.rht128_offset, take(rows * cols / kNVFP4BlockLen));
+  }
+  if (has_usage(usage, Usage::kColumnwise)) {
+    const Tensor xt = ops::transpose_2d(x.reshape({rows, cols}));
+    c[1] = eden_cast(xt, seed, layout.rht128_offset, take(rows * cols / kNVFP4BlockLen));
+  }
+  auto t = std::make_shared<NVFP4Tensor>(x.shape(), layout, c[0].data, c[0].scales, c[0].decode,
+                                         c[1].data, c[1].scales, c[1].decode, ownership);
+  t->set_quantizer(ops::quantizer_handle(*this));
+  return t;
+}
+
+void Quartet2GradQuantizer::quantize_into(QuantizedTensor& dst, const Tensor&,
+                                          AmaxRecording) const {
+  OCTET_FAIL(
+      "Quartet2GradQuantizer::quantize_into: Quartet II's gradient casts draw new signs "
+      "each time and make new tensors; ",
+      dst.describe(), " cannot be re-cast in place");
+}
+
+Quantizer::BackwardOperands Quartet2GradQuantizer::backward_operands(
+    const Tensor& dy, const QuantizedTensor* x, const QuantizedTensor* w) const {
+  const Usage usage = (w != nullptr ? Usage::kRowwise : Usage::kNone) |
+                      (x != nullptr ? Usage::kColumnwise : Usage::kNone);
+  BackwardOperands out;
+  if (usage == Usage::kNone) return out;
+  out.dy = quantize(dy, usage, Ownership::kInternal, AmaxRecording::kRecord);
+  const NVFP4Layout& layout = ops::as_nvfp4(*out.dy).layout();
+  // The forward's operand, as the values its row-wise data decodes to, transposed and cast along
+  // its former rows: the column-wise data of a tensor of the operand's shape.
+  auto recast = [&](const QuantizedTensor& forward, const char* what) {
+    OCTET_CHECK(forward.format() == kNVFP4Format && forward.has(Usage::kRowwise),
+                "Quartet II's backward needs the forward's row-wise NVFP4 ", what, ", got ",
+                forward.describe());
+    const int64_t rows = forward.rows(), cols = forward.cols();
+    check_quartet2_shape(what, rows, cols);
+    const NVFP4Tensor& f = ops::as_nvfp4(forward);
+    const Tensor values = ops::stored_values(f, ops::stored(f, Usage::kRowwise));
+    const EdenCast c = eden_cast(ops::transpose_2d(values), layout.rht128_seed,
+                                 layout.rht128_offset, take(rows * cols / kNVFP4BlockLen));
+    auto t = std::make_shared<NVFP4Tensor>(forward.shape(), layout, Tensor(), Tensor(), Tensor(),
+                                           c.data, c.scales, c.decode, Ownership::kInternal);
+    t->set_quantizer(ops::quantizer_handle(*this));
+    return t;
+  };
+  if (w != nullptr) out.w = recast(*w, "weight");
+  if (x != nullptr) out.x = recast(*x, "input");
+  return out;
 }
 
 }  // namespace octet

@@ -13,6 +13,7 @@
 #include "runtime/fp8_stats.h"
 #include "runtime/nvfp4_tensor.h"
 #include "runtime/quantized_tensor.h"
+#include "runtime/recipe.h"
 
 namespace octet {
 namespace ops {
@@ -54,6 +55,17 @@ Tensor dequantize_nvfp4(const Tensor& data, const Tensor& scales, const Tensor& 
 // f32 tensor); `inverse` undoes it (rounded to f32).
 Tensor hadamard16(const Tensor& x, bool inverse = false);
 
+// Quartet II's transform (kernels/math/quartet2.h): each 128 values of x's rows (x f32/bf16,
+// cols a multiple of 128) to H (d ⊙ x) / sqrt(128), the signs d from draws offset .. offset + 127
+// of `seed` (a draw's low bit set: -1); `inverse` undoes it. f32 out.
+Tensor rht128(const Tensor& x, uint64_t seed, uint64_t offset, bool inverse = false);
+// MS-EDEN: v (rows, cols) f32, cols a multiple of 16 -> data and scales in NVFP4's layouts and
+// decode (1,) f32 = g: per 1x16 block, E2M1 codes of v / m rounded to nearest and the corrected
+// scale f = m <u, u> / <u, q>; g = max f / 256 and each block's E4M3 code f / g rounded
+// stochastically with draw offset + r * cols / 16 + b. A value decodes as e2m1 * e4m3 * g.
+void quantize_nvfp4_eden(const Tensor& v, uint64_t seed, uint64_t offset, Tensor& data,
+                         Tensor& scales, Tensor& decode);
+
 }  // namespace ops
 
 // The tensor roles of the NVFP4 recipe: what TE's recipe turns on for each.
@@ -76,8 +88,10 @@ class NVFP4Quantizer final : public Quantizer {
   // cast uses numel draws per direction and advances the offset, so a checkpoint that holds the
   // tensor resumes the stream exactly. Null when the role rounds to nearest.
   // `four_over_six` on refuses the transform and stochastic rounding (TE's rule).
+  // `method` kQuartet2: a forward slot of Quartet II, whose backward re-casts its row-wise data.
   NVFP4Quantizer(NVFP4Role role, bool tiles_2d, bool hadamard, bool stochastic, Tensor rng,
-                 std::shared_ptr<SlotStats> stats = nullptr, NVFP4FourOverSix four_over_six = {});
+                 std::shared_ptr<SlotStats> stats = nullptr, NVFP4FourOverSix four_over_six = {},
+                 NVFP4Method method = NVFP4Method::kTE);
 
   std::string_view format() const override { return kNVFP4Format; }
   DType dtype() const override { return DType::kU8; }
@@ -85,6 +99,7 @@ class NVFP4Quantizer final : public Quantizer {
                                             AmaxRecording amax) const override;
   void quantize_into(QuantizedTensor& dst, const Tensor& src, AmaxRecording amax) const override;
   std::string describe() const override;
+  bool backward_recasts_rowwise() const override { return method_ == NVFP4Method::kQuartet2; }
 
  private:
   ops::NVFP4Cast cast_for(Usage direction, int64_t numel) const;
@@ -95,8 +110,36 @@ class NVFP4Quantizer final : public Quantizer {
   NVFP4Layout layout_;
   bool stochastic_;
   NVFP4FourOverSix four_over_six_;
+  NVFP4Method method_;
   Tensor rng_;
   std::shared_ptr<SlotStats> stats_;
+};
+
+// Quartet II's output-gradient slot. Each backward draws 128 signs from the slot's stream `rng`
+// (i64 (2,) on the host: seed, offset) and casts, with the 128-point transform along each
+// backward GEMM's inner dimension and MS-EDEN: dY row-wise (dgrad, along out), dY column-wise
+// (wgrad, along the tokens), the forward's weight dequantized and transposed (dgrad, along out)
+// and its input likewise (wgrad, along the tokens); each cast then takes one draw per 1x16
+// block, in that order. A checkpoint that holds the stream resumes it exactly. Every dimension of
+// the GEMM must be a multiple of 128.
+class Quartet2GradQuantizer final : public Quantizer {
+ public:
+  explicit Quartet2GradQuantizer(Tensor rng);
+
+  std::string_view format() const override { return kNVFP4Format; }
+  DType dtype() const override { return DType::kU8; }
+  // dY alone, with fresh signs (what backward_operands casts it to).
+  std::shared_ptr<QuantizedTensor> quantize(const Tensor& x, Usage usage, Ownership ownership,
+                                            AmaxRecording amax) const override;
+  void quantize_into(QuantizedTensor& dst, const Tensor& src, AmaxRecording amax) const override;
+  std::string describe() const override { return "nvfp4 quartet2 gradient rht128 ms-eden"; }
+  bool backward_recasts_rowwise() const override { return true; }
+  BackwardOperands backward_operands(const Tensor& dy, const QuantizedTensor* x,
+                                     const QuantizedTensor* w) const override;
+
+ private:
+  uint64_t take(int64_t draws) const;  // the first of the stream's next `draws` draws
+  Tensor rng_;
 };
 
 }  // namespace octet

@@ -45,6 +45,16 @@ std::shared_ptr<Quantizer> make_quantizer(const Recipe& recipe, const SlotContex
                                                   recipe.amax_epsilon, context.stats);
     case RecipeKind::kNVFP4: {
       const NVFP4Role role = nvfp4_role(slot);
+      if (recipe.is_quartet2()) {
+        if (role == NVFP4Role::kGradient) {
+          return std::make_shared<Quartet2GradQuantizer>(context.rng.defined() ? context.rng
+                                                                               : slot_stream(slot));
+        }
+        // The forward: 1x16 blocks, 4over6 by MSE with the 256 bound, round to nearest.
+        return std::make_shared<NVFP4Quantizer>(role, false, false, false, Tensor(), context.stats,
+                                                NVFP4FourOverSix{true, true, true},
+                                                NVFP4Method::kQuartet2);
+      }
       const bool stochastic = role == NVFP4Role::kGradient && recipe.stochastic_rounding;
       // 4over6 by scope: weights, activations (inputs and outputs); gradients never.
       auto covers = [&](NVFP4Scope scope) {

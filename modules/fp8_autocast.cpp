@@ -121,6 +121,16 @@ void FP8Autocast::close() {
   update(live, FP8Direction::kForward);
 }
 
+namespace {
+thread_local bool t_forward_high_precision = false;
+}  // namespace
+
+FP8HighPrecisionForward::FP8HighPrecisionForward(bool on) : previous_(t_forward_high_precision) {
+  t_forward_high_precision = on;
+}
+FP8HighPrecisionForward::~FP8HighPrecisionForward() { t_forward_high_precision = previous_; }
+bool fp8_forward_high_precision() { return t_forward_high_precision; }
+
 bool fp8_enabled() { return t_scope.enabled; }
 
 const Recipe& fp8_recipe() {

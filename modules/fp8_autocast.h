@@ -50,6 +50,23 @@ class FP8Autocast {
   bool closed_ = false;
 };
 
+// The forward GEMMs in high precision while this lives (fp8.high_precision_after: NVIDIA's switch
+// for the last steps of a run): FP8 modules whose forward runs inside cast nothing forward and
+// multiply the high-precision input and weight; their backward still casts, under the scope's
+// recipe, dY and the input and weight the forward kept. Thread-local, nestable; `on` false turns
+// it off inside. FP8 primary weights cannot take it (no high-precision weight to multiply).
+class FP8HighPrecisionForward {
+ public:
+  explicit FP8HighPrecisionForward(bool on = true);
+  ~FP8HighPrecisionForward();
+  FP8HighPrecisionForward(const FP8HighPrecisionForward&) = delete;
+  FP8HighPrecisionForward& operator=(const FP8HighPrecisionForward&) = delete;
+
+ private:
+  bool previous_;
+};
+bool fp8_forward_high_precision();
+
 bool fp8_enabled();          // inside a scope with FP8 on
 const Recipe& fp8_recipe();  // the active recipe; throws unless fp8_enabled()
 int fp8_scope_depth();       // 0 outside every scope

@@ -42,7 +42,7 @@ void FP8State::adopt(const Recipe& recipe, Device device) {
     for (size_t i = 0; i < forward_q_.size(); ++i) forward_stats_.push_back(fresh());
     for (size_t i = 0; i < backward_q_.size(); ++i) backward_stats_.push_back(fresh());
   }
-  if (recipe.kind == RecipeKind::kNVFP4 && recipe.stochastic_rounding) {
+  if (recipe.uses_rng_streams()) {
     MemTagScope tag(MemTag::kOther);
     for (size_t i = 0; i < backward_q_.size(); ++i) {
       Tensor stream = Tensor::empty({2}, DType::kI64);
@@ -108,6 +108,13 @@ GemmQuantizers FP8State::gemm_quantizers(int gemm) {
   q.weight = quantizer_handle(forward_slot(gemm, ForwardTensor::kWeight));
   q.grad_output = quantizer_handle(backward_slot(gemm, BackwardTensor::kGradOutput));
   q.meta = meta_;
+  q.forward_high_precision = fp8_forward_high_precision();
+  if (q.forward_high_precision) {
+    // The backward casts the kept input and weight as this forward would have (the scales of
+    // now, whatever the scope's exit updates before the backward runs).
+    q.input = q.input->frozen();
+    q.weight = q.weight->frozen();
+  }
   return q;
 }
 
@@ -120,6 +127,15 @@ void check_gemm_shapes(const Recipe& recipe, int gemm, const std::string& what, 
                             what + " weight");
   ops::check_fp8_gemm_shape(format(backward_slot(gemm, BackwardTensor::kGradOutput)), {rows, out},
                             what + " output gradient");
+  if (recipe.is_quartet2()) {
+    OCTET_CHECK(rows % 128 == 0 && in % 128 == 0 && out % 128 == 0, what,
+                ": NVFP4's quartet2 method needs the GEMM's rows (prod(leading dims)), in and out "
+                "features to be multiples of 128 (its backward transform runs along each GEMM's "
+                "inner dimension), got rows ",
+                rows, ", in ", in, ", out ", out,
+                "; keep this module in high precision (fp8.high_precision_modules) or change the "
+                "shape");
+  }
 }
 
 Operand cast_with(const Quantizer* frozen, const Tensor& x, Usage usage) {
@@ -179,14 +195,16 @@ std::vector<std::pair<std::string, Tensor*>> FP8State::host_buffers() {
   return out;
 }
 
-Usage FP8Weight::needed_usage() {
-  return autograd::grad_enabled() ? Usage::kBoth : Usage::kRowwise;
+Usage FP8Weight::needed_usage(const Quantizer* quantizer) {
+  const bool recast = quantizer != nullptr && quantizer->backward_recasts_rowwise();
+  return autograd::grad_enabled() && !recast ? Usage::kBoth : Usage::kRowwise;
 }
 
 Operand FP8Weight::get(const Tensor& hp, FP8State* state, int gemm, FirstMicrobatch first) {
-  if (state == nullptr) return {hp, nullptr};
+  // A high-precision forward multiplies the weight itself; the backward casts what it needs.
+  if (state == nullptr || fp8_forward_high_precision()) return {hp, nullptr};
   const Quantizer* q = state->quantizer(forward_slot(gemm, ForwardTensor::kWeight));
-  const Usage usage = needed_usage();
+  const Usage usage = needed_usage(q);
   if (first == FirstMicrobatch::kUnset) {
     // A fresh cast per forward: the operation's own (counted as activations), so it hands its
     // buffers to the context.
@@ -221,7 +239,7 @@ Operand FP8Weight::get(const Tensor& hp, FP8State* state, int gemm, FirstMicroba
 }
 
 Operand FP8Weight::primary(const std::shared_ptr<QuantizedTensor>& weight, const Tensor* master) {
-  const Usage usage = needed_usage();
+  const Usage usage = needed_usage(weight->quantizer().get());
   if (!has_usage(weight->usage(), usage)) {
     MemTagScope tag(MemTag::kWeights);
     // The format decides whether it needs the master (its error says so when it is missing).

@@ -32,6 +32,9 @@ enum class FirstMicrobatch : uint8_t { kUnset, kYes, kNo };
 struct GemmQuantizers {
   std::shared_ptr<const Quantizer> input, weight, grad_output;
   std::shared_ptr<FP8Meta> meta;  // delayed scaling: its backward slots update after backward
+  // The forward in high precision (modules/fp8_autocast.h FP8HighPrecisionForward): only the
+  // backward casts.
+  bool forward_high_precision = false;
   bool fp8() const { return input != nullptr; }
 };
 
@@ -123,8 +126,9 @@ Operand norm_operand(const Tensor& x, const NormSpec& norm, const Quantizer* qua
 // One weight of an FP8 module as a GEMM operand.
 class FP8Weight {
  public:
-  // Usage: row-wise always; column-wise when gradients are enabled (dgrad needs it).
-  static Usage needed_usage();
+  // Usage: row-wise always; column-wise when gradients are enabled (dgrad needs it), unless the
+  // weight's quantizer says the backward re-casts the row-wise data (Quartet II).
+  static Usage needed_usage(const Quantizer* quantizer);
 
   // `hp` is the high-precision weight (f32/bf16). Under FP8, a quantized operand per the
   // FirstMicrobatch rule; otherwise `hp` itself.

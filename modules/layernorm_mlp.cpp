@@ -108,7 +108,7 @@ struct LayerNormMLPFn {
     const bool need_dh1 = need_norm_grad || (rec && needs_grad(w1_leaf)) || need_db1;
     fc1.set_needs(need_norm_grad, rec && needs_grad(w1_leaf));
     fc2.set_needs(need_dh1, rec && needs_grad(w2_leaf));
-    if (rec && recompute == Recompute::kYes && fc1.fp8()) {
+    if (rec && recompute == Recompute::kYes && fc1.input_quantizer() != nullptr) {
       frozen1 = fc1.input_quantizer()->frozen();
       frozen2 = fc2.input_quantizer()->frozen();
     }

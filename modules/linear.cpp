@@ -35,7 +35,7 @@ void WeightStorage::init(int64_t out, int64_t in, const LinearOptions& options, 
     MemTagScope tag(MemTag::kWeights);
     // The initial cast uses a scratch amax: the weight slot's history stays zero, like every
     // other slot's, until the first optimizer step writes the new weight in place.
-    fp8 = q->quantize(value, FP8Weight::needed_usage(), Ownership::kOwned, AmaxRecording::kSkip);
+    fp8 = q->quantize(value, FP8Weight::needed_usage(q), Ownership::kOwned, AmaxRecording::kSkip);
   }
   // The gradient's leaf is a handle on the row-wise data (same storage, own autograd state).
   fp8_leaf = fp8->rowwise_data();
@@ -50,8 +50,12 @@ void WeightStorage::init(int64_t out, int64_t in, const LinearOptions& options, 
 }
 
 Operand WeightStorage::operand(FP8Weight& cache, FP8State* state, int gemm, FirstMicrobatch first) {
-  if (is_fp8())
+  if (is_fp8()) {
+    OCTET_CHECK(state == nullptr || !fp8_forward_high_precision(),
+                "a high-precision forward (fp8.high_precision_after) needs high-precision weights; "
+                "this module has FP8 primary weights (model.fp8_primary_weights)");
     return FP8Weight::primary(fp8, initial_master.defined() ? &initial_master : nullptr);
+  }
   return cache.get(hp, state, gemm, first);
 }
 

@@ -30,10 +30,14 @@ class LinearGemm {
   bool need_wgrad() const { return need_wgrad_; }
   bool fp8() const { return q_.fp8(); }
 
-  // The input cast: row-wise, plus column-wise for wgrad.
+  // The input cast: row-wise, plus column-wise for wgrad (unless the backward re-casts the
+  // row-wise data: Quartet II).
   Usage input_usage() const;
-  // The input's quantizer (null without FP8), for a cast fused with the input's producer.
-  const Quantizer* input_quantizer() const { return q_.input.get(); }
+  // The input's quantizer (null without FP8 and in a high-precision forward), for a cast fused
+  // with the input's producer.
+  const Quantizer* input_quantizer() const {
+    return q_.forward_high_precision ? nullptr : q_.input.get();
+  }
   // `x` cast for this GEMM (recording amax per fp8_amax_recording()), or `x` itself.
   Operand cast_input(const Tensor& x) const;
 
@@ -58,6 +62,12 @@ class LinearGemm {
   Grads backward(const Tensor& dy, DType dx_dtype, DType dw_dtype) const;
 
  private:
+  // Whether the backward re-casts the forward's row-wise operands (Quartet II): they keep row-wise
+  // data then, and no column-wise copies are made.
+  bool recasts() const {
+    return q_.grad_output != nullptr && q_.grad_output->backward_recasts_rowwise();
+  }
+
   GemmQuantizers q_;
   bool need_dgrad_ = false, need_wgrad_ = false;
   Operand x_, w_;

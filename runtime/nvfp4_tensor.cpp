@@ -64,7 +64,9 @@ std::vector<std::pair<std::string, Tensor>> NVFP4Tensor::rowwise_state() const {
 std::vector<std::pair<std::string, std::string>> NVFP4Tensor::attributes() const {
   return {{"blocks", layout_.tiles_2d ? "16x16" : "1x16"},
           {"packing", "u8 bytes of two e2m1 values, element 2j in the low nibble"},
-          {"tensor_scale", layout_.e4m3_max == 256.f ? "amax / 1536" : "amax / 2688"}};
+          {"tensor_scale", layout_.rht128              ? "decode scale"
+                           : layout_.e4m3_max == 256.f ? "amax / 1536"
+                                                       : "amax / 2688"}};
 }
 
 }  // namespace octet

@@ -27,6 +27,11 @@ struct NVFP4Layout {
   bool columnwise_rht = false;  // the column-wise copy holds the RHT of the values
   // The tensor scale is amax / (6 * e4m3_max): 448 (amax / 2688), or 256 under 4over6.
   float e4m3_max = 448.f;
+  // Quartet II's backward operands: every direction's data holds the 128-point random-sign
+  // Hadamard transform of the values (signs at draw rht128_offset of rht128_seed's stream) cast
+  // by MS-EDEN, and its f32 per direction is the decode scale itself rather than an amax.
+  bool rht128 = false;
+  uint64_t rht128_seed = 0, rht128_offset = 0;
 };
 
 class NVFP4Tensor final : public ScaledTensor {

@@ -5,6 +5,12 @@
 
 namespace octet {
 
+Quantizer::BackwardOperands Quantizer::backward_operands(const Tensor&, const QuantizedTensor*,
+                                                         const QuantizedTensor*) const {
+  OCTET_FAIL("backward_operands: the ", describe(),
+             " quantizer does not re-cast a GEMM's operands for its backward");
+}
+
 std::string_view usage_name(Usage usage) {
   switch (usage) {
     case Usage::kNone:

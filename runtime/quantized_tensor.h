@@ -63,6 +63,20 @@ class Quantizer : public std::enable_shared_from_this<Quantizer> {
   // updates do to this one's state (a recompute in backward reproduces the forward's values).
   // Stateless quantizers are their own frozen form.
   virtual std::shared_ptr<const Quantizer> frozen() const { return shared_from_this(); }
+
+  // Whether a linear layer's backward GEMMs take operands its output-gradient quantizer re-casts
+  // from the forward's row-wise input and weight (Quartet II) rather than their column-wise
+  // casts: true for all three quantizers of such a GEMM, so the forward casts and keeps row-wise
+  // data only.
+  virtual bool backward_recasts_rowwise() const { return false; }
+  struct BackwardOperands {
+    std::shared_ptr<QuantizedTensor> dy, x, w;
+  };
+  // For an output-gradient quantizer that re-casts: dy (.., out) cast for the GEMMs asked (dgrad
+  // when `w` is given, wgrad when `x` is), and the forward's x (.., in) and w (out, in) re-cast.
+  // Any other quantizer throws.
+  virtual BackwardOperands backward_operands(const Tensor& dy, const QuantizedTensor* x,
+                                             const QuantizedTensor* w) const;
 };
 
 class QuantizedTensor : public Saveable {

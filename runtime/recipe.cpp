@@ -125,6 +125,8 @@ constexpr Named<NVFP4Scope> kScopes[] = {{NVFP4Scope::kNone, "none"},
                                          {NVFP4Scope::kWeights, "weights"},
                                          {NVFP4Scope::kActivations, "activations"},
                                          {NVFP4Scope::kAll, "all"}};
+constexpr Named<NVFP4Method> kMethods[] = {{NVFP4Method::kTE, "te"},
+                                           {NVFP4Method::kQuartet2, "quartet2"}};
 constexpr Named<FP8Format> kFormats[] = {{FP8Format::kE4M3, "e4m3"},
                                          {FP8Format::kHybrid, "hybrid"}};
 constexpr Named<FP8Format> kE4M3Only[] = {{FP8Format::kE4M3, "e4m3"}};  // MXFP8
@@ -169,6 +171,7 @@ std::string_view fp8_format_name(FP8Format format) { return name_of(kFormats, fo
 std::string_view amax_compute_algo_name(AmaxComputeAlgo algo) { return name_of(kAlgos, algo); }
 
 std::string_view nvfp4_scope_name(NVFP4Scope scope) { return name_of(kScopes, scope); }
+std::string_view nvfp4_method_name(NVFP4Method method) { return name_of(kMethods, method); }
 
 Recipe Recipe::delayed(FP8Format format, int margin, int64_t amax_history_len,
                        AmaxComputeAlgo algo) {
@@ -213,6 +216,34 @@ Recipe Recipe::nvfp4() {
   r.kind = RecipeKind::kNVFP4;
   r.fp8_format = FP8Format::kE4M3;  // the format of the block scales
   return r;
+}
+
+Recipe Recipe::nvfp4_quartet2() {
+  Recipe r = nvfp4();
+  r.nvfp4_method = NVFP4Method::kQuartet2;
+  // Its forward in TE's terms: 1x16 blocks, 4over6 by MSE with the 256 bound, round to nearest;
+  // the backward is the method's own (no TE switch applies).
+  r.random_hadamard_transform = false;
+  r.stochastic_rounding = false;
+  r.weight_2d_quantization = false;
+  r.four_over_six = NVFP4Scope::kAll;
+  r.four_over_six_e4m3_256 = NVFP4Scope::kAll;
+  r.four_over_six_mse = true;
+  return r;
+}
+
+bool Recipe::uses_rng_streams() const {
+  switch (kind) {
+    case RecipeKind::kNVFP4:
+      return stochastic_rounding || nvfp4_method == NVFP4Method::kQuartet2;
+    case RecipeKind::kDelayed:
+    case RecipeKind::kCurrent:
+    case RecipeKind::kMXFP8:
+    case RecipeKind::kBlockwise:
+    case RecipeKind::kCustom:
+      return false;
+  }
+  OCTET_FAIL("unknown recipe kind ", static_cast<int>(kind));
 }
 
 Recipe Recipe::custom_recipe(std::shared_ptr<const CustomRecipe> factory) {
@@ -319,10 +350,16 @@ Recipe recipe_from_json(const json& object, std::string_view where) {
       break;
     }
     case RecipeKind::kNVFP4:
-      in.reject_unknown(
-          {"recipe", "disable_rht", "disable_stochastic_rounding", "disable_2d_quantization",
-           "nvfp4_4over6", "nvfp4_4over6_e4m3_use_256", "nvfp4_4over6_err_mode"},
-          "nvfp4");
+      in.reject_unknown({"recipe", "method", "disable_rht", "disable_stochastic_rounding",
+                         "disable_2d_quantization", "nvfp4_4over6", "nvfp4_4over6_e4m3_use_256",
+                         "nvfp4_4over6_err_mode"},
+                        "nvfp4");
+      if (choose(in, "method", kMethods, 0) == NVFP4Method::kQuartet2) {
+        // The method fixes every cast: TE's switches would silently mean nothing.
+        in.reject_unknown({"recipe", "method"}, "nvfp4 (method quartet2)");
+        r = Recipe::nvfp4_quartet2();
+        break;
+      }
       r.fp8_format = FP8Format::kE4M3;
       r.random_hadamard_transform = !in.boolean("disable_rht", false);
       r.stochastic_rounding = !in.boolean("disable_stochastic_rounding", false);
@@ -365,7 +402,12 @@ json recipe_to_json(const Recipe& r) {
     out["name"] = r.custom->name();
     return out;
   }
+  if (r.is_quartet2()) {
+    out["method"] = nvfp4_method_name(r.nvfp4_method);
+    return out;
+  }
   if (r.kind == RecipeKind::kNVFP4) {
+    out["method"] = nvfp4_method_name(r.nvfp4_method);
     out["disable_rht"] = !r.random_hadamard_transform;
     out["disable_stochastic_rounding"] = !r.stochastic_rounding;
     out["disable_2d_quantization"] = !r.weight_2d_quantization;

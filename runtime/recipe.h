@@ -59,6 +59,13 @@ std::string_view recipe_kind_name(RecipeKind kind);
 std::string_view fp8_format_name(FP8Format format);             // "e4m3", "hybrid"
 std::string_view amax_compute_algo_name(AmaxComputeAlgo algo);  // "max", "most_recent"
 
+// How NVFP4 trains: TE's NVFP4BlockScaling, or Quartet II (arXiv 2601.22813): 1x16 blocks with
+// 4over6 (MSE, block scales up to 256) for both forward operands, and a backward that re-casts the
+// forward's input and weight and the output gradient with a 128-point random-sign Hadamard
+// transform and MS-EDEN (kernels/math/quartet2.h).
+enum class NVFP4Method : uint8_t { kTE, kQuartet2 };
+std::string_view nvfp4_method_name(NVFP4Method method);  // "te", "quartet2"
+
 // Which NVFP4 tensors a setting covers (TE's scopes): weights, activations (inputs and outputs),
 // both, or none; gradients never.
 enum class NVFP4Scope : uint8_t { kNone, kWeights, kActivations, kAll };
@@ -88,7 +95,8 @@ struct Recipe {
   BlockScaling x_block_scaling = BlockScaling::k1D;     // inputs (and outputs)
   BlockScaling w_block_scaling = BlockScaling::k2D;     // weights
   BlockScaling grad_block_scaling = BlockScaling::k1D;  // output and input gradients
-  // nvfp4 only (TE's switches; each on by default)
+  // nvfp4 only: the method, then TE's switches (each on by default; quartet2 fixes its own)
+  NVFP4Method nvfp4_method = NVFP4Method::kTE;
   bool random_hadamard_transform = true;  // 16x16 RHT on the wgrad GEMM's operands
   bool stochastic_rounding = true;        // gradients rounded stochastically
   bool weight_2d_quantization = true;     // 16x16 blocks for weights (else 1x16)
@@ -110,6 +118,17 @@ struct Recipe {
   static Recipe blockwise(FP8Format format = FP8Format::kE4M3);
   static Recipe nvfp4();
   static Recipe custom_recipe(std::shared_ptr<const CustomRecipe> factory);
+
+  // The Quartet II form of nvfp4.
+  static Recipe nvfp4_quartet2();
+
+  // Whether the recipe's backward casts draw from per-slot random streams (kept in checkpoints,
+  // so a resume draws what the run would have): nvfp4's stochastic rounding and Quartet II.
+  bool uses_rng_streams() const;
+  // Quartet II: the backward re-casts the forward's operands (kernels/nvfp4.h).
+  bool is_quartet2() const {
+    return kind == RecipeKind::kNVFP4 && nvfp4_method == NVFP4Method::kQuartet2;
+  }
 
   // Whether the recipe keeps per-slot state in an FP8Meta (scales and amax histories that the
   // FP8 scope updates once per step): delayed scaling only.

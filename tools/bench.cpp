@@ -57,7 +57,7 @@ constexpr const char* kUsage =
     "          50304, context 1024) at positions 128 and 1024 with the key/value cache, and at\n"
     "          128 re-running the window per token (at most 3 runs each)\n"
     "  no group: the first four. Each runs in f32 and under the delayed, current, mxfp8,\n"
-    "  blockwise and nvfp4 recipes.\n"
+    "  blockwise and nvfp4 recipes and nvfp4's quartet2 method.\n"
     "  --json     one JSON array on stdout instead of the table\n"
     "  --reps N   timed runs per result (median reported; default 9, cuda 20, --quick 1)\n"
     "  --warmup N untimed runs first (default 2, cuda 5, --quick 1)\n"
@@ -69,7 +69,7 @@ constexpr const char* kUsage =
     "               layer: d 4096, 32 heads, seq 2048, batch 2, bf16 parameters and activations,\n"
     "               in bf16 and under each recipe; peak is device memory\n"
     "  --precision  run only these of f32 (bf16 on cuda), delayed, current, mxfp8, blockwise,\n"
-    "               nvfp4 (the last two on the CPU)\n"
+    "               nvfp4, quartet2 (the last three on the CPU)\n"
     "               (not for cuda gemm, which always runs bf16 and fp8)\n"
     "  --d-model N, --heads N, --seq N, --batch N  the layer bench's shape\n";
 
@@ -235,7 +235,8 @@ std::vector<Precision> all_precisions(Device device) {
                                 {"current", Recipe::current(FP8Format::kHybrid)},
                                 {"mxfp8", Recipe::mxfp8()},
                                 {"blockwise", Recipe::blockwise()},
-                                {"nvfp4", Recipe::nvfp4()}};
+                                {"nvfp4", Recipe::nvfp4()},
+                                {"quartet2", Recipe::nvfp4_quartet2()}};
   return out;
 }
 std::vector<std::string> precision_names(Device device) {
@@ -333,7 +334,17 @@ void time_fp8_gemm(Result& r, const Options& o, const Recipe& recipe, GemmLayout
   const SlotId w_slot = forward_slot(0, ForwardTensor::kWeight);
   const SlotId dy_slot = backward_slot(0, BackwardTensor::kGradOutput);
   std::shared_ptr<QuantizedTensor> a, b;
-  if (layout == GemmLayout::kFprop) {
+  const auto dy_quantizer = make_quantizer(recipe, meta.get(), dy_slot);
+  if (layout != GemmLayout::kFprop && dy_quantizer->backward_recasts_rowwise()) {
+    // The backward re-casts the forward's row-wise operands with dY (Quartet II).
+    const bool dgrad = layout == GemmLayout::kDgrad;
+    const auto forward =
+        dgrad ? quantize(t.w, w_slot, Usage::kRowwise) : quantize(t.x, x_slot, Usage::kRowwise);
+    const Quantizer::BackwardOperands ops = dy_quantizer->backward_operands(
+        t.dy, dgrad ? nullptr : forward.get(), dgrad ? forward.get() : nullptr);
+    a = ops.dy;
+    b = dgrad ? ops.w : ops.x;
+  } else if (layout == GemmLayout::kFprop) {
     a = quantize(t.x, x_slot, Usage::kRowwise);
     b = quantize(t.w, w_slot, Usage::kRowwise);
   } else if (layout == GemmLayout::kDgrad) {
@@ -348,7 +359,7 @@ void time_fp8_gemm(Result& r, const Options& o, const Recipe& recipe, GemmLayout
 
 void bench_gemm_cpu(const Options& o, const Emit& emit) {
   const std::vector<Mnk> shapes =
-      o.quick ? std::vector<Mnk>{{64, 64, 64}}
+      o.quick ? std::vector<Mnk>{{128, 128, 128}}
               : std::vector<Mnk>{{768, 768, 768}, {1024, 3072, 768}, {1024, 768, 3072}};
   Generator gen(11);
   for (const Mnk& s : shapes) {
@@ -383,7 +394,7 @@ void bench_gemm(const Options& o, const Emit& emit) {
 // ---- block: LayerNormMLP forward + backward ----
 
 void bench_block(const Options& o, const Emit& emit) {
-  const int64_t batch = o.quick ? 2 : 4, seq = o.quick ? 32 : 256;
+  const int64_t batch = o.quick ? 2 : 4, seq = o.quick ? 64 : 256;
   const int64_t hidden = o.quick ? 128 : 768, ffn = 4 * hidden;
   const int64_t tokens = batch * seq;
   // Two GEMMs of 2·tokens·hidden·ffn each, and backward does twice the forward's GEMM work.
@@ -445,7 +456,7 @@ LayerSetup layer_setup(const Options& o) {
   OCTET_CHECK(config.d_model % config.n_head == 0, "bench: --d-model ", config.d_model,
               " must be a multiple of --heads ", config.n_head);
   config.ffn = 4 * config.d_model;
-  config.max_seq_len = pick(o.layer.seq, 32, 256, 2048);
+  config.max_seq_len = pick(o.layer.seq, 64, 256, 2048);
   // On CUDA parameters and activations are bf16 for every precision, as TE trains: the FP8
   // recipes then replace bf16 GEMMs, which is the comparison that matters there.
   config.dtype = cuda ? DType::kBF16 : DType::kF32;
@@ -502,7 +513,7 @@ void bench_model(const Options& o, const Emit& emit) {
   config.d_model = 128;
   config.n_head = 4;
   config.ffn = 4 * config.d_model;
-  config.max_seq_len = o.quick ? 32 : 128;
+  config.max_seq_len = o.quick ? 64 : 128;
   config.seed = 4;
   const int64_t batch = o.quick ? 2 : 8, seq = config.max_seq_len;
   const double lm_head = 2.0 * batch * seq * config.d_model * config.vocab_size;

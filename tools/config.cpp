@@ -110,6 +110,10 @@ std::vector<Entry> fp8_keys() {
               "the first N transformer layers kept out of FP8"),
       int_key(OCTET_KEY(fp8.high_precision_last_layers), 0, 128,
               "the last N transformer layers kept out of FP8"),
+      float_key(OCTET_KEY(fp8.high_precision_after), {0, 1, Bound::kClosed, Bound::kClosed},
+                "the fraction of training.steps after which the forward GEMMs run in high "
+                "precision, the backward still under the recipe (NVIDIA's switch for a run's "
+                "last steps); 1: never"),
   };
 }
 

@@ -48,6 +48,9 @@ struct Fp8Config {
   std::vector<std::string> high_precision_modules;
   int64_t high_precision_first_layers = 0;
   int64_t high_precision_last_layers = 0;
+  // The fraction of training.steps after which the forward GEMMs run in high precision (the
+  // backward stays under the recipe); 1: never.
+  double high_precision_after = 1.0;
   friend bool operator==(const Fp8Config&, const Fp8Config&) = default;
 };
 

@@ -296,6 +296,14 @@ train::TrainerOptions trainer_options(const config::RunConfig& c) {
   o.schedule = {static_cast<float>(c.optimizer.lr), c.schedule.warmup_steps,
                 config::total_schedule_steps(c), static_cast<float>(c.schedule.min_lr_ratio)};
   o.recipe = run_recipe(c);
+  if (o.recipe && c.fp8.high_precision_after < 1.0) {
+    OCTET_CHECK(
+        !c.model.fp8_primary_weights, "config key \"fp8.high_precision_after\" (",
+        c.fp8.high_precision_after,
+        ") needs high-precision weights to multiply, but model.fp8_primary_weights is true");
+    o.high_precision_forward_from = static_cast<int64_t>(
+        std::floor(c.fp8.high_precision_after * static_cast<double>(c.training.steps)));
+  }
   o.grad_accum = c.training.grad_accum;
   o.grad_clip = c.optimizer.grad_clip;
   o.max_nonfinite_steps = c.training.max_nonfinite_steps;

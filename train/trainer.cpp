@@ -169,6 +169,7 @@ Tensor Trainer::forward(const MicroBatchLoss& loss_of, int64_t micro) {
     fp8.emplace(*options_.recipe, modules::FP8Enabled::kYes,
                 world_size() > 1 ? options_.comm : nullptr);
   }
+  const modules::FP8HighPrecisionForward high_precision(forward_in_high_precision());
   Tensor loss = loss_of(micro, first);
   if (fp8) fp8->close();  // the forward scales update here; a failure throws here
   return loss;
@@ -291,12 +292,17 @@ void Trainer::read_waiting() {
   }
 }
 
+bool Trainer::forward_in_high_precision() const {
+  return options_.high_precision_forward_from >= 0 && step_ >= options_.high_precision_forward_from;
+}
+
 double Trainer::evaluate(const std::function<double()>& f) {
   const bool was_training = model_.training();
   model_.eval();
   double value = 0.0;
   try {
     autograd::NoGradGuard no_grad;
+    const modules::FP8HighPrecisionForward high_precision(forward_in_high_precision());
     value = f();
   } catch (...) {
     if (was_training) model_.train();

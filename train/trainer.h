@@ -66,8 +66,12 @@ struct TrainerOptions {
   modules::OptimizerOptions optimizer;
   modules::LrSchedule schedule;
   std::optional<Recipe> recipe;  // the FP8 scope around every forward; none: high precision
-  int64_t grad_accum = 1;        // micro-batches per optimizer step (the loss is averaged)
-  double grad_clip = 1.0;        // max global L2 norm of the gradients; <= 0 only measures
+  // From this step (steps done, 0-based) on, the forward GEMMs run in high precision and the
+  // backward stays under the recipe (modules::FP8HighPrecisionForward), evaluation included;
+  // -1: never. A function of the step, so a resumed run switches where the run would have.
+  int64_t high_precision_forward_from = -1;
+  int64_t grad_accum = 1;  // micro-batches per optimizer step (the loss is averaged)
+  double grad_clip = 1.0;  // max global L2 norm of the gradients; <= 0 only measures
   // Steps in a row whose loss or gradient norm is NaN/inf before step() throws.
   int64_t max_nonfinite_steps = 10;
   // Quantize each FP8 weight once per step (first micro-batch) and reuse it for the others; only
@@ -158,6 +162,8 @@ class Trainer {
   void check_same_on_all_ranks();
   // Micro-batch `micro`'s loss, its forward in the recipe's FP8 scope.
   Tensor forward(const MicroBatchLoss& loss, int64_t micro);
+  // Whether this step's forwards run in high precision (options_.high_precision_forward_from).
+  bool forward_in_high_precision() const;
   // The step, for both read modes: read every step, each loss reaches the host as it comes and a
   // NaN/inf one ends the step at once (its result joins ready_); deferred, the losses and the
   // norm stay on the device, where they gate the update, and the step waits in waiting_.

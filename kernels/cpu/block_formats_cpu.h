@@ -26,6 +26,13 @@ void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& cast, Tensor& data, T
 // 16x16-tiled data stored (rows, cols) -> (cols, rows) with the tiles' scales moved along.
 void transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t rows, int64_t cols,
                            Tensor& out_data, Tensor& out_scales);
+// Quartet II (kernels/math/quartet2.h): x (rows, cols) f32/bf16, cols a multiple of 128 -> out
+// f32, each 128 values of a row transformed with the signs drawn at `offset` of `seed`.
+void rht128(const Tensor& x, uint64_t seed, uint64_t offset, bool inverse, Tensor& out);
+// v (rows, cols) f32 -> MS-EDEN data and scales (NVFP4's layouts) and the decode scale g (1,) f32;
+// block (r, b)'s scale takes draw offset + r * cols / 16 + b.
+void quantize_nvfp4_eden(const Tensor& v, uint64_t seed, uint64_t offset, Tensor& data,
+                         Tensor& scales, Tensor& decode);
 // out (rows, cols) f32/bf16 = e2m1 * the block's scale, times amax / 2688 when amax is given.
 void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax, float e4m3_max,
                   Tensor& out);

@@ -113,6 +113,14 @@ class CpuBackend final : public Backend {
                              Tensor& out_data, Tensor& out_scales) const override {
     cpu::transpose_nvfp4_tiles(data, scales, rows, cols, out_data, out_scales);
   }
+  void rht128(const Tensor& x, uint64_t seed, uint64_t offset, bool inverse,
+              Tensor& out) const override {
+    cpu::rht128(x, seed, offset, inverse, out);
+  }
+  void quantize_nvfp4_eden(const Tensor& v, uint64_t seed, uint64_t offset, Tensor& data,
+                           Tensor& scales, Tensor& decode) const override {
+    cpu::quantize_nvfp4_eden(v, seed, offset, data, scales, decode);
+  }
   void hadamard16(const Tensor& x, bool inverse, Tensor& out) const override {
     std::vector<float> in(static_cast<size_t>(x.numel()));
     cpu::to_f32(x.dtype(), x.data(), in.data(), x.numel());

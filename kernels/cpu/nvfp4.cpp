@@ -10,6 +10,7 @@
 #include "kernels/cpu/block_formats_cpu.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/math/quartet2.h"
 #include "runtime/fp8_scaling.h"
 #include "runtime/parallel.h"
 #include "runtime/philox.h"
@@ -236,6 +237,53 @@ void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& c, Tensor& data, Tens
     }
   });
   add_partial_counts(partial, rows * cols, counts);
+}
+
+void rht128(const Tensor& x, uint64_t seed, uint64_t offset, bool inverse, Tensor& out) {
+  const int64_t n = x.numel();
+  std::vector<float> v(static_cast<size_t>(n));
+  to_f32(x.dtype(), x.data(), v.data(), n);
+  double signs[math::kRht128];
+  for (int i = 0; i < math::kRht128; ++i) signs[i] = math::rht128_sign(seed, offset, i);
+  float* y = out.data_as<float>();
+  parallel_for(0, n / math::kRht128, 16, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      math::rht128(v.data() + c * math::kRht128, signs, inverse, y + c * math::kRht128);
+    }
+  });
+}
+
+void quantize_nvfp4_eden(const Tensor& v, uint64_t seed, uint64_t offset, Tensor& data,
+                         Tensor& scales, Tensor& decode) {
+  const int64_t rows = v.rows(), cols = v.cols(), blocks = cols / kBlock;
+  const float* x = v.data_as<float>();
+  uint8_t* q = data.data_as<uint8_t>();
+  uint8_t* sf = scales.data_as<uint8_t>();
+  std::fill(sf, sf + scales.numel(), uint8_t{0});  // the layout's padding stays 0
+  const int64_t stride = scales.size(1);
+  // Pass one: codes and corrected scales; pass two: the scales under the tensor's decode scale.
+  std::vector<float> corrected(static_cast<size_t>(rows * blocks));
+  parallel_for(0, rows, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        corrected[static_cast<size_t>(r * blocks + b)] =
+            math::eden_block(x + r * cols + b * kBlock, q + r * (cols / 2) + b * (kBlock / 2));
+      }
+    }
+  });
+  float most = 0.f;
+  for (float f : corrected) most = f > most ? f : most;  // NaN ignored
+  const float g = most * 0x1p-8f;
+  *decode.data_as<float>() = g;
+  parallel_for(0, rows, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        const uint64_t draw = offset + static_cast<uint64_t>(r * blocks + b);
+        sf[r * stride + b] = math::eden_scale_code(corrected[static_cast<size_t>(r * blocks + b)],
+                                                   g, detail::philox_word(seed, draw));
+      }
+    }
+  });
 }
 
 void transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t rows, int64_t cols,

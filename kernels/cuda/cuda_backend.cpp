@@ -98,6 +98,14 @@ class CudaBackend final : public Backend {
                     Tensor& out) const override {
     cuda::expand_nvfp4(data, scales, amax, e4m3_max, out);
   }
+  void rht128(const Tensor& x, uint64_t seed, uint64_t offset, bool inverse,
+              Tensor& out) const override {
+    cuda::rht128(x, seed, offset, inverse, out);
+  }
+  void quantize_nvfp4_eden(const Tensor& v, uint64_t seed, uint64_t offset, Tensor& data,
+                           Tensor& scales, Tensor& decode) const override {
+    cuda::quantize_nvfp4_eden(v, seed, offset, data, scales, decode);
+  }
   void hadamard16(const Tensor& x, bool inverse, Tensor& out) const override {
     cuda::hadamard16(x, inverse, out);
   }

@@ -80,6 +80,10 @@ void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& cast, Tensor& data, T
 void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax, float e4m3_max,
                   Tensor& out);
 void hadamard16(const Tensor& x, bool inverse, Tensor& out);
+// Quartet II's transform and MS-EDEN cast (kernels/math/quartet2.h; the CPU's bits).
+void rht128(const Tensor& x, uint64_t seed, uint64_t offset, bool inverse, Tensor& out);
+void quantize_nvfp4_eden(const Tensor& v, uint64_t seed, uint64_t offset, Tensor& data,
+                         Tensor& scales, Tensor& decode);
 void transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t rows, int64_t cols,
                            Tensor& out_data, Tensor& out_scales);
 

@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/math/quartet2.h"
 #include "runtime/fp4.h"
 #include "runtime/fp8_scaling.h"
 #include "runtime/nvfp4_tensor.h"
@@ -258,7 +259,87 @@ void launch_hadamard(const Tensor& x, bool inverse, float* y) {
   OCTET_CUDA_LAUNCH_CHECK("hadamard16_kernel");
 }
 
+// One thread per 128-value chunk: the signs from the stream, then the CPU's transform. A NaN
+// output is the canonical quiet NaN on both backends.
+template <typename In>
+__global__ void rht128_kernel(const In* x, float* y, uint64_t seed, uint64_t offset, bool inverse,
+                              int64_t chunks) {
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < chunks;
+       c += int64_t{gridDim.x} * blockDim.x) {
+    double signs[math::kRht128];
+    float chunk[math::kRht128];
+    for (int i = 0; i < math::kRht128; ++i) {
+      signs[i] = math::rht128_sign(seed, offset, i);
+      chunk[i] = load_in(x, c * math::kRht128 + i);
+    }
+    math::rht128(chunk, signs, inverse, y + c * math::kRht128);
+  }
+}
+
+// MS-EDEN pass one: one thread per 1x16 block, its codes and corrected scale.
+__global__ void eden_block_kernel(const float* v, uint8_t* q, float* corrected, int64_t n) {
+  for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < n;
+       k += int64_t{gridDim.x} * blockDim.x) {
+    float x[kBlock];
+    for (int i = 0; i < kBlock; ++i) x[i] = v[k * kBlock + i];
+    uint8_t codes[kBlock / 2];
+    corrected[k] = math::eden_block(x, codes);
+    for (int i = 0; i < kBlock / 2; ++i) q[k * (kBlock / 2) + i] = codes[i];
+  }
+}
+
+// Pass two: g = max corrected / 256 (the amax of the corrected scales, read on the device), each
+// block's scale drawn from the stream.
+__global__ void eden_scale_kernel(const float* corrected, const float* most, uint8_t* sf,
+                                  float* decode, uint64_t seed, uint64_t offset, int64_t blocks,
+                                  int64_t stride, int64_t n) {
+  const float g = most[0] * 0x1p-8f;
+  if (blockIdx.x == 0 && threadIdx.x == 0) decode[0] = g;
+  for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < n;
+       k += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = k / blocks, b = k % blocks;
+    const uint32_t word = octet::detail::philox_word(seed, offset + static_cast<uint64_t>(k));
+    sf[r * stride + b] = math::eden_scale_code(corrected[k], g, word);
+  }
+}
+
 }  // namespace
+
+void rht128(const Tensor& x, uint64_t seed, uint64_t offset, bool inverse, Tensor& out) {
+  const int64_t chunks = x.numel() / math::kRht128;
+  if (chunks == 0) return;
+  const cudaStream_t stream = stream_of(x);
+  float* y = out.data_as<float>();
+  if (x.dtype() == DType::kF32) {
+    rht128_kernel<float><<<blocks_for(chunks), kThreads, 0, stream>>>(x.data_as<float>(), y, seed,
+                                                                      offset, inverse, chunks);
+  } else {
+    rht128_kernel<uint16_t><<<blocks_for(chunks), kThreads, 0, stream>>>(
+        static_cast<const uint16_t*>(x.data()), y, seed, offset, inverse, chunks);
+  }
+  OCTET_CUDA_LAUNCH_CHECK("rht128_kernel");
+}
+
+void quantize_nvfp4_eden(const Tensor& v, uint64_t seed, uint64_t offset, Tensor& data,
+                         Tensor& scales, Tensor& decode) {
+  const cudaStream_t stream = stream_of(v);
+  OCTET_CUDA_CHECK(cudaMemsetAsync(scales.data(), 0, scales.nbytes(), stream));
+  const int64_t blocks = v.cols() / kBlock, n = v.rows() * blocks;
+  MemTagScope workspace(MemTag::kWorkspace);
+  Tensor corrected = Tensor::empty({n}, DType::kF32, v.device());
+  Tensor most = Tensor::empty({1}, DType::kF32, v.device());
+  if (n > 0) {
+    eden_block_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        v.data_as<float>(), data.data_as<uint8_t>(), corrected.data_as<float>(), n);
+    OCTET_CUDA_LAUNCH_CHECK("eden_block_kernel");
+  }
+  octet::cuda::amax(corrected, most);           // the corrected scales are >= 0 (or NaN, ignored)
+  const auto grid = n > 0 ? blocks_for(n) : 1;  // one thread writes g when n is 0
+  eden_scale_kernel<<<grid, kThreads, 0, stream>>>(
+      corrected.data_as<float>(), most.data_as<float>(), scales.data_as<uint8_t>(),
+      decode.data_as<float>(), seed, offset, blocks, scales.size(1), n);
+  OCTET_CUDA_LAUNCH_CHECK("eden_scale_kernel");
+}
 
 void hadamard16(const Tensor& x, bool inverse, Tensor& out) {
   launch_hadamard(x, inverse, out.data_as<float>());

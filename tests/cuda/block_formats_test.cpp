@@ -1,5 +1,6 @@
 // Blockwise FP8 and NVFP4 on CUDA against the CPU backend: the block casts (data, scales, the
-// NVFP4 tensor amax, stochastic rounding's Philox draws, the Hadamard transform) bit for bit, the
+// NVFP4 tensor amax, stochastic rounding's Philox draws, the Hadamard transforms, Quartet II's
+// MS-EDEN) bit for bit, the
 // expansions and transposes bit for bit, the GEMMs within f32 parity (the same exact expanded
 // operands summed in another order), and the two quantizers with usage changes. The casts'
 // saturated / flushed counts, kept on the device, equal the CPU's once taken.
@@ -349,6 +350,31 @@ TEST(CudaNvfp4, FourOverSixCastAndDequantizeMatchCpuBitForBit) {
           }
         }
       }
+    }
+  }
+}
+
+TEST(CudaNvfp4, Quartet2TransformAndMsEdenCastMatchCpuBitForBit) {
+  OCTET_REQUIRE_CUDA();
+  for (const Shape& shape : {Shape{16, 128}, Shape{48, 384}, Shape{2, 8, 256}}) {
+    for (DType input : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(shape_str(shape) + " " + name_of(input));
+      const Tensor x = block_input(shape, input, 84);
+      for (bool inverse : {false, true}) {
+        EXPECT_TRUE(test::same_bits(ops::rht128(on_gpu(x), 9, 512, inverse),
+                                    ops::rht128(x, 9, 512, inverse)))
+            << (inverse ? "inverse" : "forward");
+      }
+      const Tensor v = ops::rht128(x, 9, 512);
+      const int64_t rows = v.rows(), cols = v.cols();
+      NVFP4Out want = nvfp4_out(rows, cols, Device::cpu());
+      NVFP4Out got = nvfp4_out(rows, cols, test::gpu());
+      ops::quantize_nvfp4_eden(v.reshape({rows, cols}), 9, 640, want.data, want.scales, want.amax);
+      ops::quantize_nvfp4_eden(on_gpu(v).reshape({rows, cols}), 9, 640, got.data, got.scales,
+                               got.amax);
+      EXPECT_TRUE(test::same_bits(got.amax, want.amax)) << "decode scale";
+      EXPECT_TRUE(test::same_bits(got.scales, want.scales)) << "scales";
+      EXPECT_TRUE(test::same_bits(got.data, want.data)) << "data";
     }
   }
 }

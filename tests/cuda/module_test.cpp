@@ -213,6 +213,26 @@ TEST(CudaModules, LayerNormMLPMatchesTheCpuUnderTheBlockRecipes) {
   }
 }
 
+// NVFP4's quartet2 method (every GEMM dimension a multiple of 128): the casts and re-casts draw
+// from each slot's stream on both devices alike.
+TEST(CudaModules, Quartet2MatchesTheCpu) {
+  OCTET_REQUIRE_CUDA();
+  const std::vector<Recipe> quartet2 = {Recipe::nvfp4_quartet2()};
+  LinearOptions o;
+  o.init_std = 0.1f;
+  compare_module<Linear>([&] { return std::make_unique<Linear>(128, 256, o); }, {2, 64, 128},
+                         {2, 64, 256}, quartet2);
+  for (Recompute recompute : {Recompute::kNo, Recompute::kYes}) {
+    SCOPED_TRACE(recompute == Recompute::kYes ? "recompute" : "no recompute");
+    LayerNormMLPOptions m;
+    m.recompute = recompute;
+    m.activation = MLPActivation::kSwiglu;
+    m.linear.init_std = 0.1f;
+    compare_module<LayerNormMLP>([&] { return std::make_unique<LayerNormMLP>(128, 256, m); },
+                                 {2, 64, 128}, {2, 64, 128}, quartet2);
+  }
+}
+
 TEST(CudaModules, Fp8PrimaryWeightsMatchTheCpu) {
   OCTET_REQUIRE_CUDA();
   for (const Recipe& recipe : kRecipes) {

@@ -55,6 +55,10 @@ TEST(Recipe, ShippedConfigsLoadAsTheDocumentedRecipes) {
   EXPECT_TRUE(fp4.stochastic_rounding);
   EXPECT_TRUE(fp4.weight_2d_quantization);
   EXPECT_EQ(fp4, Recipe::nvfp4());
+
+  const Recipe quartet2 = load_recipe(config_path("nvfp4_quartet2.json"));
+  EXPECT_TRUE(quartet2.is_quartet2());
+  EXPECT_EQ(quartet2, Recipe::nvfp4_quartet2());
 }
 
 TEST(Recipe, DefaultsWhenKeysAreLeftOut) {

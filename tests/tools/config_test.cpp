@@ -338,6 +338,7 @@ TEST(Config, RoundTripsThroughJson) {
             R"(fp8.high_precision_modules=["layers.*.attn.proj", "layers.1"])",
             "fp8.high_precision_first_layers=1",
             "fp8.high_precision_last_layers=2",
+            "fp8.high_precision_after=0.8",
             "data.kind=shards",
             "data.path=train_*.bin",
             "data.tokenizer=gpt2/",

@@ -37,22 +37,23 @@ TrainerOptions options_for(std::optional<Recipe> recipe, int64_t accum = 2) {
 struct Batch {
   Tensor ids, targets;
 };
-Batch batch_of(int64_t step, int64_t micro) {
-  Batch b{Tensor::empty({4, 16}, DType::kI32), Tensor::empty({4, 16}, DType::kI32)};
+Batch batch_of(int64_t step, int64_t micro, int64_t rows = 4) {
+  Batch b{Tensor::empty({rows, 16}, DType::kI32), Tensor::empty({rows, 16}, DType::kI32)};
   auto* ids = b.ids.data_as<int32_t>();
   auto* t = b.targets.data_as<int32_t>();
-  for (int64_t i = 0; i < 64; ++i) {
+  for (int64_t i = 0; i < rows * 16; ++i) {
     ids[i] = static_cast<int32_t>((i * 7 + step * 3 + micro * 5) % 16);
     t[i] = static_cast<int32_t>((ids[i] + 1) % 16);
   }
   return b;
 }
 
-std::vector<double> run_steps(Trainer& trainer, modules::GPT& model, int64_t from, int64_t to) {
+std::vector<double> run_steps(Trainer& trainer, modules::GPT& model, int64_t from, int64_t to,
+                              int64_t rows = 4) {
   std::vector<double> losses;
   for (int64_t s = from; s < to; ++s) {
     const StepResult r = trainer.step([&](int64_t micro, modules::FirstMicrobatch first) {
-      const Batch b = batch_of(s, micro);
+      const Batch b = batch_of(s, micro, rows);
       return model.loss(b.ids, b.targets, first);
     });
     EXPECT_EQ(r.step, s + 1);
@@ -102,6 +103,68 @@ TEST_P(TrainerResume, CheckpointRoundTripResumesBitExactly) {
   }
 }
 INSTANTIATE_TEST_SUITE_P(Recipes, TrainerResume, ::testing::Range(0, 7));
+
+// NVFP4's quartet2 method draws its transform signs and scale roundings from the gradient
+// slots' streams, which the checkpoint holds: the resumed run draws what the uninterrupted one
+// did. A GPT of width 128 on 8 sequences of 16 tokens (every GEMM dimension a multiple of 128).
+TEST(TrainerResume, Quartet2ResumesBitExactly) {
+  for (const auto primary : {modules::FP8PrimaryWeights::kNo, modules::FP8PrimaryWeights::kYes}) {
+    auto config = [&] {
+      modules::GPTConfig g = small_gpt(Recipe::nvfp4_quartet2(), primary);
+      g.d_model = 128;
+      return g;
+    };
+    test::ScratchDir dir;
+    modules::GPT straight_model(config());
+    Trainer straight(straight_model, options_for(Recipe::nvfp4_quartet2()));
+    const std::vector<double> want = run_steps(straight, straight_model, 0, 6, 8);
+    modules::GPT first_model(config());
+    Trainer first(first_model, options_for(Recipe::nvfp4_quartet2()));
+    run_steps(first, first_model, 0, 3, 8);
+    first.save(dir.file("ckpt.safetensors"), {});
+    modules::GPT resumed_model(config());
+    Trainer resumed(resumed_model, options_for(Recipe::nvfp4_quartet2()));
+    resumed.load(dir.file("ckpt.safetensors"));
+    const std::vector<double> got = run_steps(resumed, resumed_model, 3, 6, 8);
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i + 3]) << "step " << i + 4;
+    EXPECT_LT(want.back(), want.front()) << "the loss falls";
+  }
+}
+
+// fp8.high_precision_after: from its step on the forward runs in high precision (the backward
+// under the recipe). Before it the run is the plain FP8 run; from step 0 the first loss is the
+// high-precision model's; a resume across the switch is exact.
+TEST(TrainerHighPrecisionForward, SwitchesAtItsStepAndResumesExactly) {
+  auto options = [](int64_t from) {
+    TrainerOptions o = options_for(Recipe::current());
+    o.high_precision_forward_from = from;
+    return o;
+  };
+  modules::GPT hp_model(small_gpt(std::nullopt));
+  Trainer hp(hp_model, options_for(std::nullopt));
+  modules::GPT early_model(small_gpt(Recipe::current()));
+  Trainer early(early_model, options(0));
+  EXPECT_EQ(run_steps(early, early_model, 0, 1)[0], run_steps(hp, hp_model, 0, 1)[0]);
+
+  modules::GPT plain_model(small_gpt(Recipe::current()));
+  Trainer plain(plain_model, options_for(Recipe::current()));
+  const std::vector<double> fp8 = run_steps(plain, plain_model, 0, 6);
+  modules::GPT straight_model(small_gpt(Recipe::current()));
+  Trainer straight(straight_model, options(3));
+  const std::vector<double> want = run_steps(straight, straight_model, 0, 6);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(want[i], fp8[i]) << "step " << i + 1;
+  EXPECT_NE(want[3], fp8[3]) << "the switch";
+  test::ScratchDir dir;
+  modules::GPT first_model(small_gpt(Recipe::current()));
+  Trainer first(first_model, options(3));
+  run_steps(first, first_model, 0, 2);
+  first.save(dir.file("ckpt.safetensors"), {});
+  modules::GPT resumed_model(small_gpt(Recipe::current()));
+  Trainer resumed(resumed_model, options(3));
+  resumed.load(dir.file("ckpt.safetensors"));
+  const std::vector<double> got = run_steps(resumed, resumed_model, 2, 6);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i + 2]) << "step " << i + 3;
+}
 
 TEST(TrainerCheckpoint, ModuleAndOptimizerWithTwoCalls) {
   test::ScratchDir dir;
