@@ -18,6 +18,7 @@
 #include "data/task_data.h"
 #include "data/token_data.h"
 #include "data/tokenizer.h"
+#include "modules/fp8_autocast.h"
 #include "runtime/comm.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
@@ -395,6 +396,8 @@ int run_eval(const Args& args, std::ostream& out) {
   }
   autograd::InferenceModeGuard inference;
   LoadedModel m = load_model(path, sets, p.value("--data"));
+  const modules::FP8HighPrecisionForward high_precision(
+      cli::forward_in_high_precision(m.config, m.step));
   const cli::EvalResult r = cli::evaluate(*m.model, *m.dataset, m.config);
   if (p.has("--json")) {
     const nlohmann::ordered_json j = {{"checkpoint", path},     {"step", m.step},
@@ -525,6 +528,8 @@ int run_generate(const Args& args, std::ostream& out, std::ostream& err) {
   Generator gen(seed);
   const modules::GenerateOptions options = generate_options(
       p, new_tokens, temperature, m.tokenizer ? m.tokenizer->eos_id() : std::nullopt, g.vocab_size);
+  const modules::FP8HighPrecisionForward high_precision(
+      cli::forward_in_high_precision(m.config, m.step));
   const modules::Generation result =
       train::generate(*m.model, cli::run_recipe(m.config), prompts, options, &gen);
   const std::vector<int32_t> generated = printed_tokens(result.tokens, options.eos_id);

@@ -285,6 +285,23 @@ Device rank_device(const config::RunConfig& c, const LaunchInfo& launch) {
   return device;
 }
 
+namespace {
+// The step fp8.high_precision_after switches the forward at; -1: never.
+int64_t high_precision_forward_from(const config::RunConfig& c) {
+  if (!run_recipe(c) || c.fp8.high_precision_after >= 1.0) return -1;
+  OCTET_CHECK(!c.model.fp8_primary_weights, "config key \"fp8.high_precision_after\" (",
+              c.fp8.high_precision_after,
+              ") needs high-precision weights to multiply, but model.fp8_primary_weights is true");
+  return static_cast<int64_t>(
+      std::floor(c.fp8.high_precision_after * static_cast<double>(c.training.steps)));
+}
+}  // namespace
+
+bool forward_in_high_precision(const config::RunConfig& c, int64_t step) {
+  const int64_t from = high_precision_forward_from(c);
+  return from >= 0 && step >= from;
+}
+
 train::TrainerOptions trainer_options(const config::RunConfig& c) {
   train::TrainerOptions o;
   o.optimizer.kind = optimizer_from_name(c.optimizer.kind);
@@ -296,14 +313,7 @@ train::TrainerOptions trainer_options(const config::RunConfig& c) {
   o.schedule = {static_cast<float>(c.optimizer.lr), c.schedule.warmup_steps,
                 config::total_schedule_steps(c), static_cast<float>(c.schedule.min_lr_ratio)};
   o.recipe = run_recipe(c);
-  if (o.recipe && c.fp8.high_precision_after < 1.0) {
-    OCTET_CHECK(
-        !c.model.fp8_primary_weights, "config key \"fp8.high_precision_after\" (",
-        c.fp8.high_precision_after,
-        ") needs high-precision weights to multiply, but model.fp8_primary_weights is true");
-    o.high_precision_forward_from = static_cast<int64_t>(
-        std::floor(c.fp8.high_precision_after * static_cast<double>(c.training.steps)));
-  }
+  o.high_precision_forward_from = high_precision_forward_from(c);
   o.grad_accum = c.training.grad_accum;
   o.grad_clip = c.optimizer.grad_clip;
   o.max_nonfinite_steps = c.training.max_nonfinite_steps;

@@ -31,6 +31,9 @@ int64_t run_seq_len(const config::RunConfig& config, const data::Dataset& datase
 modules::GPTConfig gpt_config(const config::RunConfig& config, const data::Dataset& dataset);
 // The Trainer's options a config describes (optimizer, schedule, recipe, accumulation, ...).
 train::TrainerOptions trainer_options(const config::RunConfig& config);
+// Whether a model the run had trained `step` steps runs its forward in high precision
+// (fp8.high_precision_after): eval and generate use the model as its training ended.
+bool forward_in_high_precision(const config::RunConfig& config, int64_t step);
 
 // ---- evaluation ----
 

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <utility>
 
+#include "modules/fp8_autocast.h"
 #include "modules/gpt.h"
 #include "runtime/error.h"
 #include "train/trainer.h"
@@ -73,6 +74,8 @@ void Trainer::fit_step(data::Dataset& data, const FitOptions& o, const BatchLoss
 }
 
 EvalResult Trainer::fit_evaluate(data::Dataset& data, const FitOptions& o) {
+  // Evaluated as this step trains: its forward in high precision after the switch.
+  const modules::FP8HighPrecisionForward high_precision(forward_in_high_precision());
   if (o.evaluate) return o.evaluate();
   auto* gpt = dynamic_cast<modules::GPT*>(&model_);
   OCTET_CHECK(gpt != nullptr, "Trainer::fit: the model is not a modules::GPT, so FitOptions::",

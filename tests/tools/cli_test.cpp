@@ -144,6 +144,32 @@ TEST(Cli, Fp8PrimaryWeightsLoadRowwiseOnlyForInference) {
   EXPECT_EQ(i["bytes_by_usage"]["fp8_rowwise"], (96 + 32 + 128 + 128) * 32 + 4 * 4);
 }
 
+// fp8.high_precision_after: a run that ended past its switch is evaluated as it trained (the
+// forward in high precision), by `octet eval` as by the run's own final evaluation.
+TEST(Cli, EvalOfARunPastItsHighPrecisionSwitchEvaluatesAsTheRunDid) {
+  test::ScratchDir scratch;
+  const std::string text = scratch.file("t.txt");
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 200; ++i) f << "the quick brown fox " << i << " jumps over the lazy dog\n";
+  }
+  const std::string dir = scratch.file("hp");
+  const Outcome train =
+      octet(tiny_train(dir, {"--set", "data.kind=text", "--set", "data.path=" + text, "--set",
+                             "model.seq_len=32", "--set", "fp8.high_precision_after=0.5", "--set",
+                             "fp8.recipe={\"recipe\":\"current\"}"}));
+  ASSERT_EQ(train.code, 0) << train.err;
+  double final_eval = -1;
+  std::ifstream metrics(dir + "/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("eval")) final_eval = j["eval"]["value"].get<double>();
+  }
+  const Outcome eval = octet({"eval", "--checkpoint", dir + "/checkpoint.safetensors", "--json"});
+  ASSERT_EQ(eval.code, 0) << eval.err;
+  EXPECT_EQ(nlohmann::json::parse(eval.out)["value"].get<double>(), final_eval);
+}
+
 // The block formats' checkpoints say how their bytes are laid out, and inspect shows it.
 TEST(Cli, BlockFormatCheckpointsRecordTheirBlocksAndPacking) {
   test::ScratchDir scratch;

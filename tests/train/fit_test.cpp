@@ -203,6 +203,27 @@ TEST(Fit, RunsTheStepsThatStepWouldRun) {
   }
 }
 
+TEST(Fit, AHighPrecisionForwardEvaluatesInHighPrecisionToo) {
+  // From the switch on, fit's evaluations run the forward in high precision as its steps do:
+  // the final evaluation is the high-precision model's on the same weights.
+  test::ScratchDir dir;
+  const std::string data_dir = write_shards(dir);
+  auto data = shards(data_dir);
+  modules::GPT model(test::small_gpt(Recipe::current()));
+  TrainerOptions options = options_for(Recipe::current());
+  options.high_precision_forward_from = 2;
+  Trainer trainer(model, options);
+  const FitResult r = trainer.fit(*data, fit_options(4));
+  ASSERT_TRUE(r.final_eval.has_value());
+  EvalOptions eval = fit_options(4).eval;
+  eval.batch_size = kBatch;
+  eval.seq_len = kSeq;
+  const EvalResult high = evaluate(model, *data, eval, std::nullopt, nullptr);
+  const EvalResult fp8 = evaluate(model, *data, eval, Recipe::current(), nullptr);
+  EXPECT_TRUE(same_bits(r.final_eval->loss, high.loss));
+  EXPECT_FALSE(same_bits(r.final_eval->loss, fp8.loss));
+}
+
 TEST(Fit, DeferredReadsReportTheSameStepsInOrder) {
   test::ScratchDir dir;
   const std::string data_dir = write_shards(dir);
