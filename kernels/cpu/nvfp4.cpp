@@ -241,14 +241,20 @@ void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& c, Tensor& data, Tens
 
 void rht128(const Tensor& x, uint64_t seed, uint64_t offset, bool inverse, Tensor& out) {
   const int64_t n = x.numel();
-  std::vector<float> v(static_cast<size_t>(n));
-  to_f32(x.dtype(), x.data(), v.data(), n);
+  // f32 is read in place; bf16 is widened once.
+  std::vector<float> widened;
+  const float* v = x.dtype() == DType::kF32 ? x.data_as<float>() : nullptr;
+  if (v == nullptr) {
+    widened.resize(static_cast<size_t>(n));
+    to_f32(x.dtype(), x.data(), widened.data(), n);
+    v = widened.data();
+  }
   double signs[math::kRht128];
   for (int i = 0; i < math::kRht128; ++i) signs[i] = math::rht128_sign(seed, offset, i);
   float* y = out.data_as<float>();
   parallel_for(0, n / math::kRht128, 16, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
-      math::rht128(v.data() + c * math::kRht128, signs, inverse, y + c * math::kRht128);
+      math::rht128(v + c * math::kRht128, signs, inverse, y + c * math::kRht128);
     }
   });
 }

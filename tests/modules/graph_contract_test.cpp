@@ -9,6 +9,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/ops/arithmetic.h"
+#include "autograd/ops/nn.h"
 #include "autograd/variable.h"
 #include "kernels/ops.h"
 #include "modules/fp8_autocast.h"
@@ -148,6 +149,21 @@ std::shared_ptr<FP8Meta> broken_meta() {
   auto meta = std::make_shared<FP8Meta>(Recipe::delayed(), 1);
   meta->slot(forward_slot(0, ForwardTensor::kInput)).amax_history = Tensor::zeros({4}, DType::kI32);
   return meta;
+}
+
+// Grouped-query attention keeps its key and value heads unrepeated for the backward: the node
+// holds qkv (B, T, H + 2G, D), the output (B, T, H D) and the log-sum-exps (B, H, T), and no
+// repeated (B, T, 3 H D) copy (which the heads repeated before the attention would hold).
+TEST(GraphContract, GroupedAttentionSavesItsHeadsUnrepeated) {
+  const int64_t B = 2, T = 8, H = 4, G = 1, D = 8;
+  Tensor qkv = test::random_tensor({B, T, (H + 2 * G) * D}, DType::kF32, 7);
+  autograd::set_requires_grad(qkv);
+  const int64_t base = memory_stats().current_of(MemTag::kSaved);
+  const Tensor y = autograd::causal_attention(qkv, H, G, 0.35f);
+  const int64_t want = 4 * (B * T * (H + 2 * G) * D + B * T * H * D + B * H * T);
+  EXPECT_EQ(memory_stats().current_of(MemTag::kSaved) - base, want);
+  autograd::backward(autograd::sum(y));
+  EXPECT_EQ(memory_stats().current_of(MemTag::kSaved) - base, 0);
 }
 
 TEST(GraphContract, AFailingScopeUpdateIsThrownByCloseOrByTheNextScope) {
