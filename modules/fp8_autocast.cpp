@@ -123,6 +123,7 @@ void FP8Autocast::close() {
 
 namespace {
 thread_local bool t_forward_high_precision = false;
+thread_local bool t_backward_high_precision = false;
 }  // namespace
 
 FP8HighPrecisionForward::FP8HighPrecisionForward(bool on) : previous_(t_forward_high_precision) {
@@ -130,6 +131,13 @@ FP8HighPrecisionForward::FP8HighPrecisionForward(bool on) : previous_(t_forward_
 }
 FP8HighPrecisionForward::~FP8HighPrecisionForward() { t_forward_high_precision = previous_; }
 bool fp8_forward_high_precision() { return t_forward_high_precision; }
+
+FP8HighPrecisionBackward::FP8HighPrecisionBackward(bool on)
+    : previous_(t_backward_high_precision) {
+  t_backward_high_precision = on;
+}
+FP8HighPrecisionBackward::~FP8HighPrecisionBackward() { t_backward_high_precision = previous_; }
+bool fp8_backward_high_precision() { return t_backward_high_precision; }
 
 bool fp8_enabled() { return t_scope.enabled; }
 

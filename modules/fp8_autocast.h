@@ -67,6 +67,23 @@ class FP8HighPrecisionForward {
 };
 bool fp8_forward_high_precision();
 
+// The backward GEMMs in high precision while this lives (fp8.high_precision_backward: the
+// "forward-only" ablation of the 4-bit literature): FP8 modules whose forward runs inside cast the
+// input and weight for the forward GEMM only, keep the high-precision input and weight for
+// backward, and multiply dY by them without casting. Exclusive with FP8HighPrecisionForward;
+// FP8 primary weights and recomputed MLPs cannot take it.
+class FP8HighPrecisionBackward {
+ public:
+  explicit FP8HighPrecisionBackward(bool on = true);
+  ~FP8HighPrecisionBackward();
+  FP8HighPrecisionBackward(const FP8HighPrecisionBackward&) = delete;
+  FP8HighPrecisionBackward& operator=(const FP8HighPrecisionBackward&) = delete;
+
+ private:
+  bool previous_;
+};
+bool fp8_backward_high_precision();
+
 bool fp8_enabled();          // inside a scope with FP8 on
 const Recipe& fp8_recipe();  // the active recipe; throws unless fp8_enabled()
 int fp8_scope_depth();       // 0 outside every scope

@@ -109,6 +109,10 @@ GemmQuantizers FP8State::gemm_quantizers(int gemm) {
   q.grad_output = quantizer_handle(backward_slot(gemm, BackwardTensor::kGradOutput));
   q.meta = meta_;
   q.forward_high_precision = fp8_forward_high_precision();
+  q.backward_high_precision = fp8_backward_high_precision();
+  OCTET_CHECK(!(q.forward_high_precision && q.backward_high_precision),
+              "the forward and the backward both in high precision (fp8.high_precision_after and "
+              "fp8.high_precision_backward): that is a high-precision run; turn FP8 off instead");
   if (q.forward_high_precision) {
     // The backward casts the kept input and weight as this forward would have (the scales of
     // now, whatever the scope's exit updates before the backward runs).
@@ -202,7 +206,10 @@ Usage FP8Weight::needed_usage(const Quantizer* quantizer) {
 
 Operand FP8Weight::get(const Tensor& hp, FP8State* state, int gemm, FirstMicrobatch first) {
   // A high-precision forward multiplies the weight itself; the backward casts what it needs.
-  if (state == nullptr || fp8_forward_high_precision()) return {hp, nullptr};
+  // So does a high-precision backward: its forward GEMM casts the weight it keeps (LinearGemm).
+  if (state == nullptr || fp8_forward_high_precision() || fp8_backward_high_precision()) {
+    return {hp, nullptr};
+  }
   const Quantizer* q = state->quantizer(forward_slot(gemm, ForwardTensor::kWeight));
   const Usage usage = needed_usage(q);
   if (first == FirstMicrobatch::kUnset) {

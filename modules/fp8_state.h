@@ -35,6 +35,8 @@ struct GemmQuantizers {
   // The forward in high precision (modules/fp8_autocast.h FP8HighPrecisionForward): only the
   // backward casts.
   bool forward_high_precision = false;
+  // The backward in high precision (FP8HighPrecisionBackward): the forward GEMM's casts only.
+  bool backward_high_precision = false;
   bool fp8() const { return input != nullptr; }
 };
 

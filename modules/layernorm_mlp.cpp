@@ -85,7 +85,7 @@ struct LayerNormMLPFn {
     const Quantizer* q1 = recomputing ? frozen1.get() : fc1.input_quantizer();
     f.ln = norm_operand(xv, spec_of(norm, g, b), q1, fc1.input_usage(),
                         recomputing ? AmaxRecording::kSkip : fp8_amax_recording(), f.n);
-    Tensor pre = LinearGemm::fprop(f.ln, w, bias1.defined() ? &bias1 : nullptr, xv.dtype());
+    Tensor pre = fc1.run_fprop(f.ln, w, bias1.defined() ? &bias1 : nullptr, xv.dtype());
     Tensor a = act.gated ? ops::gated_activation(act.act, pre) : ops::activation(act.act, pre);
     f.h1 = {pre, nullptr};
     if (!recomputing) {
@@ -108,6 +108,9 @@ struct LayerNormMLPFn {
     const bool need_dh1 = need_norm_grad || (rec && needs_grad(w1_leaf)) || need_db1;
     fc1.set_needs(need_norm_grad, rec && needs_grad(w1_leaf));
     fc2.set_needs(need_dh1, rec && needs_grad(w2_leaf));
+    OCTET_CHECK(!(rec && recompute == Recompute::kYes && fc1.backward_high_precision()),
+                "LayerNormMLP: a high-precision backward (fp8.high_precision_backward) cannot "
+                "recompute the MLP (Recompute::kYes): its forward casts are not frozen");
     if (rec && recompute == Recompute::kYes && fc1.input_quantizer() != nullptr) {
       frozen1 = fc1.input_quantizer()->frozen();
       frozen2 = fc2.input_quantizer()->frozen();

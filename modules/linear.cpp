@@ -54,6 +54,9 @@ Operand WeightStorage::operand(FP8Weight& cache, FP8State* state, int gemm, Firs
     OCTET_CHECK(state == nullptr || !fp8_forward_high_precision(),
                 "a high-precision forward (fp8.high_precision_after) needs high-precision weights; "
                 "this module has FP8 primary weights (model.fp8_primary_weights)");
+    OCTET_CHECK(state == nullptr || !fp8_backward_high_precision(),
+                "a high-precision backward (fp8.high_precision_backward) needs high-precision "
+                "weights; this module has FP8 primary weights (model.fp8_primary_weights)");
     return FP8Weight::primary(fp8, initial_master.defined() ? &initial_master : nullptr);
   }
   return cache.get(hp, state, gemm, first);

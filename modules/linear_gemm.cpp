@@ -18,9 +18,22 @@ Tensor LinearGemm::fprop(const Operand& x, const Operand& w, const Tensor* bias,
   return gemm_fprop(x, w, bias, out_dtype);
 }
 
+Tensor LinearGemm::run_fprop(const Operand& x, const Operand& w, const Tensor* bias,
+                             DType out_dtype) const {
+  if (!q_.fp8() || !q_.backward_high_precision) return fprop(x, w, bias, out_dtype);
+  OCTET_CHECK(!x.quantized() && !w.quantized(),
+              "a high-precision backward casts the forward GEMM's operands itself; got an "
+              "already quantized operand");
+  const Operand xq = make_operand(x.hp, q_.input.get(), Usage::kRowwise, Ownership::kInternal,
+                                  fp8_amax_recording());
+  const Operand wq = make_operand(w.hp, q_.weight.get(), Usage::kRowwise, Ownership::kInternal,
+                                  fp8_amax_recording());
+  return fprop(xq, wq, bias, out_dtype);
+}
+
 Tensor LinearGemm::forward(Operand x, Operand w, const Tensor* bias, DType out_dtype,
                            bool recording) {
-  Tensor y = fprop(x, w, bias, out_dtype);
+  Tensor y = run_fprop(x, w, bias, out_dtype);
   if (recording) keep_for_backward(std::move(x), std::move(w));
   return y;
 }
@@ -45,6 +58,13 @@ LinearGemm::Grads LinearGemm::backward(const Tensor& dy, DType dx_dtype, DType d
   const Usage usage = (need_dgrad_ ? Usage::kRowwise : Usage::kNone) |
                       (need_wgrad_ ? Usage::kColumnwise : Usage::kNone);
   Grads g;
+  if (q_.backward_high_precision) {
+    // The kept operands are the forward's high-precision input and weight.
+    const Operand dyo{dy, nullptr};
+    if (need_dgrad_) g.dx = gemm_dgrad(dyo, w_, dx_dtype);
+    if (need_wgrad_) g.dw = gemm_wgrad(dyo, x_, dw_dtype);
+    return g;
+  }
   // After a high-precision forward the kept input and weight are cast now, as the forward would
   // have cast them for this backward (recording nothing).
   const Usage read = recasts() ? Usage::kRowwise : Usage::kColumnwise;

@@ -33,16 +33,21 @@ class LinearGemm {
   // The input cast: row-wise, plus column-wise for wgrad (unless the backward re-casts the
   // row-wise data: Quartet II).
   Usage input_usage() const;
-  // The input's quantizer (null without FP8 and in a high-precision forward), for a cast fused
-  // with the input's producer.
+  // The input's quantizer (null without FP8, in a high-precision forward and in a high-precision
+  // backward, whose forward GEMM casts the high-precision input itself), for a cast fused with the
+  // input's producer.
   const Quantizer* input_quantizer() const {
-    return q_.forward_high_precision ? nullptr : q_.input.get();
+    return q_.forward_high_precision || q_.backward_high_precision ? nullptr : q_.input.get();
   }
   // `x` cast for this GEMM (recording amax per fp8_amax_recording()), or `x` itself.
   Operand cast_input(const Tensor& x) const;
 
   // Y = X·Wᵀ (+ bias), in `out_dtype`.
   static Tensor fprop(const Operand& x, const Operand& w, const Tensor* bias, DType out_dtype);
+  // fprop of this GEMM's operands: under a high-precision backward the high-precision `x` and `w`
+  // are cast row-wise for it here (the input recording amax per fp8_amax_recording()).
+  Tensor run_fprop(const Operand& x, const Operand& w, const Tensor* bias, DType out_dtype) const;
+  bool backward_high_precision() const { return q_.backward_high_precision; }
   // fprop, then, when recording, keeps what backward reads in input() and weight() (trimmed to
   // the usages it reads) and nothing else.
   Tensor forward(Operand x, Operand w, const Tensor* bias, DType out_dtype, bool recording);
@@ -65,7 +70,8 @@ class LinearGemm {
   // Whether the backward re-casts the forward's row-wise operands (Quartet II): they keep row-wise
   // data then, and no column-wise copies are made.
   bool recasts() const {
-    return q_.grad_output != nullptr && q_.grad_output->backward_recasts_rowwise();
+    return q_.grad_output != nullptr && !q_.backward_high_precision &&
+           q_.grad_output->backward_recasts_rowwise();
   }
 
   GemmQuantizers q_;

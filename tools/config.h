@@ -51,6 +51,7 @@ struct Fp8Config {
   // The fraction of training.steps after which the forward GEMMs run in high precision (the
   // backward stays under the recipe); 1: never.
   double high_precision_after = 1.0;
+  bool high_precision_backward = false;
   friend bool operator==(const Fp8Config&, const Fp8Config&) = default;
 };
 

@@ -314,6 +314,16 @@ train::TrainerOptions trainer_options(const config::RunConfig& c) {
                 config::total_schedule_steps(c), static_cast<float>(c.schedule.min_lr_ratio)};
   o.recipe = run_recipe(c);
   o.high_precision_forward_from = high_precision_forward_from(c);
+  if (c.fp8.high_precision_backward && run_recipe(c)) {
+    OCTET_CHECK(o.high_precision_forward_from < 0,
+                "config keys \"fp8.high_precision_backward\" (true) and \"fp8.high_precision_after\" (",
+                c.fp8.high_precision_after,
+                ") would run both passes in high precision; set fp8.enabled=false instead");
+    OCTET_CHECK(!c.model.fp8_primary_weights,
+                "config key \"fp8.high_precision_backward\" (true) needs high-precision weights "
+                "to multiply, but model.fp8_primary_weights is true");
+    o.high_precision_backward = true;
+  }
   o.grad_accum = c.training.grad_accum;
   o.grad_clip = c.optimizer.grad_clip;
   o.max_nonfinite_steps = c.training.max_nonfinite_steps;

@@ -170,6 +170,7 @@ Tensor Trainer::forward(const MicroBatchLoss& loss_of, int64_t micro) {
                 world_size() > 1 ? options_.comm : nullptr);
   }
   const modules::FP8HighPrecisionForward high_precision(forward_in_high_precision());
+  const modules::FP8HighPrecisionBackward high_precision_backward(options_.high_precision_backward);
   Tensor loss = loss_of(micro, first);
   if (fp8) fp8->close();  // the forward scales update here; a failure throws here
   return loss;

@@ -70,6 +70,9 @@ struct TrainerOptions {
   // backward stays under the recipe (modules::FP8HighPrecisionForward), evaluation included;
   // -1: never. A function of the step, so a resumed run switches where the run would have.
   int64_t high_precision_forward_from = -1;
+  // The backward GEMMs in high precision, the forward under the recipe
+  // (modules::FP8HighPrecisionBackward), on every step; exclusive with the above.
+  bool high_precision_backward = false;
   int64_t grad_accum = 1;  // micro-batches per optimizer step (the loss is averaged)
   double grad_clip = 1.0;  // max global L2 norm of the gradients; <= 0 only measures
   // Steps in a row whose loss or gradient norm is NaN/inf before step() throws.

@@ -170,6 +170,42 @@ TEST(Cli, EvalOfARunPastItsHighPrecisionSwitchEvaluatesAsTheRunDid) {
   EXPECT_EQ(nlohmann::json::parse(eval.out)["value"].get<double>(), final_eval);
 }
 
+// fp8.high_precision_backward: the run trains (its losses neither the FP8 run's nor f32's) and
+// refuses fp8.high_precision_after beside it, naming both keys.
+TEST(Cli, HighPrecisionBackwardTrainsAndRefusesTheForwardSwitchBesideIt) {
+  test::ScratchDir scratch;
+  const auto last_loss = [](const std::string& dir) {
+    double loss = -1;
+    std::ifstream metrics(dir + "/metrics.jsonl");
+    for (std::string line; std::getline(metrics, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("loss")) loss = j["loss"].get<double>();
+    }
+    return loss;
+  };
+  std::vector<double> losses;
+  for (const char* mode : {"fp8", "backward", "f32"}) {
+    const std::string dir = scratch.file(mode);
+    std::vector<std::string> sets = {"--set", "fp8.recipe={\"recipe\":\"current\"}"};
+    if (std::string(mode) == "backward") {
+      sets.insert(sets.end(), {"--set", "fp8.high_precision_backward=true"});
+    }
+    if (std::string(mode) == "f32") sets.insert(sets.end(), {"--set", "fp8.enabled=false"});
+    const Outcome train = octet(tiny_train(dir, sets));
+    ASSERT_EQ(train.code, 0) << train.err;
+    losses.push_back(last_loss(dir));
+    ASSERT_GT(losses.back(), 0) << mode;
+  }
+  EXPECT_NE(losses[1], losses[0]);
+  EXPECT_NE(losses[1], losses[2]);
+  const Outcome both = octet(tiny_train(scratch.file("both"),
+                                        {"--set", "fp8.high_precision_backward=true", "--set",
+                                         "fp8.high_precision_after=0.5"}));
+  EXPECT_NE(both.code, 0);
+  EXPECT_NE(both.err.find("fp8.high_precision_backward"), std::string::npos) << both.err;
+  EXPECT_NE(both.err.find("fp8.high_precision_after"), std::string::npos) << both.err;
+}
+
 // The block formats' checkpoints say how their bytes are laid out, and inspect shows it.
 TEST(Cli, BlockFormatCheckpointsRecordTheirBlocksAndPacking) {
   test::ScratchDir scratch;
