@@ -132,8 +132,7 @@ FP8HighPrecisionForward::FP8HighPrecisionForward(bool on) : previous_(t_forward_
 FP8HighPrecisionForward::~FP8HighPrecisionForward() { t_forward_high_precision = previous_; }
 bool fp8_forward_high_precision() { return t_forward_high_precision; }
 
-FP8HighPrecisionBackward::FP8HighPrecisionBackward(bool on)
-    : previous_(t_backward_high_precision) {
+FP8HighPrecisionBackward::FP8HighPrecisionBackward(bool on) : previous_(t_backward_high_precision) {
   t_backward_high_precision = on;
 }
 FP8HighPrecisionBackward::~FP8HighPrecisionBackward() { t_backward_high_precision = previous_; }

@@ -37,6 +37,8 @@ int64_t fp8_row_multiple() {
     const std::string format = quantized_format_for(fp8_recipe(), slot);
     multiple = std::max(multiple, ops::quantized_format(format).row_multiple());
   }
+  // Quartet II's backward transform runs along the token rows too.
+  if (fp8_recipe().is_quartet2()) multiple = std::max<int64_t>(multiple, 128);
   return multiple;
 }
 
@@ -166,6 +168,17 @@ GPT::GPT(const GPTConfig& config) : Module("GPT"), config_(config) {
         "lm_head", std::make_shared<Embedding>(c.vocab_size, c.d_model, c.dtype, c.init_std,
                                                detail::derive_seed(c.seed, 2)));
   }
+  if (c.fp8_lm_head) {
+    const bool high = detail::keeps_lm_head_high_precision(c);
+    head_gemm_ = register_module(
+        std::string(detail::kLmHeadGemm),
+        std::make_shared<ForeignWeightLinear>("LM head", c.recipe, detail::derive_seed(c.seed, 3),
+                                              high ? Precision::kHigh : Precision::kFP8));
+    if (c.recipe && !high) {
+      // The vocabulary and width against the shape rule now, not at the first forward.
+      check_gemm_shapes(*c.recipe, 0, "LM head", 128, c.d_model, c.vocab_size);
+    }
+  }
   // A pattern that keeps nothing in high precision is a typo, not a choice: say so.
   OCTET_CHECK(c.high_precision_first_layers >= 0 && c.high_precision_last_layers >= 0,
               "GPT: high_precision_first_layers ", c.high_precision_first_layers,
@@ -210,6 +223,7 @@ bool module_pattern_matches(std::string_view pattern, std::string_view name) {
 
 bool runs_fp8_modules(const GPTConfig& config) {
   if (!config.recipe) return false;
+  if (config.fp8_lm_head && !detail::keeps_lm_head_high_precision(config)) return true;
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
     for (std::string_view module : detail::kLayerFp8Modules) {
       if (!detail::keeps_high_precision(config, layer, detail::layer_module_name(layer, module))) {
@@ -225,7 +239,8 @@ void GPT::check_fp8_rows(int64_t batch, int64_t seq) const {
   OCTET_CHECK((batch * seq) % multiple == 0, "GPT under FP8 (", recipe_kind_name(fp8_recipe().kind),
               "): ids (B, T) = (", batch, ", ", seq, ") give ", batch * seq,
               " token rows, but FP8 GEMMs need a multiple of ", multiple,
-              " (per-tensor: 8, MXFP8: 32); change the batch or sequence length, or run outside "
+              " (per-tensor: 8, MXFP8: 32, NVFP4: 16, its quartet2 method: 128); change the batch "
+              "or sequence length, or run outside "
               "the FP8 scope");
 }
 
@@ -248,13 +263,15 @@ Tensor GPT::hidden(const Tensor& ids, FirstMicrobatch first) {
   return ln_f_->forward(x);
 }
 
-Tensor GPT::lm_head(const Tensor& h) {
+Tensor GPT::lm_head(const Tensor& h, FirstMicrobatch first) {
   // Tied: the token embedding's table gets gradient from the lookup and from here.
-  return autograd::linear(h, head_ != nullptr ? head_->table() : wte_->table());
+  const Tensor& table = head_ != nullptr ? head_->table() : wte_->table();
+  if (head_gemm_ != nullptr) return head_gemm_->forward(h, table, first);
+  return autograd::linear(h, table);
 }
 
 Tensor GPT::forward(const Tensor& ids, FirstMicrobatch first) {
-  return lm_head(hidden(ids, first));
+  return lm_head(hidden(ids, first), first);
 }
 
 Tensor GPT::loss(const Tensor& ids, const Tensor& targets, FirstMicrobatch first) {

@@ -48,10 +48,13 @@ struct GPTConfig {
   // Per-module precision: FP8 modules kept in high precision inside FP8 scopes (TE users keep the
   // first and last layers so). A pattern (`*` any run of characters, `?` one) names a module or
   // an enclosing one: "layers.0" is all of layer 0, "layers.*.attn.proj" every output
-  // projection. The LM head (tied to the token embedding or not) always runs in high precision.
+  // projection; "lm_head" names the LM head's GEMM when fp8_lm_head.
   std::vector<std::string> high_precision_modules;
   int64_t high_precision_first_layers = 0;  // the first N transformer layers
   int64_t high_precision_last_layers = 0;   // the last N
+  // The LM head's GEMM (tied or untied) under the recipe, as the FP8 module "lm_head_gemm";
+  // false: high precision, as TE users keep it.
+  bool fp8_lm_head = false;
   uint64_t seed = 0;
 };
 
@@ -167,7 +170,7 @@ class GPT : public Module {
 
   // ids (B, T) i32 -> logits (B, T, vocab) in the model's dtype (activations keep it from the
   // embedding on: kernels/nn.h; the loss is f32). Under an FP8 scope the layers' GEMMs run in FP8
-  // (the LM head stays in high precision). T <= max_seq_len.
+  // (the LM head too with config fp8_lm_head). T <= max_seq_len.
   Tensor forward(const Tensor& ids, FirstMicrobatch first = FirstMicrobatch::kUnset);
   // Mean cross-entropy over positions whose target is not -100; targets (B, T) i32.
   Tensor loss(const Tensor& ids, const Tensor& targets,
@@ -211,17 +214,18 @@ class GPT : public Module {
   void pick_tokens(const Tensor& logits, int64_t n, int64_t step, const GenerateOptions& o,
                    Generator* gen, std::vector<int32_t>& seq, int64_t total, Tensor& out,
                    std::vector<bool>& done) const;
-  // The LM head on hidden states (..., C) -> (..., vocab): x · Wᵀ in high precision, W the token
-  // embedding (tied) or lm_head's own.
-  Tensor lm_head(const Tensor& h);
+  // The LM head on hidden states (..., C) -> (..., vocab): x · Wᵀ, W the token embedding (tied)
+  // or lm_head's own; in high precision unless config fp8_lm_head.
+  Tensor lm_head(const Tensor& h, FirstMicrobatch first = FirstMicrobatch::kUnset);
   // Under an FP8 scope, B*T must satisfy the FP8 GEMM row rule: a clear error naming B and T.
   void check_fp8_rows(int64_t batch, int64_t seq) const;
 
   GPTConfig config_;
-  std::shared_ptr<Embedding> wte_;   // (vocab, C), also the LM head when tied
-  std::shared_ptr<Embedding> wpe_;   // (max_seq_len, C); GPT-2 only
-  std::shared_ptr<Embedding> head_;  // "lm_head" (vocab, C); untied only
-  std::shared_ptr<RopeTable> rope_;  // Llama only
+  std::shared_ptr<Embedding> wte_;                  // (vocab, C), also the LM head when tied
+  std::shared_ptr<Embedding> wpe_;                  // (max_seq_len, C); GPT-2 only
+  std::shared_ptr<Embedding> head_;                 // "lm_head" (vocab, C); untied only
+  std::shared_ptr<ForeignWeightLinear> head_gemm_;  // "lm_head_gemm"; fp8_lm_head only
+  std::shared_ptr<RopeTable> rope_;                 // Llama only
   std::vector<std::shared_ptr<TransformerLayer>> layers_;
   std::shared_ptr<Norm> ln_f_;
 };

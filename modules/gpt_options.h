@@ -30,6 +30,8 @@ inline LinearOptions linear_options(const GPTConfig& c, uint64_t seed) {
 // The FP8 modules of a transformer layer, by their names inside it, and the full name of one of
 // them in layer `layer` (as GPT::fp8_states() lists it), e.g. "layers.3.attn.proj".
 inline constexpr std::string_view kLayerFp8Modules[] = {"attn.qkv", "attn.proj", "mlp"};
+// The LM head's FP8 module (GPTConfig::fp8_lm_head).
+inline constexpr std::string_view kLmHeadGemm = "lm_head_gemm";
 inline std::string layer_module_name(int64_t layer, std::string_view module) {
   return "layers." + std::to_string(layer) + "." + std::string(module);
 }
@@ -42,6 +44,14 @@ inline bool keeps_high_precision(const GPTConfig& c, int64_t layer, const std::s
   }
   for (const std::string& p : c.high_precision_modules) {
     if (module_pattern_matches(p, name)) return true;
+  }
+  return false;
+}
+
+// Whether a pattern keeps the LM head's FP8 module (fp8_lm_head) in high precision.
+inline bool keeps_lm_head_high_precision(const GPTConfig& c) {
+  for (const std::string& p : c.high_precision_modules) {
+    if (module_pattern_matches(p, kLmHeadGemm)) return true;
   }
   return false;
 }

@@ -1,6 +1,8 @@
 // Linear and the weight storage shared by the FP8 modules.
 #include "modules/linear.h"
 
+#include <functional>
+
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"
 #include "autograd/variable.h"
@@ -96,6 +98,22 @@ struct LinearFn {
   }
 };
 
+// A linear layer's forward through LinearFn: FP8 GEMMs under the scope's recipe when `fp8` (the
+// shape rule checked, the state begun on x's device), else high precision.
+Tensor linear_forward(FP8State& state, bool fp8, const char* what, const Tensor& x,
+                      const Tensor& w_leaf, const Tensor& bias,
+                      const std::function<Operand(FP8State*)>& weight_operand) {
+  LinearFn fn;
+  fn.has_bias = bias.defined();
+  if (fp8) {
+    check_gemm_shapes(fp8_recipe(), 0, what, x.rows(), x.cols(), w_leaf.size(0));
+    state.begin_forward(fp8_recipe(), x.device());
+    fn.gemm = LinearGemm(state.gemm_quantizers(0));
+  }
+  fn.weight = weight_operand(fp8 ? &state : nullptr);
+  return autograd::apply(std::move(fn), x, w_leaf, bias);
+}
+
 }  // namespace
 
 Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
@@ -119,17 +137,27 @@ Tensor Linear::forward(const Tensor& x, FirstMicrobatch first) {
   OCTET_CHECK(x.dim() >= 1 && x.cols() == in_, "Linear(", in_, " -> ", out_, "): input ", x,
               " must end in ", in_);
   const bool fp8 = fp8_enabled() && options_.precision == Precision::kFP8;
-  LinearFn fn;
-  fn.has_bias = bias_.defined();
-  if (fp8) {
-    check_gemm_shapes(fp8_recipe(), 0, "Linear", x.rows(), in_, out_);
-    fp8_->begin_forward(fp8_recipe(), x.device());
-    fn.gemm = LinearGemm(fp8_->gemm_quantizers(0));
-  } else {
-    OCTET_CHECK(!weight_.is_fp8(), "Linear with FP8 primary weights must run inside an FP8 scope");
-  }
-  fn.weight = weight_.operand(weight_cache_, fp8 ? fp8_.get() : nullptr, 0, first);
-  return autograd::apply(std::move(fn), x, weight_.leaf(), bias_);
+  OCTET_CHECK(fp8 || !weight_.is_fp8(),
+              "Linear with FP8 primary weights must run inside an FP8 scope");
+  return linear_forward(*fp8_, fp8, "Linear", x, weight_.leaf(), bias_, [&](FP8State* state) {
+    return weight_.operand(weight_cache_, state, 0, first);
+  });
+}
+
+ForeignWeightLinear::ForeignWeightLinear(std::string what, const std::optional<Recipe>& recipe,
+                                         uint64_t seed, Precision precision)
+    : FP8Module("ForeignWeightLinear", 1, precision == Precision::kFP8 ? recipe : std::nullopt,
+                seed),
+      what_(std::move(what)),
+      precision_(precision) {}
+
+Tensor ForeignWeightLinear::forward(const Tensor& x, const Tensor& weight, FirstMicrobatch first) {
+  OCTET_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.cols() == weight.size(1), what_, ": input ", x,
+              " must end in the weight's ", weight, " in-features");
+  const bool fp8 = fp8_enabled() && precision_ == Precision::kFP8;
+  return linear_forward(*fp8_, fp8, what_.c_str(), x, weight, Tensor(), [&](FP8State* state) {
+    return weight_cache_.get(weight, state, 0, first);
+  });
 }
 
 }  // namespace octet::modules

@@ -68,4 +68,23 @@ class Linear : public FP8Module {
   Tensor bias_;
 };
 
+// y = x·Wᵀ with a weight owned elsewhere (a GPT's LM head: the tied token embedding's table or
+// the untied head's), no bias: inside an FP8 scope the GEMMs of Linear, under the recipe, with the
+// weight cast per the weight-caching rule; its gradient goes to the owner's leaf. Only the FP8
+// state is this module's.
+class ForeignWeightLinear : public FP8Module {
+ public:
+  ForeignWeightLinear(std::string what, const std::optional<Recipe>& recipe, uint64_t seed,
+                      Precision precision = Precision::kFP8);
+
+  // x (..., in) -> (..., out) for `weight` (out, in).
+  Tensor forward(const Tensor& x, const Tensor& weight,
+                 FirstMicrobatch first = FirstMicrobatch::kUnset);
+
+ private:
+  std::string what_;  // for errors: "LM head"
+  Precision precision_;
+  FP8Weight weight_cache_;
+};
+
 }  // namespace octet::modules

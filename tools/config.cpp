@@ -114,6 +114,9 @@ std::vector<Entry> fp8_keys() {
                 "the fraction of training.steps after which the forward GEMMs run in high "
                 "precision, the backward still under the recipe (NVIDIA's switch for a run's "
                 "last steps); 1: never"),
+      bool_key(OCTET_KEY(fp8.lm_head),
+               "the LM head's GEMM (tied or untied) under the recipe too, as the FP8 module "
+               "lm_head_gemm; false: high precision"),
       bool_key(OCTET_KEY(fp8.high_precision_backward),
                "the backward GEMMs in high precision (dY, the input and the weight uncast), the "
                "forward GEMMs under the recipe: the forward-only ablation"),

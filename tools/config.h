@@ -52,6 +52,7 @@ struct Fp8Config {
   // backward stays under the recipe); 1: never.
   double high_precision_after = 1.0;
   bool high_precision_backward = false;
+  bool lm_head = false;
   friend bool operator==(const Fp8Config&, const Fp8Config&) = default;
 };
 

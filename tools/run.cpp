@@ -208,6 +208,7 @@ modules::GPTConfig gpt_config(const config::RunConfig& c, const data::Dataset& d
   g.high_precision_modules = c.fp8.high_precision_modules;
   g.high_precision_first_layers = c.fp8.high_precision_first_layers;
   g.high_precision_last_layers = c.fp8.high_precision_last_layers;
+  g.fp8_lm_head = c.fp8.lm_head;
   if (modules::runs_fp8_modules(g)) check_fp8_width(c, *g.recipe);
   g.dtype = model_dtype(c);
   g.seed = static_cast<uint64_t>(c.training.seed);
@@ -315,10 +316,11 @@ train::TrainerOptions trainer_options(const config::RunConfig& c) {
   o.recipe = run_recipe(c);
   o.high_precision_forward_from = high_precision_forward_from(c);
   if (c.fp8.high_precision_backward && run_recipe(c)) {
-    OCTET_CHECK(o.high_precision_forward_from < 0,
-                "config keys \"fp8.high_precision_backward\" (true) and \"fp8.high_precision_after\" (",
-                c.fp8.high_precision_after,
-                ") would run both passes in high precision; set fp8.enabled=false instead");
+    OCTET_CHECK(
+        o.high_precision_forward_from < 0,
+        "config keys \"fp8.high_precision_backward\" (true) and \"fp8.high_precision_after\" (",
+        c.fp8.high_precision_after,
+        ") would run both passes in high precision; set fp8.enabled=false instead");
     OCTET_CHECK(!c.model.fp8_primary_weights,
                 "config key \"fp8.high_precision_backward\" (true) needs high-precision weights "
                 "to multiply, but model.fp8_primary_weights is true");

@@ -42,9 +42,9 @@ Step step(M& m, const Tensor& x_value, const Tensor& g, const std::optional<Reci
 }
 
 const std::vector<Recipe>& recipes() {
-  static const std::vector<Recipe> all = {Recipe::delayed(), Recipe::current(),
-                                          Recipe::blockwise(), Recipe::mxfp8(), Recipe::nvfp4(),
-                                          Recipe::nvfp4_quartet2()};
+  static const std::vector<Recipe> all = {Recipe::delayed(),   Recipe::current(),
+                                          Recipe::blockwise(), Recipe::mxfp8(),
+                                          Recipe::nvfp4(),     Recipe::nvfp4_quartet2()};
   return all;
 }
 

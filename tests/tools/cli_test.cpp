@@ -198,9 +198,9 @@ TEST(Cli, HighPrecisionBackwardTrainsAndRefusesTheForwardSwitchBesideIt) {
   }
   EXPECT_NE(losses[1], losses[0]);
   EXPECT_NE(losses[1], losses[2]);
-  const Outcome both = octet(tiny_train(scratch.file("both"),
-                                        {"--set", "fp8.high_precision_backward=true", "--set",
-                                         "fp8.high_precision_after=0.5"}));
+  const Outcome both =
+      octet(tiny_train(scratch.file("both"), {"--set", "fp8.high_precision_backward=true", "--set",
+                                              "fp8.high_precision_after=0.5"}));
   EXPECT_NE(both.code, 0);
   EXPECT_NE(both.err.find("fp8.high_precision_backward"), std::string::npos) << both.err;
   EXPECT_NE(both.err.find("fp8.high_precision_after"), std::string::npos) << both.err;

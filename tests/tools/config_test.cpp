@@ -340,6 +340,7 @@ TEST(Config, RoundTripsThroughJson) {
             "fp8.high_precision_last_layers=2",
             "fp8.high_precision_after=0.8",
             "fp8.high_precision_backward=true",
+            "fp8.lm_head=true",
             "data.kind=shards",
             "data.path=train_*.bin",
             "data.tokenizer=gpt2/",
