@@ -15,11 +15,15 @@
 #include "autograd/ops/shape.h"
 #include "modules/fp8_autocast.h"
 #include "modules/optimizer.h"
+#include "tests/modules/module_test_util.h"
 #include "tests/modules/transformer_reference.h"
 #include "tests/support/test_util.h"
 
 namespace octet::modules {
 namespace {
+
+using test::modules_that_ran_fp8;
+using test::random_ids;
 
 GPTConfig tiny_config() {
   GPTConfig c;
@@ -31,15 +35,6 @@ GPTConfig tiny_config() {
   c.init_std = 0.1f;  // logits far from uniform, so argmax and cross-entropy are not trivial
   c.seed = 3;
   return c;
-}
-
-// (rows, cols) i32 ids in [0, vocab).
-Tensor random_ids(int64_t rows, int64_t cols, int64_t vocab, uint64_t seed) {
-  Tensor t = Tensor::empty({rows, cols}, DType::kI32);
-  Generator gen(seed);
-  auto* p = t.data_as<int32_t>();
-  for (int64_t i = 0; i < rows * cols; ++i) p[i] = static_cast<int32_t>(gen.next_u32() % vocab);
-  return t;
 }
 
 Tensor positions(int64_t batch, int64_t seq) {
@@ -368,19 +363,6 @@ TEST(GPT, StateDictRoundTripWithFp8MetasGivesIdenticalLogits) {
   EXPECT_EQ(fresh.forward(ids).to_floats(), gpt.forward(ids).to_floats());
   FP8Autocast scope(*c.recipe);
   EXPECT_EQ(fresh.forward(ids).to_floats(), gpt.forward(ids).to_floats());
-}
-
-// The FP8 modules whose first forward quantizer recorded an amax: those that ran a GEMM in FP8.
-std::set<std::string> modules_that_ran_fp8(GPT& gpt) {
-  std::set<std::string> out;
-  const std::string suffix = ".fp8_meta.forward.0.amax_history";
-  for (const auto& [name, t] : gpt.buffers()) {
-    if (!name.ends_with(suffix)) continue;
-    const std::vector<float> history = t->to_floats();
-    if (std::any_of(history.begin(), history.end(), [](float a) { return a != 0.f; }))
-      out.insert(name.substr(0, name.size() - suffix.size()));
-  }
-  return out;
 }
 
 TEST(GPT, HighPrecisionModulesStayOutOfFp8) {

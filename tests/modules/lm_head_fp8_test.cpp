@@ -15,10 +15,15 @@
 #include "modules/gpt.h"
 #include "modules/linear.h"
 #include "runtime/fp8.h"
+#include "tests/modules/module_test_util.h"
 #include "tests/support/test_util.h"
 
 namespace octet::modules {
 namespace {
+
+using test::modules_that_ran_fp8;
+using test::random_ids;
+using test::transposed;
 
 // Current scaling of a whole tensor to `dtype` (TE's rule: fp8_max / amax), then back: the
 // values the GEMM multiplies, divided by nothing (the caller divides by both scales).
@@ -60,17 +65,6 @@ Product product(const Scaled& a, const Scaled& b, int64_t m, int64_t n, int64_t 
     }
   }
   return p;
-}
-
-// (rows, cols) row-major values transposed.
-std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t cols) {
-  std::vector<float> t(x.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      t[static_cast<size_t>(c * rows + r)] = x[static_cast<size_t>(r * cols + c)];
-    }
-  }
-  return t;
 }
 
 void expect_near_sum(const std::vector<float>& got, const Product& want, const char* what) {
@@ -126,30 +120,8 @@ GPTConfig head_config() {
   return c;
 }
 
-Tensor ids_of(int64_t rows, int64_t cols, int64_t vocab, uint64_t seed) {
-  Tensor t = Tensor::empty({rows, cols}, DType::kI32);
-  Generator gen(seed);
-  auto* p = t.data_as<int32_t>();
-  for (int64_t i = 0; i < rows * cols; ++i) p[i] = static_cast<int32_t>(gen.next_u32() % vocab);
-  return t;
-}
-
-// The FP8 modules whose first forward quantizer recorded an amax.
-std::set<std::string> ran_fp8(GPT& gpt) {
-  std::set<std::string> out;
-  const std::string suffix = ".fp8_meta.forward.0.amax_history";
-  for (const auto& [name, t] : gpt.buffers()) {
-    if (!name.ends_with(suffix)) continue;
-    const std::vector<float> h = t->to_floats();
-    if (std::any_of(h.begin(), h.end(), [](float a) { return a != 0.f; })) {
-      out.insert(name.substr(0, name.size() - suffix.size()));
-    }
-  }
-  return out;
-}
-
 TEST(LmHeadFp8, GptRunsItsHeadInFp8OnlyWhenAskedAndByPattern) {
-  const Tensor ids = ids_of(2, 8, 32, 64);
+  const Tensor ids = random_ids(2, 8, 32, 64);
   GPTConfig c = head_config();
   c.high_precision_first_layers = 2;  // the blocks out of FP8: only the head is left
   GPT on(c);
@@ -166,8 +138,8 @@ TEST(LmHeadFp8, GptRunsItsHeadInFp8OnlyWhenAskedAndByPattern) {
     logits_off = off.forward(ids).to_floats();
     logits_kept = kept.forward(ids).to_floats();
   }
-  EXPECT_EQ(ran_fp8(on), (std::set<std::string>{"lm_head_gemm"}));
-  EXPECT_TRUE(ran_fp8(kept).empty());
+  EXPECT_EQ(modules_that_ran_fp8(on), (std::set<std::string>{"lm_head_gemm"}));
+  EXPECT_TRUE(modules_that_ran_fp8(kept).empty());
   EXPECT_NE(logits_on, logits_off);
   EXPECT_EQ(logits_kept, logits_off) << "kept by its pattern: the high-precision head";
   // Off by default: no such module, so default checkpoints keep their keys.
@@ -176,7 +148,7 @@ TEST(LmHeadFp8, GptRunsItsHeadInFp8OnlyWhenAskedAndByPattern) {
 }
 
 TEST(LmHeadFp8, TiedTableTrainsThroughTheFp8HeadAndCheckpointsItsState) {
-  const Tensor ids = ids_of(2, 8, 32, 65), targets = ids_of(2, 8, 32, 66);
+  const Tensor ids = random_ids(2, 8, 32, 65), targets = random_ids(2, 8, 32, 66);
   GPTConfig c = head_config();
   GPT gpt(c);
   {

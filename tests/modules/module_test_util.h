@@ -3,15 +3,20 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <optional>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "autograd/engine.h"
 #include "autograd/variable.h"
 #include "modules/fp8_autocast.h"
+#include "modules/gpt.h"
 #include "modules/layernorm_mlp.h"
 #include "runtime/recipe.h"
+#include "runtime/rng.h"
 
 namespace octet::test {
 
@@ -44,6 +49,74 @@ inline MLPResult run_mlp(modules::LayerNormMLP& m, const Tensor& x_in, const Ten
               autograd::grad(m.fc2_weight().leaf()).to_floats()};
   for (const modules::Parameter& p : m.parameters()) autograd::zero_grad(*p.tensor);
   return r;
+}
+
+// Which pass of an FP8 module runs in high precision (fp8.high_precision_after / _backward).
+enum class HighPrecisionPass { kNone, kForward, kBackward };
+
+// The output and gradients of one forward + backward: the input's gradient, then each parameter's.
+struct PassStep {
+  std::vector<float> y;
+  std::vector<std::vector<float>> grads;
+};
+
+// One forward and backward of `m` on x with output gradient g: under `recipe` (none: high
+// precision), with `pass` in high precision. The parameters' gradients are zeroed first.
+template <typename M>
+PassStep step_with_pass(M& m, const Tensor& x_value, const Tensor& g,
+                        const std::optional<Recipe>& recipe, HighPrecisionPass pass) {
+  Tensor x = x_value.clone();
+  autograd::set_requires_grad(x);
+  for (modules::Parameter& p : m.parameters()) autograd::zero_grad(*p.tensor);
+  Tensor y;
+  {
+    std::optional<modules::FP8Autocast> scope;
+    if (recipe) scope.emplace(*recipe);
+    const modules::FP8HighPrecisionForward forward(pass == HighPrecisionPass::kForward);
+    const modules::FP8HighPrecisionBackward backward(pass == HighPrecisionPass::kBackward);
+    y = m.forward(x);
+  }
+  autograd::backward(y, g);
+  PassStep s{y.to_floats(), {autograd::grad(x).to_floats()}};
+  for (modules::Parameter& p : m.parameters()) {
+    s.grads.push_back(autograd::grad(*p.tensor).to_floats());
+  }
+  return s;
+}
+
+// (rows, cols) row-major values transposed.
+inline std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  std::vector<float> t(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      t[static_cast<size_t>(c * rows + r)] = x[static_cast<size_t>(r * cols + c)];
+    }
+  }
+  return t;
+}
+
+// (rows, cols) i32 ids in [0, vocab).
+inline Tensor random_ids(int64_t rows, int64_t cols, int64_t vocab, uint64_t seed) {
+  Tensor t = Tensor::empty({rows, cols}, DType::kI32);
+  Generator gen(seed);
+  auto* p = t.data_as<int32_t>();
+  for (int64_t i = 0; i < rows * cols; ++i) p[i] = static_cast<int32_t>(gen.next_u32() % vocab);
+  return t;
+}
+
+// The FP8 modules of `gpt` whose first forward quantizer recorded an amax: those that ran a GEMM
+// in FP8 (delayed scaling).
+inline std::set<std::string> modules_that_ran_fp8(modules::GPT& gpt) {
+  std::set<std::string> out;
+  const std::string suffix = ".fp8_meta.forward.0.amax_history";
+  for (const auto& [name, t] : gpt.buffers()) {
+    if (!name.ends_with(suffix)) continue;
+    const std::vector<float> history = t->to_floats();
+    if (std::any_of(history.begin(), history.end(), [](float a) { return a != 0.f; })) {
+      out.insert(name.substr(0, name.size() - suffix.size()));
+    }
+  }
+  return out;
 }
 
 }  // namespace octet::test

@@ -13,10 +13,13 @@
 #include "autograd/variable.h"
 #include "modules/fp8_autocast.h"
 #include "modules/linear.h"
+#include "tests/modules/module_test_util.h"
 #include "tests/support/test_util.h"
 
 namespace octet::modules {
 namespace {
+
+using test::transposed;
 
 constexpr int64_t kB = 16;
 
@@ -70,16 +73,6 @@ std::vector<float> rht_rows(const std::vector<float>& x, int64_t rows, int64_t c
     }
   }
   return y;
-}
-
-std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t cols) {
-  std::vector<float> t(x.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      t[static_cast<size_t>(c * rows + r)] = x[static_cast<size_t>(r * cols + c)];
-    }
-  }
-  return t;
 }
 
 // TE's NVFP4 cast of x (rows, cols) rounded to nearest, 1x16 blocks along the rows or 16x16
