@@ -175,18 +175,32 @@ Operand norm_operand(const Tensor& x, const NormSpec& norm, const Quantizer* qua
   return make_operand(y, quantizer, usage, Ownership::kInternal, amax);
 }
 
-std::vector<std::pair<std::string, Tensor*>> FP8State::buffers() {
-  std::vector<std::pair<std::string, Tensor*>> out;
+std::vector<FP8State::MetaBuffer> FP8State::meta_buffers() const {
+  std::vector<MetaBuffer> out;
   if (!meta_) return out;
   for (FP8Direction d : {FP8Direction::kForward, FP8Direction::kBackward}) {
     const std::string dir = d == FP8Direction::kForward ? "forward" : "backward";
     for (int i = 0; i < meta_->num_slots(d); ++i) {
       FP8Slot& s = meta_->slot({d, i});
       const std::string base = "fp8_meta." + dir + "." + std::to_string(i);
-      out.emplace_back(base + ".scale", &s.scale);
-      out.emplace_back(base + ".scale_inv", &s.scale_inv);
-      out.emplace_back(base + ".amax_history", &s.amax_history);
+      out.push_back({base + ".scale", &s.scale, true});
+      out.push_back({base + ".scale_inv", &s.scale_inv, true});
+      out.push_back({base + ".amax_history", &s.amax_history, false});
     }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor*>> FP8State::buffers() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  for (MetaBuffer& b : meta_buffers()) out.emplace_back(std::move(b.name), b.tensor);
+  return out;
+}
+
+std::vector<std::string> FP8State::positive_buffers() const {
+  std::vector<std::string> out;
+  for (MetaBuffer& b : meta_buffers()) {
+    if (b.positive) out.push_back(std::move(b.name));
   }
   return out;
 }

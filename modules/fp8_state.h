@@ -74,6 +74,9 @@ class FP8State {
   // The meta's tensors, named "fp8_meta.forward.<i>.scale" / ".scale_inv" / ".amax_history"
   // (and backward), for the state dict.
   std::vector<std::pair<std::string, Tensor*>> buffers();
+  // The names among buffers() whose every value must be a finite number > 0: each slot's scale
+  // and scale_inv (checked before a state dict is loaded).
+  std::vector<std::string> positive_buffers() const;
   // State that stays on the host wherever the module runs (the host decides it, so no device
   // waits for it): the stochastic-rounding streams, "fp8_state.backward.<i>.rng" (i64 (2,):
   // seed and offset), so a resumed run draws exactly the numbers it would have.
@@ -89,6 +92,13 @@ class FP8State {
   void adopt(const Recipe& recipe, Device device);
 
   SlotContext context(SlotId slot) const;
+
+  struct MetaBuffer {
+    std::string name;
+    Tensor* tensor;
+    bool positive;  // a scale: every value finite and > 0
+  };
+  std::vector<MetaBuffer> meta_buffers() const;
 
   int num_gemms_;
   uint64_t seed_;

@@ -1,6 +1,7 @@
 // Module registration, traversal and the state dict.
 #include "modules/module.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "autograd/variable.h"
@@ -21,6 +22,20 @@ std::string join(const std::string& prefix, const std::string& name) {
 void add_fp8_entries(const std::string& name, const QuantizedTensor& q,
                      std::vector<std::pair<std::string, Tensor>>& out) {
   for (auto& [suffix, t] : q.rowwise_state()) out.emplace_back(name + suffix, std::move(t));
+}
+
+// `name`'s tensor in `state` (a scale its owner requires positive): every value finite and > 0.
+void check_positive(const std::vector<std::pair<std::string, Tensor>>& state,
+                    const std::string& name) {
+  for (const auto& [n, t] : state) {
+    if (n != name || t.dtype() != DType::kF32) continue;
+    const Tensor host = t.device().is_cpu() ? t : t.to(Device::cpu());
+    const float* v = host.data_as<float>();
+    for (int64_t i = 0; i < host.numel(); ++i) {
+      OCTET_CHECK(std::isfinite(v[i]) && v[i] > 0.f, "tensor \"", name, "\" holds ", v[i],
+                  " at element ", i, ", expected a finite FP8 scale > 0");
+    }
+  }
 }
 
 }  // namespace
@@ -153,6 +168,19 @@ void Module::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& 
     bool known = false;
     for (const auto& [live_name, _] : live) known = known || live_name == name;
     OCTET_CHECK(known, "load_state_dict: unexpected key \"", name, "\" (not in this ", type_, ")");
+  }
+  // Scales the owners require positive (a zero, infinite or NaN scale would skip every step that
+  // follows), refused before anything is copied.
+  visit("", [&](const std::string& prefix, Module& m) {
+    if (const FP8State* s = m.own_fp8_state()) {
+      for (const std::string& name : s->positive_buffers())
+        check_positive(state, join(prefix, name));
+    }
+  });
+  for (const Parameter& p : parameters()) {
+    if (!p.is_fp8()) continue;
+    for (const std::string& suffix : (*p.fp8)->positive_state())
+      check_positive(state, p.name + suffix);
   }
   for (auto& [name, dst] : live) {
     const Tensor* src = nullptr;

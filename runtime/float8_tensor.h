@@ -20,6 +20,7 @@ class Float8Tensor final : public QuantizedTensor {
   using QuantizedTensor::nbytes;
   size_t nbytes(Usage usage) const override;
   std::vector<std::pair<std::string, Tensor>> rowwise_state() const override;
+  std::vector<std::string> positive_state() const override { return {".scale_inv"}; }
 
   // Undefined when that usage is not held; throws while a context holds the buffers.
   const Tensor& rowwise_data() const override;

@@ -107,6 +107,10 @@ class QuantizedTensor : public Saveable {
   // scaling under the format's suffixes (".scale_inv", ".scales"). The tensors are handles on the
   // live buffers, so copying bytes into them loads a checkpoint.
   virtual std::vector<std::pair<std::string, Tensor>> rowwise_state() const = 0;
+  // The suffixes of rowwise_state() whose every value must be a finite number > 0 (a per-tensor
+  // scale_inv), checked before a state dict is loaded; empty for formats whose scales may hold
+  // zeros (block padding).
+  virtual std::vector<std::string> positive_state() const { return {}; }
   // Drops the usages in `usage`; at least one usage must remain. Bumps the version.
   virtual void drop_usage(Usage usage) = 0;
   // What a reader of a checkpoint needs besides the format's name to read the bytes (e.g. the

@@ -76,7 +76,7 @@ void load_model_state(modules::Module& model, const Checkpoint& checkpoint) {
     model.load_state_dict(checkpoint.model);
   } catch (const Error& e) {
     OCTET_FAIL("checkpoint ", checkpoint.path,
-               " does not fit the model its config describes: ", e.what());
+               " cannot be loaded into the model its config describes: ", e.what());
   }
   // Module::load_state_dict also drops the FP8 primary weights' stale column-wise data and brings
   // their f32 master in line with the loaded weight; a resumed optimizer then loads its own.

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "autograd/engine.h"
@@ -363,6 +364,51 @@ TEST(GPT, StateDictRoundTripWithFp8MetasGivesIdenticalLogits) {
   EXPECT_EQ(fresh.forward(ids).to_floats(), gpt.forward(ids).to_floats());
   FP8Autocast scope(*c.recipe);
   EXPECT_EQ(fresh.forward(ids).to_floats(), gpt.forward(ids).to_floats());
+}
+
+// The scales their owners require positive (an FP8 meta's scale and scale_inv, a per-tensor FP8
+// weight's scale_inv) are checked before anything is copied: the model keeps its values.
+TEST(GPT, LoadStateDictRefusesABadScaleAndKeepsTheModel) {
+  GPTConfig c = tiny_config();
+  c.recipe = Recipe::delayed();
+  c.fp8_primary_weights = FP8PrimaryWeights::kYes;
+  GPT source(c);
+  GPTConfig other = c;
+  other.seed = 99;
+  GPT target(other);
+  const auto bytes = [](const Tensor& t) {
+    const auto* p = static_cast<const uint8_t*>(t.data());
+    return std::vector<uint8_t>(p, p + t.nbytes());
+  };
+  std::vector<std::vector<uint8_t>> kept;
+  for (const auto& [name, t] : target.state_dict()) kept.push_back(bytes(t));
+  for (const std::string bad :
+       {"layers.0.attn.qkv.fp8_meta.forward.0.scale", "layers.0.mlp.fp8_meta.backward.1.scale_inv",
+        "layers.0.attn.proj.weight.scale_inv"}) {
+    for (const float v : {0.f, -2.f, std::numeric_limits<float>::infinity(), std::nanf("")}) {
+      std::vector<std::pair<std::string, Tensor>> state;
+      bool found = false;
+      for (const auto& [name, t] : source.state_dict()) {
+        Tensor copy = t.clone();
+        if (name == bad) {
+          ASSERT_EQ(copy.dtype(), DType::kF32) << name;
+          copy.data_as<float>()[0] = v;
+          found = true;
+        }
+        state.emplace_back(name, copy);
+      }
+      ASSERT_TRUE(found) << bad;
+      const std::string message = test::error_of([&] { target.load_state_dict(state); });
+      EXPECT_NE(message.find(bad), std::string::npos) << message;
+      EXPECT_NE(message.find("expected a finite FP8 scale > 0"), std::string::npos) << message;
+    }
+  }
+  const auto after = target.state_dict();
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_EQ(bytes(after[i].second), kept[i]) << after[i].first << " changed";
+  }
+  // Zeros where no scale is (the amax histories start so) load.
+  EXPECT_NO_THROW(target.load_state_dict(source.state_dict()));
 }
 
 TEST(GPT, HighPrecisionModulesStayOutOfFp8) {
