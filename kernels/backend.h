@@ -176,7 +176,7 @@ class Backend {
   virtual void pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads,
                                    const Tensor& rope, Tensor& dqkv) const;
 
-  // packed (N, T, 3, H, D) and f32 caches (N, max_len, H, D) (kernels/nn.h kv_cache_write,
+  // packed (N, T, (H + 2G) * D) and f32 caches (N, max_len, G, D) (kernels/nn.h kv_cache_write,
   // cached_attention).
   virtual void kv_cache_write(const Tensor& packed, Tensor& k_cache, Tensor& v_cache,
                               int64_t pos) const;

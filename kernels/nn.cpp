@@ -560,23 +560,29 @@ Tensor rope_table(int64_t max_len, int64_t head_dim, double theta) {
 // ---- attention over a key/value cache ----
 
 namespace {
-// Checks packed (N, T, 3, H, D) against the caches (N, max_len, H, D) for rows [pos, pos + T).
-void check_cache(const char* op, const Tensor& packed, const Tensor& k_cache, const Tensor& v_cache,
-                 int64_t pos) {
+// Checks packed (N, T, (H + 2G) * D) against the caches (N, max_len, G, D) for rows
+// [pos, pos + T); returns H.
+int64_t check_cache(const char* op, const Tensor& packed, const Tensor& k_cache,
+                    const Tensor& v_cache, int64_t pos) {
   check_float(op, packed, "packed");
   check_defined(op, k_cache, "k_cache");
   check_defined(op, v_cache, "v_cache");
   OCTET_CHECK(k_cache.dtype() == DType::kF32 && k_cache.dim() == 4 &&
-                  v_cache.shape() == k_cache.shape() && v_cache.dtype() == DType::kF32,
-              op, ": the caches must be f32 (N, max_len, H, D) of one shape, got ", k_cache,
+                  v_cache.shape() == k_cache.shape() && v_cache.dtype() == DType::kF32 &&
+                  k_cache.size(2) > 0 && k_cache.size(3) > 0,
+              op, ": the caches must be f32 (N, max_len, G, D) of one shape, got ", k_cache,
               " and ", v_cache);
-  const int64_t N = k_cache.size(0), len = k_cache.size(1), C = k_cache.size(2) * k_cache.size(3);
-  OCTET_CHECK(packed.dim() == 3 && packed.size(0) == N && packed.size(2) == 3 * C, op, ": packed ",
-              shape_str(packed.shape()), " must be (", N, ", T, ", 3 * C, ") for caches ",
-              shape_str(k_cache.shape()));
+  const int64_t N = k_cache.size(0), len = k_cache.size(1), G = k_cache.size(2),
+                D = k_cache.size(3);
+  const int64_t width = packed.dim() == 3 ? packed.size(2) : 0;
+  const int64_t H = width % D == 0 ? width / D - 2 * G : 0;
+  OCTET_CHECK(packed.dim() == 3 && packed.size(0) == N && H >= G && H % G == 0, op, ": packed ",
+              shape_str(packed.shape()), " must be (", N, ", T, (H + 2 * ", G, ") * ", D,
+              ") with H a positive multiple of ", G, " for caches ", shape_str(k_cache.shape()));
   OCTET_CHECK(pos >= 0 && pos + packed.size(1) <= len, op, ": rows [", pos, ", ",
               pos + packed.size(1), ") do not fit a cache of ", len, " positions");
   op_device(op, {{packed, "packed"}, {k_cache, "k_cache"}, {v_cache, "v_cache"}});
+  return H;
 }
 }  // namespace
 
@@ -588,9 +594,9 @@ void kv_cache_write(const Tensor& packed, Tensor& k_cache, Tensor& v_cache, int6
 Tensor cached_attention(const Tensor& packed, const Tensor& k_cache, const Tensor& v_cache,
                         int64_t pos, float scale) {
   constexpr const char* op = "cached_attention";
-  check_cache(op, packed, k_cache, v_cache, pos);
+  const int64_t heads = check_cache(op, packed, k_cache, v_cache, pos);
   OCTET_CHECK(std::isfinite(scale), op, ": scale must be finite, got ", scale);
-  ActOutput out({packed.size(0), packed.size(1), packed.size(2) / 3}, packed.dtype(),
+  ActOutput out({packed.size(0), packed.size(1), heads * k_cache.size(3)}, packed.dtype(),
                 packed.device());
   on_device(packed.device())
       ->cached_attention(act_input(packed), k_cache, v_cache, pos, scale, out.kernel());

@@ -130,10 +130,12 @@ Tensor rope_heads_backward(const Tensor& dqkv, int64_t heads, int64_t kv_heads, 
 Tensor rope_table(int64_t max_len, int64_t head_dim, double theta);
 
 // ---- attention over a key/value cache (generation) ----
-// k_cache, v_cache: (N, max_len, H, D) f32, on packed's device. kv_cache_write copies the keys
-// and values of packed (N, T, 3, H, D) (causal_attention's layout) into cache rows
-// [pos, pos + T). cached_attention gives (N, T, H * D) in packed's dtype: query row t (position
-// pos + t) attends to cache rows 0 .. pos + t, which must have been written.
+// k_cache, v_cache: (N, max_len, G, D) f32, on packed's device, G key/value heads. packed is
+// (N, T, (H + 2G) * D), H query heads (a multiple of G) then G key heads then G value heads
+// (causal_attention's grouped layout; G = H is (N, T, 3, H, D)). kv_cache_write copies its keys
+// and values into cache rows [pos, pos + T). cached_attention gives (N, T, H * D) in packed's
+// dtype: query row t (position pos + t) of head h attends to cache rows 0 .. pos + t of key/value
+// head h / (H / G), which must have been written.
 void kv_cache_write(const Tensor& packed, Tensor& k_cache, Tensor& v_cache, int64_t pos);
 Tensor cached_attention(const Tensor& packed, const Tensor& k_cache, const Tensor& v_cache,
                         int64_t pos, float scale);

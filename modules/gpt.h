@@ -88,8 +88,8 @@ class RopeTable {
   std::vector<Tensor> copies_;
 };
 
-// One layer's key/value cache for generation: (N, max_len, H, D) f32 each, keys rotated (Llama)
-// and repeated for every query head.
+// One layer's key/value cache for generation: (N, max_len, G, D) f32 each, keys rotated (Llama),
+// the G key/value heads unrepeated (each serves H / G query heads).
 struct LayerCache {
   Tensor k, v;
 };

@@ -89,11 +89,11 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, LayerCache& cache, i
               "): input ", x, " must be (N, T, ", d_model_, ")");
   const int64_t T = x.size(1);
   Tensor qkv = qkv_->forward(x, FirstMicrobatch::kUnset);  // (N, T, (H + 2G) D)
-  if (rope_ != nullptr || n_kv_head_ != n_head_) {
+  if (rope_ != nullptr) {
     // Rows pos .. pos + T - 1 of the table: the new positions' angles.
-    const Tensor rope = rope_ != nullptr ? rope_->on(qkv.device()).slice(pos, pos + T) : Tensor();
-    qkv = ops::pack_heads(qkv, n_head_, n_kv_head_, rope);  // (N, T, 3, H, D)
+    qkv = ops::rope_heads(qkv, n_head_, n_kv_head_, rope_->on(qkv.device()).slice(pos, pos + T));
   }
+  // The G key/value heads go into the cache unrepeated.
   ops::kv_cache_write(qkv, cache.k, cache.v, pos);
   const float scale = 1.f / std::sqrt(static_cast<float>(d_model_ / n_head_));
   const Tensor y = ops::cached_attention(qkv, cache.k, cache.v, pos, scale);  // (N, T, C)
@@ -101,7 +101,7 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, LayerCache& cache, i
 }
 
 LayerCache CausalSelfAttention::make_cache(int64_t batch, int64_t max_len, Device device) const {
-  const Shape shape = {batch, max_len, n_head_, d_model_ / n_head_};
+  const Shape shape = {batch, max_len, n_kv_head_, d_model_ / n_head_};
   return {Tensor::zeros(shape, DType::kF32, device), Tensor::zeros(shape, DType::kF32, device)};
 }
 

@@ -190,7 +190,7 @@ void pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor
                 Tensor& packed);
 void pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads, const Tensor& rope,
                          Tensor& dqkv);
-// packed (N, T, 3, H, D) and f32 caches (N, max_len, H, D) (kernels/nn.h cached_attention;
+// packed (N, T, (H + 2G) * D) and f32 caches (N, max_len, G, D) (kernels/nn.h cached_attention;
 // cached_attention.cu).
 void kv_cache_write(const Tensor& packed, Tensor& k_cache, Tensor& v_cache, int64_t pos);
 void cached_attention(const Tensor& packed, const Tensor& k_cache, const Tensor& v_cache,

@@ -578,15 +578,17 @@ TEST(CudaPackHeads, ForwardAndBackwardEqualTheCpuBitForBit) {
 
 TEST(CudaCachedAttention, CacheWritesAndAttentionMatchTheCpu) {
   OCTET_REQUIRE_CUDA();
-  const int64_t N = 2, T = 5, H = 3, D = 8, len = 12, pos = 4;
+  const int64_t N = 2, T = 5, H = 4, D = 8, len = 12, pos = 4;
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
-  for (const DType dtype : {DType::kF32, DType::kBF16}) {
-    SCOPED_TRACE(dtype_name(dtype));
-    const Tensor packed = ops::cast(test::random_tensor({N, T, 3 * H * D}, DType::kF32, 81), dtype);
-    const Tensor earlier =
-        ops::cast(test::random_tensor({N, pos, 3 * H * D}, DType::kF32, 82), dtype);
-    Tensor k = Tensor::zeros({N, len, H, D}, DType::kF32),
-           v = Tensor::zeros({N, len, H, D}, DType::kF32);
+  for (const auto& [dtype, G] :
+       {std::pair{DType::kF32, H}, std::pair{DType::kBF16, H}, std::pair{DType::kF32, int64_t{1}},
+        std::pair{DType::kBF16, int64_t{2}}}) {
+    SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " G " << G);
+    const int64_t W = (H + 2 * G) * D;
+    const Tensor packed = ops::cast(test::random_tensor({N, T, W}, DType::kF32, 81), dtype);
+    const Tensor earlier = ops::cast(test::random_tensor({N, pos, W}, DType::kF32, 82), dtype);
+    Tensor k = Tensor::zeros({N, len, G, D}, DType::kF32),
+           v = Tensor::zeros({N, len, G, D}, DType::kF32);
     Tensor kg = on_gpu(k), vg = on_gpu(v);
     ops::kv_cache_write(earlier, k, v, 0);
     ops::kv_cache_write(on_gpu(earlier), kg, vg, 0);

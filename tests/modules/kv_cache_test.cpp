@@ -69,14 +69,19 @@ TEST(KVCache, GreedyTokensEqualTheCacheFreePathOnBothArchitectures) {
       EXPECT_EQ(cached.cached_tokens, 16 - 5 + 1);  // through the token at position 16
       EXPECT_EQ(plain.cached_tokens, 0);
       EXPECT_EQ(plain.cache_bytes, 0);
-      // Two layers x keys and values x (rows, 16 positions, 32 values) f32; rows: the batch
-      // padded to the FP8 row multiple (8 per-tensor, 32 MXFP8, 16 blockwise; 1 in f32).
+      // Two layers x keys and values x (rows, 16 positions, G heads of D values) f32, the G
+      // key/value heads unrepeated (Llama's here: one of width 32 / n_head; GPT-2's: 32 values);
+      // rows: the batch padded to the FP8 row multiple (8 per-tensor, 32 MXFP8, 16 blockwise; 1
+      // in f32).
+      const GPTConfig& c = gpt.config();
+      const int64_t kv_width = (c.n_kv_head == 0 ? c.n_head : c.n_kv_head) * (c.d_model / c.n_head);
+      EXPECT_EQ(kv_width, arch == Arch::kLlama ? 32 / c.n_head : 32);
       int64_t rows = 3;
       if (recipe)
         rows = recipe->kind == RecipeKind::kMXFP8       ? 32
                : recipe->kind == RecipeKind::kBlockwise ? 16
                                                         : 8;
-      EXPECT_EQ(cached.cache_bytes, 2 * 2 * rows * 16 * 32 * 4);
+      EXPECT_EQ(cached.cache_bytes, 2 * 2 * rows * 16 * kv_width * 4);
     }
   }
 }
@@ -231,35 +236,46 @@ TEST(KVCache, BadOptionsAreClearErrors) {
 
 TEST(CachedAttention, EqualsCausalAttentionRowByRow) {
   // Keys and values written one position at a time, each query attending to the cache so far,
-  // give causal attention's output; so does the whole prompt at once.
-  const int64_t N = 2, T = 9, H = 3, D = 8;
-  const Tensor packed = test::random_tensor({N, T, 3 * H * D}, DType::kF32, 71);
-  const float scale = 1.f / std::sqrt(static_cast<float>(D));
-  const std::vector<float> want = ops::causal_attention(packed, H, scale).out.to_floats();
-  Tensor k = Tensor::zeros({N, 12, H, D}, DType::kF32),
-         v = Tensor::zeros({N, 12, H, D}, DType::kF32);
-  ops::kv_cache_write(packed, k, v, 0);
-  const std::vector<float> whole = ops::cached_attention(packed, k, v, 0, scale).to_floats();
-  Tensor k2 = Tensor::zeros({N, 12, H, D}, DType::kF32),
-         v2 = Tensor::zeros({N, 12, H, D}, DType::kF32);
-  std::vector<float> rows(want.size());
-  for (int64_t t = 0; t < T; ++t) {
-    Tensor one = Tensor::empty({N, 1, 3 * H * D}, DType::kF32);
-    for (int64_t n = 0; n < N; ++n)
-      std::copy_n(packed.data_as<float>() + (n * T + t) * 3 * H * D, 3 * H * D,
-                  one.data_as<float>() + n * 3 * H * D);
-    ops::kv_cache_write(one, k2, v2, t);
-    const std::vector<float> y = ops::cached_attention(one, k2, v2, t, scale).to_floats();
-    for (int64_t n = 0; n < N; ++n)
-      std::copy_n(y.data() + n * H * D, H * D, rows.data() + (n * T + t) * H * D);
+  // give causal attention's output; so does the whole prompt at once. G key/value heads of H:
+  // the cache holds G, unrepeated.
+  const int64_t N = 2, T = 9, H = 4, D = 8;
+  for (const int64_t G : {H, int64_t{2}, int64_t{1}}) {
+    SCOPED_TRACE(testing::Message() << "G " << G);
+    const int64_t W = (H + 2 * G) * D;
+    const Tensor packed = test::random_tensor({N, T, W}, DType::kF32, 71);
+    const float scale = 1.f / std::sqrt(static_cast<float>(D));
+    const std::vector<float> want = ops::causal_attention(packed, H, G, scale).out.to_floats();
+    Tensor k = Tensor::zeros({N, 12, G, D}, DType::kF32),
+           v = Tensor::zeros({N, 12, G, D}, DType::kF32);
+    ops::kv_cache_write(packed, k, v, 0);
+    const std::vector<float> whole = ops::cached_attention(packed, k, v, 0, scale).to_floats();
+    Tensor k2 = Tensor::zeros({N, 12, G, D}, DType::kF32),
+           v2 = Tensor::zeros({N, 12, G, D}, DType::kF32);
+    std::vector<float> rows(want.size());
+    for (int64_t t = 0; t < T; ++t) {
+      Tensor one = Tensor::empty({N, 1, W}, DType::kF32);
+      for (int64_t n = 0; n < N; ++n)
+        std::copy_n(packed.data_as<float>() + (n * T + t) * W, W, one.data_as<float>() + n * W);
+      ops::kv_cache_write(one, k2, v2, t);
+      const std::vector<float> y = ops::cached_attention(one, k2, v2, t, scale).to_floats();
+      for (int64_t n = 0; n < N; ++n)
+        std::copy_n(y.data() + n * H * D, H * D, rows.data() + (n * T + t) * H * D);
+    }
+    // f32 sums of up to T products in another order: a few ulps of the largest output.
+    ASSERT_EQ(whole.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_NEAR(whole[i], want[i], 1e-5) << i;
+      EXPECT_NEAR(rows[i], want[i], 1e-5) << i;
+    }
+    EXPECT_THAT(test::error_of([&] { ops::kv_cache_write(packed, k, v, 4); }),
+                HasSubstr("do not fit a cache of 12"));
   }
-  // f32 sums of up to T products in another order: a few ulps of the largest output.
-  for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_NEAR(whole[i], want[i], 1e-5) << i;
-    EXPECT_NEAR(rows[i], want[i], 1e-5) << i;
-  }
-  EXPECT_THAT(test::error_of([&] { ops::kv_cache_write(packed, k, v, 4); }),
-              HasSubstr("do not fit a cache of 12"));
+  // A packed width that is no (H + 2G) D with H a multiple of G.
+  const Tensor odd = test::random_tensor({N, T, 5 * D}, DType::kF32, 72);
+  Tensor k = Tensor::zeros({N, 12, 2, D}, DType::kF32),
+         v = Tensor::zeros({N, 12, 2, D}, DType::kF32);
+  EXPECT_THAT(test::error_of([&] { ops::kv_cache_write(odd, k, v, 0); }),
+              HasSubstr("with H a positive multiple of 2"));
 }
 
 }  // namespace
