@@ -58,21 +58,11 @@ void check_loads_into_model(const cli::Checkpoint& c) {
   parses("data state", [&] { dataset->set_state(c.state.data); });
 }
 
-}  // namespace
-}  // namespace octet::fuzz
-
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  octet::fuzz::quiet_library();
-  return 0;
-}
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace octet;
-  using namespace octet::fuzz;
+int fuzz_input(const std::string& bytes) {
   static const std::string path = scratch_path("checkpoint.safetensors");
   static const std::string copy = scratch_path("copy.safetensors");
-  if (names_special_file(std::string_view(reinterpret_cast<const char*>(data), size))) return 0;
-  write_file(path, std::string_view(reinterpret_cast<const char*>(data), size));
+  if (names_special_file(bytes)) return 0;
+  write_file(path, bytes);
 
   cli::Checkpoint c;
   if (!parses(path, [&] { c = cli::read_checkpoint(path); })) return 0;
@@ -90,3 +80,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (small_model(c.state.config)) check_loads_into_model(c);
   return 0;
 }
+
+}  // namespace
+}  // namespace octet::fuzz
+
+OCTET_FUZZ_HARNESS(octet::fuzz::fuzz_input)

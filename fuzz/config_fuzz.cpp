@@ -10,16 +10,11 @@
 #include "fuzz/config_check.h"
 #include "fuzz/fuzz_support.h"
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  octet::fuzz::quiet_library();
-  return 0;
-}
+namespace octet::fuzz {
+namespace {
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace octet;
-  using namespace octet::fuzz;
+int fuzz_input(const std::string& text) {
   static const std::string path = scratch_path("config.json");
-  const std::string text(reinterpret_cast<const char*>(data), size);
   if (names_special_file(text)) return 0;
   write_file(path, text);
 
@@ -48,3 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   return 0;
 }
+
+}  // namespace
+}  // namespace octet::fuzz
+
+OCTET_FUZZ_HARNESS(octet::fuzz::fuzz_input)

@@ -23,16 +23,11 @@ std::unique_ptr<octet::data::Dataset> make_dataset() {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  octet::fuzz::quiet_library();
-  return 0;
-}
+namespace octet::fuzz {
+namespace {
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace octet;
-  using namespace octet::fuzz;
+int fuzz_input(const std::string& text) {
   static const std::unique_ptr<data::Dataset> dataset = make_dataset();
-  const std::string text(reinterpret_cast<const char*>(data), size);
 
   data::DataState state;
   if (!parses("data state", [&] { state = data::decode_state(text); })) return 0;
@@ -59,3 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   dataset->set_state(before);
   return 0;
 }
+
+}  // namespace
+}  // namespace octet::fuzz
+
+OCTET_FUZZ_HARNESS(octet::fuzz::fuzz_input)

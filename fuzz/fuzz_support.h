@@ -34,6 +34,17 @@ void quiet_library();
 // behaviour, not a parser's, so the config harnesses skip such inputs.
 bool names_special_file(std::string_view text);
 
+// The harness's entry points: libFuzzer's initialisation quiets the library (quiet_library), and
+// every input goes, as bytes, to `fn(const std::string&)`, which returns 0.
+#define OCTET_FUZZ_HARNESS(fn)                                              \
+  extern "C" int LLVMFuzzerInitialize(int*, char***) {                      \
+    octet::fuzz::quiet_library();                                           \
+    return 0;                                                               \
+  }                                                                         \
+  extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) { \
+    return fn(std::string(reinterpret_cast<const char*>(data), size));      \
+  }
+
 // Whether two tensors hold the same dtype, shape and bytes.
 bool same_tensor(const Tensor& a, const Tensor& b);
 

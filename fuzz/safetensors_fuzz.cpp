@@ -31,21 +31,10 @@ void check_same(const SafetensorsFile& a, const SafetensorsFile& b) {
   }
 }
 
-}  // namespace
-}  // namespace octet::fuzz
-
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  octet::fuzz::quiet_library();
-  return 0;
-}
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace octet;
-  using namespace octet::fuzz;
+int fuzz_input(const std::string& bytes) {
   static const std::string input = scratch_path("input.safetensors");
   static const std::string copy = scratch_path("copy.safetensors");
   static const std::string again = scratch_path("again.safetensors");
-  const std::string bytes(reinterpret_cast<const char*>(data), size);
   write_file(input, bytes);
 
   SafetensorsFile file;
@@ -67,3 +56,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                    "a file octet saved does not save back byte for byte");
   return 0;
 }
+
+}  // namespace
+}  // namespace octet::fuzz
+
+OCTET_FUZZ_HARNESS(octet::fuzz::fuzz_input)

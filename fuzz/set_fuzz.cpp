@@ -11,16 +11,11 @@
 #include "fuzz/config_check.h"
 #include "fuzz/fuzz_support.h"
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  octet::fuzz::quiet_library();
-  return 0;
-}
+namespace octet::fuzz {
+namespace {
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace octet;
-  using namespace octet::fuzz;
-  const std::string text(reinterpret_cast<const char*>(data), size);
-  if (names_special_file(std::string_view(reinterpret_cast<const char*>(data), size))) return 0;
+int fuzz_input(const std::string& text) {
+  if (names_special_file(text)) return 0;
   std::vector<std::string> lines;
   for (size_t start = 0; start <= text.size();) {
     const size_t end = std::min(text.find('\n', start), text.size());
@@ -49,3 +44,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   return 0;
 }
+
+}  // namespace
+}  // namespace octet::fuzz
+
+OCTET_FUZZ_HARNESS(octet::fuzz::fuzz_input)

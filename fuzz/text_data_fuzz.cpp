@@ -10,16 +10,11 @@
 #include "data/token_data.h"
 #include "fuzz/fuzz_support.h"
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  octet::fuzz::quiet_library();
-  return 0;
-}
+namespace octet::fuzz {
+namespace {
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace octet;
-  using namespace octet::fuzz;
+int fuzz_input(const std::string& text) {
   static const std::string path = scratch_path("input.txt");
-  const std::string text(reinterpret_cast<const char*>(data), size);
   write_file(path, text);
 
   data::DataOptions options;
@@ -48,3 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   OCTET_FUZZ_CHECK(dataset->decode(ids) == text, "encode then decode changed the text");
   return 0;
 }
+
+}  // namespace
+}  // namespace octet::fuzz
+
+OCTET_FUZZ_HARNESS(octet::fuzz::fuzz_input)

@@ -11,17 +11,12 @@
 #include "data/token_data.h"
 #include "fuzz/fuzz_support.h"
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  octet::fuzz::quiet_library();
-  return 0;
-}
+namespace octet::fuzz {
+namespace {
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace octet;
-  using namespace octet::fuzz;
+int fuzz_input(const std::string& bytes) {
   static const std::string path = scratch_path("input.bin");
   static const std::string copy = scratch_path("copy.bin");
-  const std::string bytes(reinterpret_cast<const char*>(data), size);
   write_file(path, bytes);
 
   std::shared_ptr<const data::TokenShard> shard;
@@ -49,3 +44,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                    batch.targets.data_as<int32_t>()[0] == tokens[1]);
   return 0;
 }
+
+}  // namespace
+}  // namespace octet::fuzz
+
+OCTET_FUZZ_HARNESS(octet::fuzz::fuzz_input)
