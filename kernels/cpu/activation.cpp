@@ -1,5 +1,6 @@
 // Pointwise and gated activations, forward and backward, on the CPU. The math is
 // kernels/math/activation.h; each activation gets its own vectorised loop.
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/nn_cpu.h"
 #include "kernels/cpu/row_ops.h"
 #include "kernels/cpu/simd.h"
@@ -44,7 +45,7 @@ OCTET_VECTOR_CLONES void gated_backward_row(const float* dy, const float* a, con
 
 }  // namespace
 
-void activation(Activation a, const Tensor& x, Tensor& y) {
+void CpuBackend::activation(Activation a, const Tensor& x, Tensor& y) const {
   const float* px = x.data_as<float>();
   float* py = y.data_as<float>();
   math::dispatch_activation(a, [&]<Activation kAct>() {
@@ -53,7 +54,8 @@ void activation(Activation a, const Tensor& x, Tensor& y) {
   });
 }
 
-void activation_backward(Activation a, const Tensor& dy, const Tensor& x, Tensor& dx) {
+void CpuBackend::activation_backward(Activation a, const Tensor& dy, const Tensor& x,
+                                     Tensor& dx) const {
   const float* pdy = dy.data_as<float>();
   const float* px = x.data_as<float>();
   float* pdx = dx.data_as<float>();
@@ -64,7 +66,7 @@ void activation_backward(Activation a, const Tensor& dy, const Tensor& x, Tensor
   });
 }
 
-void gated_activation(Activation a, const Tensor& x, Tensor& y) {
+void CpuBackend::gated_activation(Activation a, const Tensor& x, Tensor& y) const {
   const int64_t rows = x.rows(), n = x.cols() / 2;
   const float* px = x.data_as<float>();  // (rows, 2n): [a | g]
   float* py = y.data_as<float>();        // (rows, n)
@@ -78,7 +80,8 @@ void gated_activation(Activation a, const Tensor& x, Tensor& y) {
   });
 }
 
-void gated_activation_backward(Activation a, const Tensor& dy, const Tensor& x, Tensor& dx) {
+void CpuBackend::gated_activation_backward(Activation a, const Tensor& dy, const Tensor& x,
+                                           Tensor& dx) const {
   const int64_t rows = x.rows(), n = x.cols() / 2;
   const float* pdy = dy.data_as<float>();  // (rows, n)
   const float* px = x.data_as<float>();    // (rows, 2n)

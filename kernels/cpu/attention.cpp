@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/nn_cpu.h"
 #include "kernels/cpu/row_ops.h"
 #include "kernels/cpu/simd.h"
@@ -56,7 +57,8 @@ void scores(const Head& hd, int64_t i0, int64_t i1, float scale, float* s) {
 
 }  // namespace
 
-void causal_attention(const Tensor& qkv, int64_t heads, float scale, Tensor& out, Tensor& lse) {
+void CpuBackend::causal_attention(const Tensor& qkv, int64_t heads, float scale, Tensor& out,
+                                  Tensor& lse) const {
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / heads;
   const float* pqkv = qkv.data_as<float>();  // (B, T, 3, H, D)
   float* pout = out.data_as<float>();        // (B, T, H, D)
@@ -85,8 +87,9 @@ void causal_attention(const Tensor& qkv, int64_t heads, float scale, Tensor& out
   });
 }
 
-void causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                               const Tensor& lse, int64_t heads, float scale, Tensor& dqkv) {
+void CpuBackend::causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                           const Tensor& lse, int64_t heads, float scale,
+                                           Tensor& dqkv) const {
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / heads;
   const float* pqkv = qkv.data_as<float>();    // (B, T, 3, H, D)
   const float* pdout = dout.data_as<float>();  // (B, T, H, D)
@@ -138,6 +141,16 @@ void causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Tens
       }
     }
   });
+}
+
+// No fused grouped-query attention on the CPU: kernels/nn.h repeats the key/value heads for
+// causal_attention.
+bool CpuBackend::grouped_attention(const Tensor&, int64_t, int64_t, float, Tensor&, Tensor&) const {
+  return false;
+}
+bool CpuBackend::grouped_attention_backward(const Tensor&, const Tensor&, const Tensor&,
+                                            const Tensor&, int64_t, int64_t, float, Tensor&) const {
+  return false;
 }
 
 }  // namespace octet::cpu

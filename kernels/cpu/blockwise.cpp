@@ -4,9 +4,10 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
-#include "kernels/cpu/block_formats_cpu.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/simd.h"
 #include "runtime/fp8_scaling.h"
@@ -39,8 +40,8 @@ struct ScaleIndex {
 
 }  // namespace
 
-void quantize_blockwise(const Tensor& x, const ops::BlockwiseCast& c, Tensor& data,
-                        Tensor& scale_inv, FP8CastCounts* counts) {
+void CpuBackend::quantize_blockwise(const Tensor& x, const ops::BlockwiseCast& c, Tensor& data,
+                                    Tensor& scale_inv, FP8CastCounts* counts) const {
   const int64_t rows = x.rows(), cols = x.cols();
   const int64_t col_blocks = ceil_div(cols, kBlock);
   const float inf_value = value_for_inf(x.dtype());
@@ -89,8 +90,8 @@ void quantize_blockwise(const Tensor& x, const ops::BlockwiseCast& c, Tensor& da
   add_partial_counts(partial, rows * cols, counts);
 }
 
-void dequantize_blockwise(const Tensor& data, const Tensor& scale_inv, BlockScaling blocks,
-                          Tensor& out) {
+void CpuBackend::dequantize_blockwise(const Tensor& data, const Tensor& scale_inv,
+                                      BlockScaling blocks, Tensor& out) const {
   const int64_t rows = data.rows(), cols = data.cols();
   const float* table = data.dtype() == DType::kE4M3 ? e4m3_to_float_table() : e5m2_to_float_table();
   const uint8_t* q = data.data_as<uint8_t>();
@@ -110,9 +111,9 @@ void dequantize_blockwise(const Tensor& data, const Tensor& scale_inv, BlockScal
   });
 }
 
-void blockwise_gemm(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_blocks,
-                    const Tensor& b, const Tensor& b_scale_inv, BlockScaling b_blocks, Tensor& out,
-                    const Tensor* bias, ops::Accumulate accumulate) {
+void CpuBackend::blockwise_gemm(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_blocks,
+                                const Tensor& b, const Tensor& b_scale_inv, BlockScaling b_blocks,
+                                Tensor& out, const Tensor* bias, ops::Accumulate accumulate) const {
   // Each operand expanded to f32 with its block scales, then one f32 GEMM over the whole K. With
   // power-of-two scales (the default) the expansion is exact, and so is every product of two
   // expanded values: the GEMM's f32 accumulation is the only rounding. (Scaling each K-block's
@@ -122,8 +123,21 @@ void blockwise_gemm(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_b
   Tensor ax = Tensor::empty(a.shape(), DType::kF32), bx = Tensor::empty(b.shape(), DType::kF32);
   dequantize_blockwise(a, a_scale_inv, a_blocks, ax);
   dequantize_blockwise(b, b_scale_inv, b_blocks, bx);
-  gemm(ax, ops::Transpose::kNo, bx, ops::Transpose::kYes, out, 1.f, accumulate, bias,
-       ops::Epilogue::kNone, 1.f, nullptr);
+  cpu::gemm(ax, ops::Transpose::kNo, bx, ops::Transpose::kYes, out, 1.f, accumulate, bias,
+            ops::Epilogue::kNone, 1.f, nullptr);
+}
+
+void CpuBackend::transpose_scales(const Tensor& src, int64_t rows, int64_t cols,
+                                  Tensor& dst) const {
+  const auto* s = static_cast<const uint8_t*>(src.data());
+  auto* d = static_cast<uint8_t*>(dst.data());
+  const size_t es = src.element_size();
+  std::fill(d, d + dst.nbytes(), uint8_t{0});
+  const int64_t ss = src.size(1), ds = dst.size(1);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c)
+      std::memcpy(d + (c * ds + r) * es, s + (r * ss + c) * es, es);
+  }
 }
 
 }  // namespace octet::cpu

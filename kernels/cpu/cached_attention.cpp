@@ -4,13 +4,15 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/nn_cpu.h"
 #include "kernels/cpu/row_ops.h"
 #include "runtime/parallel.h"
 
 namespace octet::cpu {
 
-void kv_cache_write(const Tensor& packed, Tensor& k_cache, Tensor& v_cache, int64_t pos) {
+void CpuBackend::kv_cache_write(const Tensor& packed, Tensor& k_cache, Tensor& v_cache,
+                                int64_t pos) const {
   const int64_t N = packed.size(0), T = packed.size(1), max_len = k_cache.size(1);
   const int64_t KC = k_cache.size(2) * k_cache.size(3), W = packed.size(2), QC = W - 2 * KC;
   const float* in = packed.data_as<float>();  // (N, T, (H + 2G) * D)
@@ -27,8 +29,9 @@ void kv_cache_write(const Tensor& packed, Tensor& k_cache, Tensor& v_cache, int6
   });
 }
 
-void cached_attention(const Tensor& packed, const Tensor& k_cache, const Tensor& v_cache,
-                      int64_t pos, float scale, Tensor& out) {
+void CpuBackend::cached_attention(const Tensor& packed, const Tensor& k_cache,
+                                  const Tensor& v_cache, int64_t pos, float scale,
+                                  Tensor& out) const {
   const int64_t N = packed.size(0), T = packed.size(1), max_len = k_cache.size(1);
   const int64_t G = k_cache.size(2), D = k_cache.size(3), KC = G * D, W = packed.size(2);
   const int64_t C = W - 2 * KC, H = C / D, group = H / G;

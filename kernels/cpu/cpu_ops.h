@@ -1,5 +1,5 @@
-// CPU kernels behind the CPU backend table (kernels/cpu/cpu_backend.cpp); the ops layer has
-// validated their arguments.
+// Helpers shared by the CPU backend's files (kernels/cpu/cpu_backend.h): conversions, the FP8
+// block cast and its counts, and the GEMM and FP8 cast with their scalars as host floats.
 #pragma once
 
 #include <vector>
@@ -12,18 +12,7 @@ namespace octet::cpu {
 
 using ops::detail::BinaryOp;
 
-// out = a (op) b; b has a's shape or is a row of a's last dimension.
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);
-void axpy(Tensor& dst, const Tensor& src, float alpha);  // dst += alpha * src
-void scale(const Tensor& x, float s, Tensor& out);
-void fill(Tensor& dst, float value);
-void convert(const Tensor& src, Tensor& dst);  // floating dtypes except FP8 (RNE)
-
-float sum(const Tensor& x);
-float max(const Tensor& x);
-float amax(const Tensor& x);
-void sum_rows(const Tensor& x, Tensor& out);
-
+// CpuBackend::quantize_fp8 with the scale and amax as host floats (the GEMM's FP8 output too).
 void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnwise, float* amax,
                   FP8CastCounts* counts);
 // Adds the saturated and flushed elements of a block just cast (q = fp8(x * scale), n values,
@@ -37,21 +26,12 @@ void cast_fp8_block(DType fp8, const float* x, int64_t n, float scale, float blo
 // The threads' counts (one per parallel_chunk) and the element total added to *counts (nullable).
 void add_partial_counts(const std::vector<FP8CastCounts>& partial, int64_t total,
                         FP8CastCounts* counts);
-void transpose_2d(const Tensor& x, Tensor& out);
-void dequantize_fp8(const Tensor& data, float scale_inv, Tensor& out);
 
 // out = epilogue(alpha * op(a) · op(b) [+ out] [+ bias]); an FP8 out is cast from the f32 value
 // times out_scale, with max |value| max-accumulated into *out_amax when not null.
 void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb, Tensor& out,
           float alpha, ops::Accumulate accumulate, const Tensor* bias, ops::Epilogue epilogue,
           float out_scale, float* out_amax);
-void release_workspace();
-
-// kernels/optim.h's rules (kernels/cpu/optim.cpp): one vectorised pass per tensor.
-void adamw_step(const std::vector<ops::AdamWTensors>& tensors, const ops::AdamWHyper& h);
-void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
-              float weight_decay, int64_t step);
-double sum_of_squares(const Tensor& x);
 
 // Element pointer of any floating dtype converted to f32 in bulk (FP8 exact, bf16/f16 exact).
 void to_f32(DType dtype, const void* src, float* dst, int64_t n);

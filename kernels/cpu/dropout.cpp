@@ -3,6 +3,7 @@
 // The Philox blocks are generated many at a time in vectorisable lanes.
 #include <algorithm>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/nn_cpu.h"
 #include "kernels/cpu/simd.h"
 #include "runtime/parallel.h"
@@ -73,7 +74,8 @@ float keep_scale_of(float p) { return p < 1.f ? 1.f / (1.f - p) : 0.f; }
 
 }  // namespace
 
-void dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& y, Tensor& mask) {
+void CpuBackend::dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& y,
+                         Tensor& mask) const {
   const float* px = x.data_as<float>();
   float* py = y.data_as<float>();
   uint8_t* pm = mask.data_as<uint8_t>();
@@ -91,7 +93,7 @@ void dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& y
   });
 }
 
-void dropout_backward(const Tensor& dy, const Tensor& mask, float p, Tensor& dx) {
+void CpuBackend::dropout_backward(const Tensor& dy, const Tensor& mask, float p, Tensor& dx) const {
   const float* pdy = dy.data_as<float>();
   const uint8_t* pm = mask.data_as<uint8_t>();
   float* pdx = dx.data_as<float>();

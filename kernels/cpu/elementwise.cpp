@@ -1,6 +1,7 @@
 // Elementwise arithmetic and dtype conversion on the CPU.
 #include <cstring>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/fp8_simd.h"
 #include "kernels/cpu/simd.h"
@@ -84,7 +85,7 @@ void from_f32(const float* src, DType dtype, void* dst, int64_t n) {
   }
 }
 
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) const {
   const int64_t n = a.numel();
   const int64_t row = b.numel() == n ? n : b.numel();  // b repeats every `row` elements
   const bool all_f32 =
@@ -117,7 +118,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
                });
 }
 
-void axpy(Tensor& dst, const Tensor& src, float alpha) {
+void CpuBackend::axpy(Tensor& dst, const Tensor& src, float alpha) const {
   const int64_t n = dst.numel();
   if (dst.dtype() == DType::kF32 && src.dtype() == DType::kF32) {
     float* d = dst.data_as<float>();
@@ -140,7 +141,7 @@ void axpy(Tensor& dst, const Tensor& src, float alpha) {
   });
 }
 
-void scale(const Tensor& x, float s, Tensor& out) {
+void CpuBackend::scale(const Tensor& x, float s, Tensor& out) const {
   const auto* px = static_cast<const uint8_t*>(x.data());
   auto* po = static_cast<uint8_t*>(out.data());
   parallel_for(0, x.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
@@ -154,7 +155,7 @@ void scale(const Tensor& x, float s, Tensor& out) {
   });
 }
 
-void fill(Tensor& dst, float value) {
+void CpuBackend::fill(Tensor& dst, float value) const {
   auto* pd = static_cast<uint8_t*>(dst.data());
   const size_t es = dst.element_size();
   parallel_for(0, dst.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
@@ -166,7 +167,11 @@ void fill(Tensor& dst, float value) {
   });
 }
 
-void convert(const Tensor& src, Tensor& dst) {
+void CpuBackend::fill_from(const Tensor& value, Tensor& dst) const {
+  fill(dst, *value.data_as<float>());
+}
+
+void CpuBackend::convert(const Tensor& src, Tensor& dst) const {
   const auto* ps = static_cast<const uint8_t*>(src.data());
   auto* pd = static_cast<uint8_t*>(dst.data());
   parallel_for(0, src.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {

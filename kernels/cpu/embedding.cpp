@@ -3,6 +3,7 @@
 // row is written exactly once.
 #include <vector>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/nn_cpu.h"
 #include "kernels/cpu/row_ops.h"
@@ -31,7 +32,8 @@ std::vector<int64_t> index_values(const Tensor& ids) {
   return out;
 }
 
-void embedding(const Tensor& table, const std::vector<int64_t>& ids, Tensor& out) {
+void CpuBackend::embedding(const Tensor& table, const Tensor& ids_tensor, Tensor& out) const {
+  const std::vector<int64_t> ids = index_values(ids_tensor);
   const int64_t cols = table.cols();
   const auto* pt = static_cast<const uint8_t*>(table.data());  // (V, C), any floating dtype
   const size_t row_bytes = static_cast<size_t>(cols) * table.element_size();
@@ -47,7 +49,9 @@ void embedding(const Tensor& table, const std::vector<int64_t>& ids, Tensor& out
                });
 }
 
-void embedding_backward(const Tensor& dy, const std::vector<int64_t>& ids, Tensor& dtable) {
+void CpuBackend::embedding_backward(const Tensor& dy, const Tensor& ids_tensor,
+                                    Tensor& dtable) const {
+  const std::vector<int64_t> ids = index_values(ids_tensor);
   const int64_t vocab = dtable.rows(), cols = dtable.cols();
   const float* pdy = dy.data_as<float>();  // (N, C)
   float* pd = dtable.data_as<float>();     // (V, C)

@@ -1,13 +1,16 @@
-// FP8 quantize (fused amax, row-wise and column-wise output in one pass), byte transpose and
-// dequantize on the CPU. The element rule is runtime/fp8.h, shared with the CUDA kernels.
+// FP8 quantize (fused amax, row-wise and column-wise output in one pass), the norm fused with it,
+// byte transpose, dequantize and the scaling state's updates on the CPU. The element rule is
+// runtime/fp8.h, shared with the CUDA kernels.
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/fp8_simd.h"
 #include "kernels/cpu/nn_cpu.h"
 #include "kernels/cpu/simd.h"
 #include "runtime/fp8.h"
+#include "runtime/fp8_scaling.h"
 #include "runtime/parallel.h"
 
 namespace octet::cpu {
@@ -147,9 +150,25 @@ void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnw
   add_partial_counts(partial_counts, rows * cols, counts);
 }
 
-void norm_quantize_fp8(const Tensor& x, const NormRow& norm, float scale, Tensor* rowwise,
-                       Tensor* columnwise, float* amax, float* mean, float* rsigma,
-                       FP8CastCounts* counts) {
+void CpuBackend::quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise,
+                              Tensor* columnwise, Tensor* amax, FP8CastCounts* counts) const {
+  cpu::quantize_fp8(x, scale.item(), rowwise, columnwise,
+                    amax != nullptr ? amax->data_as<float>() : nullptr, counts);
+}
+
+// Each row is normalized into a one-row buffer and cast from there, so no high-precision output
+// exists.
+void CpuBackend::norm_quantize_fp8(ops::NormKind kind, const Tensor& x, const Tensor& gamma,
+                                   const Tensor* beta, float eps, ops::ZeroCenteredGamma zc,
+                                   const Tensor& scale_tensor, Tensor* rowwise, Tensor* columnwise,
+                                   Tensor* amax_tensor, Tensor* mean_tensor, Tensor& rsigma_tensor,
+                                   FP8CastCounts* counts) const {
+  const NormRow norm(kind, gamma.data_as<float>(),
+                     beta != nullptr ? beta->data_as<float>() : nullptr, eps, zc, x.cols());
+  const float scale = scale_tensor.item();
+  float* amax = amax_tensor != nullptr ? amax_tensor->data_as<float>() : nullptr;
+  float* mean = mean_tensor != nullptr ? mean_tensor->data_as<float>() : nullptr;
+  float* rsigma = rsigma_tensor.data_as<float>();
   const int64_t rows = x.rows(), cols = x.cols();
   const DType fp8 = rowwise ? rowwise->dtype() : columnwise->dtype();
   const float* px = x.data_as<float>();  // (rows, C)
@@ -183,7 +202,7 @@ void norm_quantize_fp8(const Tensor& x, const NormRow& norm, float scale, Tensor
   add_partial_counts(partial_counts, rows * cols, counts);
 }
 
-void transpose_2d(const Tensor& x, Tensor& out) {
+void CpuBackend::transpose_2d(const Tensor& x, Tensor& out) const {
   const int64_t rows = x.rows(), cols = x.cols();
   switch (x.element_size()) {
     case 1: {
@@ -209,7 +228,9 @@ void transpose_2d(const Tensor& x, Tensor& out) {
   OCTET_FAIL("transpose_2d: unsupported element size ", x.element_size());
 }
 
-void dequantize_fp8(const Tensor& data, float scale_inv, Tensor& out) {
+void CpuBackend::dequantize_fp8(const Tensor& data, const Tensor& scale_inv_tensor,
+                                Tensor& out) const {
+  const float scale_inv = scale_inv_tensor.item();
   const float* table = data.dtype() == DType::kE4M3 ? e4m3_to_float_table() : e5m2_to_float_table();
   const uint8_t* q = data.data_as<uint8_t>();
   auto* po = static_cast<uint8_t*>(out.data());
@@ -222,6 +243,23 @@ void dequantize_fp8(const Tensor& data, float scale_inv, Tensor& out) {
       from_f32(buf, out.dtype(), po + i * out.element_size(), m);
     }
   });
+}
+
+void CpuBackend::update_fp8_slots(const std::vector<ops::detail::SlotUpdate>& slots) const {
+  for (const ops::detail::SlotUpdate& u : slots)
+    update_fp8_slot(*u.slot, u.fp8_max, u.margin, u.algo);
+}
+
+void CpuBackend::current_scale(const Tensor& amax, float fp8_max, float amax_epsilon,
+                               Power2Scale power_2, Tensor& scale, Tensor& scale_inv) const {
+  const float s =
+      ::octet::current_scale(amax.item(), fp8_max, amax_epsilon, power_2 == Power2Scale::kOn);
+  *scale.data_as<float>() = s;
+  *scale_inv.data_as<float>() = 1.f / s;
+}
+
+void CpuBackend::reciprocal(const Tensor& x, Tensor& out) const {
+  *out.data_as<float>() = 1.f / x.item();
 }
 
 }  // namespace octet::cpu

@@ -10,6 +10,7 @@
 
 #include <vector>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/fp8_simd.h"
 #include "kernels/cpu/row_ops.h"
@@ -293,6 +294,19 @@ void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb
   }
 }
 
-void release_workspace() { t_workspace = Workspace(); }
+void CpuBackend::gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb,
+                      Tensor& out, const ops::GemmOptions& o) const {
+  // The operands' scale_inv fold into alpha: the CPU's f32 result is the exact product of the
+  // FP8 values either way, rounded once.
+  float alpha = o.alpha;
+  if (o.a_scale_inv != nullptr) alpha *= o.a_scale_inv->item();
+  if (o.b_scale_inv != nullptr) alpha *= o.b_scale_inv->item();
+  if (o.alpha_scale != nullptr) alpha *= o.alpha_scale->item();
+  const float out_scale = o.out_scale != nullptr ? o.out_scale->item() : 1.f;
+  cpu::gemm(a, ta, b, tb, out, alpha, o.accumulate, o.bias, o.epilogue, out_scale,
+            o.out_amax != nullptr ? o.out_amax->data_as<float>() : nullptr);
+}
+
+void CpuBackend::release_workspace() const { t_workspace = Workspace(); }
 
 }  // namespace octet::cpu

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/nn_cpu.h"
 #include "kernels/cpu/row_ops.h"
 #include "kernels/cpu/simd.h"
@@ -18,10 +19,9 @@ void scaled_softmax_row(const float* x, float lse, float g, float* dx, int64_t n
   for (int64_t i = 0; i < n; ++i) dx[i] = g * math::exp_f32(x[i] - lse);
 }
 
-}  // namespace
-
-double cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets,
-                     int64_t ignore_index, float* lse) {
+// The sum of the counted rows' losses (f64, summed in row order); fills lse (N,).
+double cross_entropy_sum(const Tensor& logits, const std::vector<int64_t>& targets,
+                         int64_t ignore_index, float* lse) {
   const int64_t rows = logits.rows(), cols = logits.cols();
   const float* px = logits.data_as<float>();  // (N, V)
   std::vector<double> loss(static_cast<size_t>(rows), 0.0);
@@ -40,9 +40,28 @@ double cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets,
   return total;
 }
 
-void cross_entropy_backward(float grad_per_row, const Tensor& logits,
-                            const std::vector<int64_t>& targets, const float* lse,
-                            int64_t ignore_index, Tensor& dlogits) {
+}  // namespace
+
+void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets_tensor,
+                               int64_t ignore_index, Tensor& loss, Tensor& lse,
+                               Tensor& counted) const {
+  const std::vector<int64_t> targets = index_values(targets_tensor);
+  int64_t count = 0;
+  for (const int64_t v : targets) count += v != ignore_index ? 1 : 0;
+  const double total = cross_entropy_sum(logits, targets, ignore_index, lse.data_as<float>());
+  *loss.data_as<float>() = count > 0 ? static_cast<float>(total / static_cast<double>(count)) : 0.f;
+  *counted.data_as<int64_t>() = count;
+}
+
+void CpuBackend::cross_entropy_backward(const Tensor& dloss, const Tensor& counted,
+                                        const Tensor& logits, const Tensor& targets_tensor,
+                                        const Tensor& lse_tensor, int64_t ignore_index,
+                                        Tensor& dlogits) const {
+  const int64_t count = *counted.data_as<int64_t>();
+  const double d = *dloss.data_as<float>();
+  const float grad_per_row = count > 0 ? static_cast<float>(d / static_cast<double>(count)) : 0.f;
+  const std::vector<int64_t> targets = index_values(targets_tensor);
+  const float* lse = lse_tensor.data_as<float>();
   const int64_t rows = logits.rows(), cols = logits.cols();
   const float* px = logits.data_as<float>();  // (N, V)
   float* pd = dlogits.data_as<float>();       // (N, V)

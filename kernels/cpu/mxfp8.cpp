@@ -5,8 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/cpu/mxfp8_cpu.h"
 #include "kernels/cpu/simd.h"
 #include "runtime/fp8.h"
 #include "runtime/mxfp8_tensor.h"
@@ -41,7 +41,8 @@ float block_amax(const float* x, int64_t n) {
 
 }  // namespace
 
-void quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales, FP8CastCounts* counts) {
+void CpuBackend::quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales,
+                                        FP8CastCounts* counts) const {
   const int64_t rows = x.rows(), cols = x.cols();
   const int64_t blocks = (cols + kBlock - 1) / kBlock;
   const DType fp8 = data.dtype();
@@ -69,8 +70,8 @@ void quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales, FP8Ca
   add_partial_counts(partial, rows * cols, counts);
 }
 
-void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales,
-                               FP8CastCounts* counts) {
+void CpuBackend::quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales,
+                                           FP8CastCounts* counts) const {
   const int64_t rows = x.rows(), cols = x.cols();
   const int64_t blocks = (rows + kBlock - 1) / kBlock;  // per output row (= input column)
   const DType fp8 = data.dtype();
@@ -108,7 +109,7 @@ void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales,
   add_partial_counts(partial, rows * cols, counts);
 }
 
-void dequantize_mxfp8(const Tensor& data, const Tensor& scales, Tensor& out) {
+void CpuBackend::dequantize_mxfp8(const Tensor& data, const Tensor& scales, Tensor& out) const {
   const int64_t rows = data.rows(), cols = data.cols();
   const int64_t blocks = (cols + kBlock - 1) / kBlock;
   const float* table = data.dtype() == DType::kE4M3 ? e4m3_to_float_table() : e5m2_to_float_table();

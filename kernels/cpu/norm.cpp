@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/nn_cpu.h"
 #include "kernels/cpu/row_ops.h"
 #include "kernels/cpu/simd.h"
@@ -137,31 +138,32 @@ void NormRow::operator()(const float* xr, float* y, float* mean, float* rsigma) 
   *rsigma = rs;
 }
 
-void layernorm(const Tensor& x, const float* gamma, const float* beta, float eps,
-               ops::ZeroCenteredGamma zc, Tensor& y, float* mean, float* rsigma) {
+void CpuBackend::norm_forward(ops::NormKind kind, const Tensor& x, const Tensor& gamma,
+                              const Tensor* beta, float eps, ops::ZeroCenteredGamma zc, Tensor& y,
+                              Tensor* mean_tensor, Tensor& rsigma_tensor) const {
   const int64_t rows = x.rows(), cols = x.cols();
   const float* px = x.data_as<float>();  // (rows, C)
   float* py = y.data_as<float>();        // (rows, C)
-  const NormRow norm(ops::NormKind::kLayerNorm, gamma, beta, eps, zc, cols);
+  float* mean = mean_tensor != nullptr ? mean_tensor->data_as<float>() : nullptr;
+  float* rsigma = rsigma_tensor.data_as<float>();
+  const NormRow norm(kind, gamma.data_as<float>(),
+                     beta != nullptr ? beta->data_as<float>() : nullptr, eps, zc, cols);
   parallel_for(0, rows, rowops::row_grain(cols), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) norm(px + r * cols, py + r * cols, mean + r, rsigma + r);
+    for (int64_t r = r0; r < r1; ++r) {
+      norm(px + r * cols, py + r * cols, mean != nullptr ? mean + r : nullptr, rsigma + r);
+    }
   });
 }
 
-void rmsnorm(const Tensor& x, const float* gamma, float eps, ops::ZeroCenteredGamma zc, Tensor& y,
-             float* rsigma) {
-  const int64_t rows = x.rows(), cols = x.cols();
-  const float* px = x.data_as<float>();  // (rows, C)
-  float* py = y.data_as<float>();        // (rows, C)
-  const NormRow norm(ops::NormKind::kRMSNorm, gamma, nullptr, eps, zc, cols);
-  parallel_for(0, rows, rowops::row_grain(cols), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) norm(px + r * cols, py + r * cols, nullptr, rsigma + r);
-  });
-}
-
-void norm_backward(const Tensor& dy, const Tensor& x, const float* mean, const float* rsigma,
-                   const float* gamma, ops::ZeroCenteredGamma zc, Tensor& dx, float* dgamma,
-                   float* dbeta) {
+void CpuBackend::norm_backward(const Tensor& dy, const Tensor& x, const Tensor* mean_tensor,
+                               const Tensor& rsigma_tensor, const Tensor& gamma_tensor,
+                               ops::ZeroCenteredGamma zc, Tensor& dx, Tensor& dgamma_tensor,
+                               Tensor* dbeta_tensor) const {
+  const float* mean = mean_tensor != nullptr ? mean_tensor->data_as<float>() : nullptr;
+  const float* rsigma = rsigma_tensor.data_as<float>();
+  const float* gamma = gamma_tensor.data_as<float>();
+  float* dgamma = dgamma_tensor.data_as<float>();
+  float* dbeta = dbeta_tensor != nullptr ? dbeta_tensor->data_as<float>() : nullptr;
   const int64_t rows = x.rows(), cols = x.cols();
   const float* pdy = dy.data_as<float>();  // (rows, C)
   const float* px = x.data_as<float>();    // (rows, C)

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/block_formats_cpu.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/math/quartet2.h"
@@ -150,9 +150,8 @@ uint8_t four_over_six_block(const float* v, int64_t cols, int64_t band, float am
   return codes[kept];
 }
 
-}  // namespace
-
-void hadamard16(const float* x, int64_t n, bool inverse, float* y) {
+// y = x · R (or the inverse) per group of 16 values of x[0, n), n a multiple of 16.
+void hadamard16_f32(const float* x, int64_t n, bool inverse, float* y) {
   // Forward y = x · diag(s) H / 4; inverse x = y · H diag(s) / 4 (the transpose: R is orthogonal).
   // Each output is a sum of 16 terms x * (+-1/4) in f64 (in the order of i), rounded once: the
   // forward transform to bf16, which is what TE's writes, the inverse (for dequantization) to f32.
@@ -171,8 +170,16 @@ void hadamard16(const float* x, int64_t n, bool inverse, float* y) {
   }
 }
 
-void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& c, Tensor& data, Tensor& scales,
-                    Tensor& amax, FP8CastCounts* counts) {
+}  // namespace
+
+void CpuBackend::hadamard16(const Tensor& x, bool inverse, Tensor& out) const {
+  std::vector<float> in(static_cast<size_t>(x.numel()));
+  to_f32(x.dtype(), x.data(), in.data(), x.numel());
+  hadamard16_f32(in.data(), x.numel(), inverse, out.data_as<float>());
+}
+
+void CpuBackend::quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& c, Tensor& data,
+                                Tensor& scales, Tensor& amax, FP8CastCounts* counts) const {
   const int64_t rows = x.rows(), cols = x.cols();
   const int64_t blocks = cols / kBlock;
   // The values the cast sees: x, or its transform along the rows (bf16-rounded).
@@ -182,7 +189,7 @@ void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& c, Tensor& data, Tens
     parallel_for(0, rows, 1, [&](int64_t r0, int64_t r1) {
       std::vector<float> row(static_cast<size_t>(cols));
       for (int64_t r = r0; r < r1; ++r) {
-        hadamard16(v.data() + r * cols, cols, false, row.data());
+        hadamard16_f32(v.data() + r * cols, cols, false, row.data());
         std::copy(row.begin(), row.end(), v.begin() + r * cols);
       }
     });
@@ -239,7 +246,8 @@ void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& c, Tensor& data, Tens
   add_partial_counts(partial, rows * cols, counts);
 }
 
-void rht128(const Tensor& x, uint64_t seed, uint64_t offset, bool inverse, Tensor& out) {
+void CpuBackend::rht128(const Tensor& x, uint64_t seed, uint64_t offset, bool inverse,
+                        Tensor& out) const {
   const int64_t n = x.numel();
   // f32 is read in place; bf16 is widened once.
   std::vector<float> widened;
@@ -259,8 +267,8 @@ void rht128(const Tensor& x, uint64_t seed, uint64_t offset, bool inverse, Tenso
   });
 }
 
-void quantize_nvfp4_eden(const Tensor& v, uint64_t seed, uint64_t offset, Tensor& data,
-                         Tensor& scales, Tensor& decode) {
+void CpuBackend::quantize_nvfp4_eden(const Tensor& v, uint64_t seed, uint64_t offset, Tensor& data,
+                                     Tensor& scales, Tensor& decode) const {
   const int64_t rows = v.rows(), cols = v.cols(), blocks = cols / kBlock;
   const float* x = v.data_as<float>();
   uint8_t* q = data.data_as<uint8_t>();
@@ -292,8 +300,8 @@ void quantize_nvfp4_eden(const Tensor& v, uint64_t seed, uint64_t offset, Tensor
   });
 }
 
-void transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t rows, int64_t cols,
-                           Tensor& out_data, Tensor& out_scales) {
+void CpuBackend::transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t rows,
+                                       int64_t cols, Tensor& out_data, Tensor& out_scales) const {
   const uint8_t* q = data.data_as<uint8_t>();
   const uint8_t* sf = scales.data_as<uint8_t>();
   uint8_t* oq = out_data.data_as<uint8_t>();
@@ -317,8 +325,8 @@ void transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t row
   }
 }
 
-void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax, float e4m3_max,
-                  Tensor& out) {
+void CpuBackend::expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax,
+                              float e4m3_max, Tensor& out) const {
   const int64_t rows = out.rows(), cols = out.cols();
   const uint8_t* q = data.data_as<uint8_t>();
   const uint8_t* sf = scales.data_as<uint8_t>();

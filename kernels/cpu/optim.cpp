@@ -3,8 +3,10 @@
 #include "kernels/math/optim.h"
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/simd.h"
 #include "runtime/parallel.h"
@@ -69,14 +71,28 @@ void adamw_one(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const o
   });
 }
 
-}  // namespace
-
-void adamw_step(const std::vector<ops::AdamWTensors>& tensors, const ops::AdamWHyper& h) {
-  for (const ops::AdamWTensors& t : tensors) adamw_one(*t.master, *t.grad, *t.m, *t.v, h);
+// A step decided on the device, here on the CPU: its gate and count are host memory, read here.
+// False: the gate is shut (no update); else *step is the count the update uses.
+bool open_step(const ops::DeviceStep& d, int64_t* step) {
+  if (d.gate == nullptr) return true;
+  if (*d.gate->data_as<float>() == 0.f) return false;
+  *step = *d.steps->data_as<int64_t>();
+  return true;
 }
 
-void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
-              float weight_decay, int64_t step) {
+}  // namespace
+
+void CpuBackend::adamw_step(const std::vector<ops::AdamWTensors>& tensors,
+                            const ops::AdamWHyper& h) const {
+  ops::AdamWHyper host = h;
+  if (!open_step(h.device_step, &host.step)) return;
+  for (const ops::AdamWTensors& t : tensors) adamw_one(*t.master, *t.grad, *t.m, *t.v, host);
+}
+
+void CpuBackend::sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
+                          float weight_decay, int64_t step,
+                          const ops::DeviceStep& device_step) const {
+  if (!open_step(device_step, &step)) return;
   const bool use_buf = momentum != 0.f;
   float* pw = master.data_as<float>();
   float* pb = use_buf ? buf.data_as<float>() : nullptr;
@@ -86,7 +102,7 @@ void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float m
 }
 
 // Fixed chunks summed in order: the same bits on any number of threads.
-double sum_of_squares(const Tensor& x) {
+double CpuBackend::sum_of_squares(const Tensor& x) const {
   std::vector<double> partial(static_cast<size_t>(reduction_chunks(x.numel(), kElementwiseGrain)),
                               0.0);
   const bool f32 = x.dtype() == DType::kF32;
@@ -108,6 +124,44 @@ double sum_of_squares(const Tensor& x) {
   double total = 0;
   for (double p : partial) total += p;
   return total;
+}
+
+void CpuBackend::sum_of_squares_part(const std::vector<const Tensor*>& xs, Tensor& total) const {
+  double sum = 0;
+  for (const Tensor* x : xs) sum += sum_of_squares(*x);
+  std::memcpy(total.data(), &sum, sizeof(sum));
+}
+
+void CpuBackend::clip_grad_norm_from_parts(const std::vector<Tensor*>& grads, const Tensor& parts,
+                                           double max_norm, Tensor& norm) const {
+  double total = 0;
+  for (int64_t i = 0; i < parts.numel(); ++i) {
+    double part = 0;
+    std::memcpy(&part, parts.data_as<int64_t>() + i, sizeof(part));
+    total += part;
+  }
+  const double n = std::sqrt(total);
+  if (max_norm > 0 && std::isfinite(n) && n > max_norm) {
+    const auto factor = static_cast<float>(max_norm / (n + 1e-6));
+    for (Tensor* g : grads) scale(*g, factor, *g);
+  }
+  std::memcpy(norm.data(), &n, sizeof(n));
+}
+
+void CpuBackend::advance_steps(const Tensor& gate, Tensor& steps) const {
+  if (*gate.data_as<float>() != 0.f) ++*steps.data_as<int64_t>();
+}
+
+void CpuBackend::finite_gate(const Tensor& values, const Tensor* f64_bits, Tensor& gate) const {
+  bool finite = true;
+  const float* v = values.data_as<float>();
+  for (int64_t i = 0; i < values.numel(); ++i) finite = finite && std::isfinite(v[i]);
+  if (f64_bits != nullptr) {
+    double d = 0;
+    std::memcpy(&d, f64_bits->data(), sizeof(d));
+    finite = finite && std::isfinite(d);
+  }
+  *gate.data_as<float>() = finite ? 1.f : 0.f;
 }
 
 }  // namespace octet::cpu

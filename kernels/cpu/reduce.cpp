@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/simd.h"
 #include "runtime/parallel.h"
@@ -73,25 +74,34 @@ T reduce(const Tensor& x, T init, Block block, Combine combine) {
   return result;
 }
 
-}  // namespace
-
-float sum(const Tensor& x) {
+float sum_value(const Tensor& x) {
   return static_cast<float>(
       reduce<double>(x, 0.0, sum_block, [](double a, double b) { return a + b; }));
 }
 
-float amax(const Tensor& x) {
-  return reduce<float>(x, 0.f, amax_block, [](float a, float b) { return a > b ? a : b; });
+void set(Tensor& scalar, float value) { *scalar.data_as<float>() = value; }
+
+}  // namespace
+
+void CpuBackend::sum(const Tensor& x, Tensor& out) const { set(out, sum_value(x)); }
+
+void CpuBackend::mean(const Tensor& x, Tensor& out) const {
+  const double n = static_cast<double>(x.numel());
+  set(out, static_cast<float>(static_cast<double>(sum_value(x)) / n));
 }
 
-float max(const Tensor& x) {
+void CpuBackend::amax(const Tensor& x, Tensor& out) const {
+  set(out, reduce<float>(x, 0.f, amax_block, [](float a, float b) { return a > b ? a : b; }));
+}
+
+void CpuBackend::max(const Tensor& x, Tensor& out) const {
   const float lowest = -std::numeric_limits<float>::infinity();
-  return reduce<float>(
-      x, lowest, [&](const float* p, int64_t n) { return max_block(p, n, lowest); },
-      [](float a, float b) { return std::isnan(a) || a > b ? a : b; });
+  set(out, reduce<float>(
+               x, lowest, [&](const float* p, int64_t n) { return max_block(p, n, lowest); },
+               [](float a, float b) { return std::isnan(a) || a > b ? a : b; }));
 }
 
-void sum_rows(const Tensor& x, Tensor& out) {
+void CpuBackend::sum_rows(const Tensor& x, Tensor& out) const {
   const int64_t rows = x.rows(), cols = x.cols();
   const auto* px = static_cast<const uint8_t*>(x.data());
   const size_t es = x.element_size();

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/nn_cpu.h"
 #include "runtime/parallel.h"
 
@@ -37,8 +38,8 @@ void rotate_back(const float* dy, const float* cs, int64_t D, float* dx) {
 
 }  // namespace
 
-void pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope,
-                Tensor& packed) {
+void CpuBackend::pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope,
+                            Tensor& packed) const {
   const int64_t B = qkv.size(0), T = qkv.size(1), D = qkv.size(2) / (heads + 2 * kv_heads);
   const int64_t H = heads, G = kv_heads, K = (packed.size(2) / D - H) / 2, rep = K / G;
   const float* in = qkv.data_as<float>();                                 // (B, T, H + 2G, D)
@@ -60,8 +61,8 @@ void pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor
   });
 }
 
-void pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads, const Tensor& rope,
-                         Tensor& dqkv) {
+void CpuBackend::pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads,
+                                     const Tensor& rope, Tensor& dqkv) const {
   const int64_t B = dpacked.size(0), T = dpacked.size(1), D = dqkv.size(2) / (heads + 2 * kv_heads);
   const int64_t H = heads, G = kv_heads, K = (dpacked.size(2) / D - H) / 2, rep = K / G;
   const float* in = dpacked.data_as<float>();  // (B, T, H + 2K, D)

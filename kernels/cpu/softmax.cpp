@@ -1,4 +1,5 @@
 // Softmax over the last dimension and its backward on the CPU, one row per task.
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/nn_cpu.h"
 #include "kernels/cpu/row_ops.h"
 #include "kernels/cpu/simd.h"
@@ -15,7 +16,7 @@ void softmax_grad_row(const float* dy, const float* y, float dot, float* dx, int
 
 }  // namespace
 
-void softmax(const Tensor& x, Tensor& y) {
+void CpuBackend::softmax(const Tensor& x, Tensor& y) const {
   const int64_t rows = x.rows(), cols = x.cols();
   const float* px = x.data_as<float>();
   float* py = y.data_as<float>();
@@ -30,7 +31,7 @@ void softmax(const Tensor& x, Tensor& y) {
   });
 }
 
-void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
+void CpuBackend::softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) const {
   const int64_t rows = y.rows(), cols = y.cols();
   const float* pdy = dy.data_as<float>();
   const float* py = y.data_as<float>();

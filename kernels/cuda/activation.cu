@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/math/activation_kind.h"
 
 namespace octet::cuda {
@@ -96,7 +96,7 @@ __global__ void gated_backward_kernel(ActIn dy, ActIn x, ActOut dx, I rows, I h,
 
 }  // namespace
 
-void activation(Activation a, const Tensor& x, Tensor& y) {
+void CudaBackend::activation(Activation a, const Tensor& x, Tensor& y) const {
   const int64_t n = x.numel();
   if (n == 0) return;
   cudaStream_t stream = stream_of(x);
@@ -110,7 +110,8 @@ void activation(Activation a, const Tensor& x, Tensor& y) {
   });
 }
 
-void activation_backward(Activation a, const Tensor& dy, const Tensor& x, Tensor& dx) {
+void CudaBackend::activation_backward(Activation a, const Tensor& dy, const Tensor& x,
+                                      Tensor& dx) const {
   const int64_t n = x.numel();
   if (n == 0) return;
   cudaStream_t stream = stream_of(x);
@@ -124,7 +125,7 @@ void activation_backward(Activation a, const Tensor& dy, const Tensor& x, Tensor
   });
 }
 
-void gated_activation(Activation a, const Tensor& x, Tensor& y) {
+void CudaBackend::gated_activation(Activation a, const Tensor& x, Tensor& y) const {
   const int64_t rows = x.rows(), h = x.cols() / 2;
   if (rows * h == 0) return;
   cudaStream_t stream = stream_of(x);  // x (rows, 2h): [a | g]; y (rows, h)
@@ -140,7 +141,8 @@ void gated_activation(Activation a, const Tensor& x, Tensor& y) {
   });
 }
 
-void gated_activation_backward(Activation a, const Tensor& dy, const Tensor& x, Tensor& dx) {
+void CudaBackend::gated_activation_backward(Activation a, const Tensor& dy, const Tensor& x,
+                                            Tensor& dx) const {
   const int64_t rows = x.rows(), h = x.cols() / 2;
   if (rows * h == 0) return;
   cudaStream_t stream = stream_of(x);  // dy (rows, h); x, dx (rows, 2h)

@@ -23,6 +23,7 @@
 
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/math/exp.h"
 #include "runtime/memory.h"
@@ -470,25 +471,30 @@ void causal_attention_backward_fallback(const Tensor& dout, const Tensor& qkv, c
   });
 }
 
-void causal_attention(const Tensor& qkv, int64_t heads, float scale, Tensor& out, Tensor& lse) {
+// cuDNN's fused attention where it takes the shape, else the own kernels.
+void CudaBackend::causal_attention(const Tensor& qkv, int64_t heads, float scale, Tensor& out,
+                                   Tensor& lse) const {
   if (cudnn_forward(qkv, heads, heads, scale, out, lse)) return;
   causal_attention_fallback(qkv, heads, scale, out, lse);
 }
 
-void causal_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                               const Tensor& lse, int64_t heads, float scale, Tensor& dqkv) {
+void CudaBackend::causal_attention_backward(const Tensor& dout, const Tensor& qkv,
+                                            const Tensor& out, const Tensor& lse, int64_t heads,
+                                            float scale, Tensor& dqkv) const {
   if (cudnn_backward(dout, qkv, out, lse, heads, heads, scale, dqkv)) return;
   causal_attention_backward_fallback(dout, qkv, out, lse, heads, scale, dqkv);
 }
 
-bool grouped_attention(const Tensor& qkv, int64_t heads, int64_t kv_heads, float scale, Tensor& out,
-                       Tensor& lse) {
+// Through cuDNN only; false (nothing written) when cuDNN does not take it. The backward runs
+// only after a forward that did.
+bool CudaBackend::grouped_attention(const Tensor& qkv, int64_t heads, int64_t kv_heads, float scale,
+                                    Tensor& out, Tensor& lse) const {
   return cudnn_forward(qkv, heads, kv_heads, scale, out, lse);
 }
 
-bool grouped_attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                const Tensor& lse, int64_t heads, int64_t kv_heads, float scale,
-                                Tensor& dqkv) {
+bool CudaBackend::grouped_attention_backward(const Tensor& dout, const Tensor& qkv,
+                                             const Tensor& out, const Tensor& lse, int64_t heads,
+                                             int64_t kv_heads, float scale, Tensor& dqkv) const {
   return cudnn_backward(dout, qkv, out, lse, heads, kv_heads, scale, dqkv);
 }
 

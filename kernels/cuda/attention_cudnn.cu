@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cudnn_graph_builder.h"
 #include "runtime/log_plain.h"
 #include "runtime/memory.h"
@@ -261,7 +261,7 @@ Tensor as_bf16(const Tensor& x, cudaStream_t stream) {
   if (x.dtype() == DType::kBF16) return x;
   Tensor y = workspace(x.shape(), DType::kBF16, x.device());
   if (x.dtype() != DType::kF32) {
-    octet::cuda::convert(x, y);
+    ops::detail::cuda_backend().convert(x, y);
     return y;
   }
   f32_to_bf16_kernel<<<blocks_for(x.numel()), kThreads, 0, stream>>>(
@@ -279,7 +279,7 @@ Tensor bf16_target(Tensor& y) {
 void from_bf16_into(const Tensor& x, Tensor& y, cudaStream_t stream) {
   if (x.data() == y.data()) return;  // cuDNN wrote y itself
   if (y.dtype() != DType::kF32) {    // an f16 activation: rounded once
-    octet::cuda::convert(x, y);
+    ops::detail::cuda_backend().convert(x, y);
     return;
   }
   bf16_to_f32_kernel<<<blocks_for(x.numel()), kThreads, 0, stream>>>(x.data_as<uint16_t>(),

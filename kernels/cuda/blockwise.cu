@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "runtime/blockwise_tensor.h"
 #include "runtime/fp8_scaling.h"
@@ -166,8 +167,8 @@ void launch_quantize(const Tensor& x, const ops::BlockwiseCast& cast, Tensor& da
 
 }  // namespace
 
-void quantize_blockwise(const Tensor& x, const ops::BlockwiseCast& cast, Tensor& data,
-                        Tensor& scale_inv, FP8CastCounts* counts) {
+void CudaBackend::quantize_blockwise(const Tensor& x, const ops::BlockwiseCast& cast, Tensor& data,
+                                     Tensor& scale_inv, FP8CastCounts* counts) const {
   unsigned long long* stats = cast_stats_words(counts, x.device(), x.numel());
   const cudaStream_t stream = stream_of(x);
   // The layout's padding stays 0; the kernels write every real block's scale.
@@ -181,10 +182,12 @@ void quantize_blockwise(const Tensor& x, const ops::BlockwiseCast& cast, Tensor&
     e4m3 ? launch_quantize<uint16_t, true>(x, cast, data, scale_inv, stats)
          : launch_quantize<uint16_t, false>(x, cast, data, scale_inv, stats);
   }
+  // Counts, and the spread of the block scales, on the device (as in quantize_fp8).
+  add_flat_block_scale_spread(scale_inv, SpreadScales::kF32, counts);
 }
 
-void dequantize_blockwise(const Tensor& data, const Tensor& scale_inv, BlockScaling blocks,
-                          Tensor& out) {
+void CudaBackend::dequantize_blockwise(const Tensor& data, const Tensor& scale_inv,
+                                       BlockScaling blocks, Tensor& out) const {
   const int64_t n = data.numel();
   if (n == 0) return;
   const int64_t cols = data.cols(), stride = scale_inv.size(1);
@@ -202,9 +205,13 @@ void dequantize_blockwise(const Tensor& data, const Tensor& scale_inv, BlockScal
   OCTET_CUDA_LAUNCH_CHECK("dequantize_blockwise_kernel");
 }
 
-void blockwise_gemm(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_blocks,
-                    const Tensor& b, const Tensor& b_scale_inv, BlockScaling b_blocks, Tensor& out,
-                    const Tensor* bias, ops::Accumulate accumulate) {
+// cuBLASLt's native block-scaled FP8 GEMM where gemm_block_scaled takes it, else both operands
+// expanded to f32 on the device and one f32 GEMM. OCTET_CUBLASLT_BLOCK_SCALING=0 forces the
+// expansion.
+void CudaBackend::blockwise_gemm(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_blocks,
+                                 const Tensor& b, const Tensor& b_scale_inv, BlockScaling b_blocks,
+                                 Tensor& out, const Tensor* bias,
+                                 ops::Accumulate accumulate) const {
   // Natively where cuBLASLt's block scale modes take it (Hopper, cuBLAS 12.9+; gemm.cu has the
   // documented rules), reading the scale_inv tensors in place: their layout is cuBLASLt's.
   const char* env = std::getenv("OCTET_CUBLASLT_BLOCK_SCALING");
@@ -224,11 +231,12 @@ void blockwise_gemm(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_b
   }
   dequantize_blockwise(a, a_scale_inv, a_blocks, ax);
   dequantize_blockwise(b, b_scale_inv, b_blocks, bx);
-  gemm(ax, ops::Transpose::kNo, bx, ops::Transpose::kYes, out, 1.f, accumulate, bias, nullptr,
-       nullptr, GemmRole::kGeneric, ops::Epilogue::kNone, nullptr, nullptr);
+  gemm(ax, ops::Transpose::kNo, bx, ops::Transpose::kYes, out,
+       {.accumulate = accumulate, .bias = bias});
 }
 
-void transpose_scales(const Tensor& src, int64_t rows, int64_t cols, Tensor& dst) {
+void CudaBackend::transpose_scales(const Tensor& src, int64_t rows, int64_t cols,
+                                   Tensor& dst) const {
   const cudaStream_t stream = stream_of(src);
   OCTET_CUDA_CHECK(cudaMemsetAsync(dst.data(), 0, dst.nbytes(), stream));
   const int64_t es = static_cast<int64_t>(src.element_size());

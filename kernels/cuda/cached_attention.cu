@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_backend.h"
 
 namespace octet::cuda {
 namespace {
@@ -63,7 +63,8 @@ __global__ void cached_attention_kernel(ActIn packed, const float* k, const floa
 
 }  // namespace
 
-void kv_cache_write(const Tensor& packed, Tensor& k_cache, Tensor& v_cache, int64_t pos) {
+void CudaBackend::kv_cache_write(const Tensor& packed, Tensor& k_cache, Tensor& v_cache,
+                                 int64_t pos) const {
   const int64_t N = packed.size(0), T = packed.size(1), KC = k_cache.size(2) * k_cache.size(3);
   const int64_t n = N * T * 2 * KC;
   if (n == 0) return;
@@ -73,8 +74,9 @@ void kv_cache_write(const Tensor& packed, Tensor& k_cache, Tensor& v_cache, int6
   OCTET_CUDA_LAUNCH_CHECK("kv_cache_write");
 }
 
-void cached_attention(const Tensor& packed, const Tensor& k_cache, const Tensor& v_cache,
-                      int64_t pos, float scale, Tensor& out) {
+void CudaBackend::cached_attention(const Tensor& packed, const Tensor& k_cache,
+                                   const Tensor& v_cache, int64_t pos, float scale,
+                                   Tensor& out) const {
   const int64_t N = packed.size(0), T = packed.size(1), G = k_cache.size(2), D = k_cache.size(3);
   const int64_t H = packed.size(2) / D - 2 * G;
   if (N * T * H == 0) return;

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "runtime/fp4.h"
 #include "runtime/fp8_scaling.h"
@@ -286,8 +287,14 @@ void add_block_scale_spread(const Tensor& scales, SpreadScales kind, int64_t row
   OCTET_CUDA_LAUNCH_CHECK("block_scale_spread_kernel");
 }
 
-void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor* columnwise,
-                  Tensor* amax, FP8CastCounts* counts) {
+void add_flat_block_scale_spread(const Tensor& scales, SpreadScales kind, FP8CastCounts* counts) {
+  if (counts == nullptr || scales.numel() == 0) return;
+  add_block_scale_spread(scales, kind, 1, 1, scales.numel(), scales.numel(), nullptr, counts);
+}
+
+void CudaBackend::quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise,
+                               Tensor* columnwise, Tensor* amax, FP8CastCounts* counts) const {
+  // The counts are kept on the device and read when a metrics log takes them.
   unsigned long long* stats = cast_stats_words(counts, x.device(), x.numel());
   if (x.numel() == 0) return;
   const DType fp8 = rowwise ? rowwise->dtype() : columnwise->dtype();
@@ -302,7 +309,7 @@ void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor*
   }
 }
 
-void transpose_2d(const Tensor& x, Tensor& out) {
+void CudaBackend::transpose_2d(const Tensor& x, Tensor& out) const {
   if (x.numel() == 0) return;
   switch (x.element_size()) {
     case 1:
@@ -317,7 +324,7 @@ void transpose_2d(const Tensor& x, Tensor& out) {
   OCTET_FAIL("transpose_2d: unsupported element size ", x.element_size());
 }
 
-void dequantize_fp8(const Tensor& data, const Tensor& scale_inv, Tensor& out) {
+void CudaBackend::dequantize_fp8(const Tensor& data, const Tensor& scale_inv, Tensor& out) const {
   const int64_t n = data.numel();
   if (n == 0) return;
   const uint8_t* q = data.data_as<uint8_t>();

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "runtime/philox.h"
 
 namespace octet::cuda {
@@ -76,7 +76,8 @@ float keep_scale_of(float p) { return p < 1.f ? 1.f / (1.f - p) : 0.f; }
 
 }  // namespace
 
-void dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& y, Tensor& mask) {
+void CudaBackend::dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& y,
+                          Tensor& mask) const {
   const int64_t n = x.numel();
   if (n == 0) return;
   // Draws wrap modulo 2^64 as on the CPU (unsigned arithmetic); the blocks are counted from the
@@ -93,7 +94,8 @@ void dropout(const Tensor& x, float p, uint64_t seed, uint64_t offset, Tensor& y
   OCTET_CUDA_LAUNCH_CHECK("dropout");
 }
 
-void dropout_backward(const Tensor& dy, const Tensor& mask, float p, Tensor& dx) {
+void CudaBackend::dropout_backward(const Tensor& dy, const Tensor& mask, float p,
+                                   Tensor& dx) const {
   const int64_t n = dy.numel();
   if (n == 0) return;
   const bool vector = act_vec_ok(dy) && vec_aligned(mask.data(), 1) && act_vec_ok(dx);

@@ -7,11 +7,13 @@
 #include <cstring>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "runtime/dtype.h"
 
 namespace octet::cuda {
 namespace {
+
+using ops::detail::BinaryOp;
 
 // The _rn intrinsics keep nvcc from contracting a multiply and an add into an FMA: the CPU
 // kernels round each operation separately.
@@ -152,7 +154,7 @@ void launch_fill(Tensor& dst, uint64_t pattern, int64_t n) {
 
 }  // namespace
 
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) const {
   const int64_t n = a.numel();
   if (n == 0) return;
   const int64_t row = b.numel() == n ? n : b.numel();  // b repeats every `row` elements
@@ -169,7 +171,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   OCTET_FAIL("cuda::binary: unknown op ", static_cast<int>(op));
 }
 
-void axpy(Tensor& dst, const Tensor& src, float alpha) {
+void CudaBackend::axpy(Tensor& dst, const Tensor& src, float alpha) const {
   const int64_t n = dst.numel();
   if (n == 0) return;
   const bool vector = vec_ok(dst) && vec_ok(src);
@@ -180,7 +182,7 @@ void axpy(Tensor& dst, const Tensor& src, float alpha) {
   });
 }
 
-void scale(const Tensor& x, float s, Tensor& out) {
+void CudaBackend::scale(const Tensor& x, float s, Tensor& out) const {
   const int64_t n = x.numel();
   if (n == 0) return;
   const bool vector = vec_ok(x) && vec_ok(out);
@@ -191,7 +193,7 @@ void scale(const Tensor& x, float s, Tensor& out) {
   });
 }
 
-void fill_from(const Tensor& value, Tensor& dst) {
+void CudaBackend::fill_from(const Tensor& value, Tensor& dst) const {
   const int64_t n = dst.numel();
   if (n == 0) return;
   with_index_type(n, [&]<typename I>(I) {
@@ -201,7 +203,7 @@ void fill_from(const Tensor& value, Tensor& dst) {
   });
 }
 
-void fill(Tensor& dst, float value) {
+void CudaBackend::fill(Tensor& dst, float value) const {
   const int64_t n = dst.numel();
   if (n == 0) return;
   // The element's bytes, made on the host by the CPU's own scalar store, so every dtype
@@ -227,7 +229,7 @@ void fill(Tensor& dst, float value) {
   OCTET_FAIL("cuda::fill: unsupported element size ", es, " of ", dst);
 }
 
-void convert(const Tensor& src, Tensor& dst) {
+void CudaBackend::convert(const Tensor& src, Tensor& dst) const {
   const int64_t n = src.numel();
   if (n == 0) return;
   if (src.dtype() == DType::kF32 && dst.dtype() == DType::kF32) {

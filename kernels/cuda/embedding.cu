@@ -15,7 +15,7 @@
 #include <string>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_backend.h"
 
 namespace octet::cuda {
 namespace {
@@ -202,7 +202,7 @@ void launch_embedding_backward(ActIn dy, const Id* ids, Tensor& dtable, int64_t 
 
 }  // namespace
 
-void embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
+void CudaBackend::embedding(const Tensor& table, const Tensor& ids, Tensor& out) const {
   const int64_t positions = ids.numel(), cols = table.cols();
   if (positions * cols == 0) return;
   cudaStream_t stream = stream_of(table);
@@ -214,7 +214,7 @@ void embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
   }
 }
 
-void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable) {
+void CudaBackend::embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable) const {
   const int64_t positions = ids.numel(), cols = dtable.cols();
   cudaStream_t stream = stream_of(dtable);
   OCTET_CUDA_CHECK(cudaMemsetAsync(dtable.data(), 0, dtable.nbytes(), stream));

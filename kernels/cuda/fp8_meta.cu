@@ -7,12 +7,14 @@
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "runtime/fp8_scaling.h"
 #include "runtime/memory.h"
 
 namespace octet::cuda {
 namespace {
+
+using ops::detail::SlotUpdate;
 
 // One slot of the list, as the kernel reads it from the device table.
 struct SlotEntry {
@@ -82,7 +84,7 @@ void check_slot_tensor(const Tensor& t, int64_t numel, Device device, const char
 
 }  // namespace
 
-void update_fp8_slots(const std::vector<SlotUpdate>& slots) {
+void CudaBackend::update_fp8_slots(const std::vector<SlotUpdate>& slots) const {
   if (slots.empty()) return;
   const Device device = slots.front().slot->scale.device();
   OCTET_CHECK(device.is_cuda(), "update_fp8_slots: slot tensors on ", device, ", not CUDA");
@@ -103,17 +105,24 @@ void update_fp8_slots(const std::vector<SlotUpdate>& slots) {
   update_slots_kernel<<<static_cast<unsigned>(table.size()), kWarp, 0, stream>>>(
       static_cast<const SlotEntry*>(device_table.data()));
   OCTET_CUDA_LAUNCH_CHECK("update_slots_kernel");
+  // The launch wrote every slot's tensors (update_fp8_slot bumps the CPU's itself).
+  for (const SlotUpdate& u : slots) {
+    u.slot->amax_history.bump_version();
+    u.slot->scale.bump_version();
+    u.slot->scale_inv.bump_version();
+  }
 }
 
-void current_scale(const Tensor& amax, float fp8_max, float amax_epsilon, Power2Scale power_2,
-                   Tensor& scale, Tensor& scale_inv) {
+void CudaBackend::current_scale(const Tensor& amax, float fp8_max, float amax_epsilon,
+                                Power2Scale power_2, Tensor& scale, Tensor& scale_inv) const {
   current_scale_kernel<<<1, 1, 0, stream_of(amax)>>>(
       amax.data_as<float>(), fp8_max, amax_epsilon, power_2 == Power2Scale::kOn,
       scale.data_as<float>(), scale_inv.data_as<float>());
   OCTET_CUDA_LAUNCH_CHECK("current_scale_kernel");
 }
 
-void reciprocal(const Tensor& x, Tensor& out) {
+// A delayed slot's scale_inv for a new FP8 tensor.
+void CudaBackend::reciprocal(const Tensor& x, Tensor& out) const {
   reciprocal_kernel<<<1, 1, 0, stream_of(x)>>>(x.data_as<float>(), out.data_as<float>());
   OCTET_CUDA_LAUNCH_CHECK("reciprocal_kernel");
 }

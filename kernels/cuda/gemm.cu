@@ -19,6 +19,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublas_check.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemm_kernels.h"
 #include "runtime/log_plain.h"
@@ -31,6 +32,11 @@ namespace {
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
 // ---- plans ----
+
+// The accumulation an FP8 GEMM asks of cuBLASLt, part of its plan: fast FP8 accumulation for the
+// forward GEMM (GemmOptions::fp8_accumulation kFast), split accumulation for dgrad, wgrad and
+// everything else (TE's defaults).
+enum class GemmRole : uint8_t { kGeneric, kFprop };
 
 // How an octet operand reaches cuBLASLt.
 enum class OperandPath : uint8_t {
@@ -527,7 +533,8 @@ cublasStatus_t run_plan(const Call& call, Plan& plan) {
       detail::launch_epilogue(staged.data_as<float>(), bias_ptr, bias_dtype, call.gelu, call.n,
                               total, call.stream);
     }
-    quantize_fp8(staged, *call.out_scale, &call.out, nullptr, call.out_amax);
+    ops::detail::cuda_backend().quantize_fp8(staged, *call.out_scale, &call.out, nullptr,
+                                             call.out_amax, nullptr);
   } else if (config.staged) {
     detail::launch_finish(staged.data_as<float>(), call.out.data(), call.out.dtype(), call.keep,
                           bias_ptr, bias_dtype, call.gelu, call.n, total, call.stream);
@@ -594,10 +601,25 @@ std::vector<GemmChoice> gemm_choices() {
   return out;
 }
 
-void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb, Tensor& out,
-          float alpha, ops::Accumulate accumulate, const Tensor* bias, const Tensor* a_scale_inv,
-          const Tensor* b_scale_inv, GemmRole role, ops::Epilogue epilogue, const Tensor* out_scale,
-          Tensor* out_amax, const Tensor* alpha_scale) {
+// out (M, N) = epilogue(alpha * op(a) · op(b) * a_scale_inv[0] * b_scale_inv[0] [+ out] [+ bias]).
+// An FP8 out (accumulate kNo) gets fp8(value * out_scale[0]), and max |value| max-accumulated into
+// out_amax[0] when not null. alpha_scale (non-FP8 operands only; may be null) is read by the device
+// (cuBLASLt's device pointer mode), not copied back.
+void CudaBackend::gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb,
+                       Tensor& out, const ops::GemmOptions& options) const {
+  const float alpha = options.alpha;
+  const ops::Accumulate accumulate = options.accumulate;
+  const Tensor* bias = options.bias;
+  const Tensor* a_scale_inv = options.a_scale_inv;
+  const Tensor* b_scale_inv = options.b_scale_inv;
+  const Tensor* alpha_scale = options.alpha_scale;
+  const ops::Epilogue epilogue = options.epilogue;
+  const Tensor* out_scale = options.out_scale;
+  Tensor* out_amax = options.out_amax;
+  // Fast FP8 accumulation is the forward GEMM's; everything else accumulates split.
+  const GemmRole role = options.fp8_accumulation == ops::FP8Accumulation::kFast
+                            ? GemmRole::kFprop
+                            : GemmRole::kGeneric;
   const bool a_trans = ta == ops::Transpose::kYes, b_trans = tb == ops::Transpose::kYes;
   const int64_t m = a_trans ? a.cols() : a.rows();
   const int64_t k = a_trans ? a.rows() : a.cols();
@@ -617,7 +639,7 @@ void gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops::Transpose tb
                           out_fp8 ? DType::kF32 : out.dtype(), keep,
                           bias != nullptr ? bias->data() : nullptr,
                           bias != nullptr ? bias->dtype() : DType::kF32, gelu, n, m * n, stream);
-    if (out_fp8) quantize_fp8(staged, *out_scale, &out, nullptr, out_amax);
+    if (out_fp8) quantize_fp8(staged, *out_scale, &out, nullptr, out_amax, nullptr);
     return;
   }
   if (is_fp8(a.dtype())) {
@@ -811,7 +833,7 @@ BlockwiseGemmCounts blockwise_gemm_counts() {
   return {g_native_calls, g_fallback_calls};
 }
 
-void release_workspace() {
+void CudaBackend::release_workspace() const {
   std::lock_guard lock(gemm_mutex());
   // Queued GEMMs still read the buffers: the caching allocator hands them out again only in
   // stream order.

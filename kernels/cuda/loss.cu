@@ -10,7 +10,7 @@
 #include <string>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/math/exp.h"
 #include "kernels/math/softmax.h"
 #include "runtime/memory.h"
@@ -222,8 +222,8 @@ void launch_cross_entropy_backward(const Tensor& dloss, const Tensor& counted, c
 
 }  // namespace
 
-void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& loss,
-                   Tensor& lse, Tensor& counted) {
+void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                Tensor& loss, Tensor& lse, Tensor& counted) const {
   cudaStream_t stream = stream_of(logits);
   if (targets.dtype() == DType::kI32) {
     launch_cross_entropy(logits, targets.data_as<int32_t>(), ignore_index, loss, lse, counted,
@@ -234,9 +234,10 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_i
   }
 }
 
-void cross_entropy_backward(const Tensor& dloss, const Tensor& counted, const Tensor& logits,
-                            const Tensor& targets, const Tensor& lse, int64_t ignore_index,
-                            Tensor& dlogits) {
+void CudaBackend::cross_entropy_backward(const Tensor& dloss, const Tensor& counted,
+                                         const Tensor& logits, const Tensor& targets,
+                                         const Tensor& lse, int64_t ignore_index,
+                                         Tensor& dlogits) const {
   if (logits.numel() == 0) return;
   cudaStream_t stream = stream_of(logits);
   if (targets.dtype() == DType::kI32) {

@@ -1,4 +1,4 @@
-// MXFP8 block cast and expansion on the GPU, in the layouts of kernels/cpu/mxfp8_cpu.h. One warp
+// MXFP8 block cast and expansion on the GPU, in the layouts of kernels/mxfp8.h. One warp
 // per block of 32 values: lane k holds value k, the warp's max gives the block exponent
 // e = to_e8m0(block_amax / fp8_max), and each lane casts fp8(x * 2^(127 - e)) with runtime/fp8.h,
 // the CPU's exact operations, so the bytes and exponents are the CPU's.
@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "runtime/mxfp8_tensor.h"
 
@@ -247,16 +248,20 @@ struct Columnwise {
 
 }  // namespace
 
-void quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales, FP8CastCounts* counts) {
+void CudaBackend::quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& scales,
+                                         FP8CastCounts* counts) const {
+  // Counts, and the spread of the block exponents, on the device (as in quantize_fp8).
   dispatch<Rowwise>(x, data, scales, counts);
+  add_flat_block_scale_spread(scales, SpreadScales::kE8M0, counts);
 }
 
-void quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales,
-                               FP8CastCounts* counts) {
+void CudaBackend::quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor& scales,
+                                            FP8CastCounts* counts) const {
   dispatch<Columnwise>(x, data, scales, counts);
+  add_flat_block_scale_spread(scales, SpreadScales::kE8M0, counts);
 }
 
-void dequantize_mxfp8(const Tensor& data, const Tensor& scales, Tensor& out) {
+void CudaBackend::dequantize_mxfp8(const Tensor& data, const Tensor& scales, Tensor& out) const {
   const int64_t n = data.numel();
   if (n == 0) return;
   const int64_t cols = data.cols();

@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/math/norm.h"
 #include "runtime/memory.h"
 
@@ -276,8 +276,9 @@ Tensor run_stats(NormKind kind, const Tensor& x, float eps, Tensor* mean, Tensor
 
 }  // namespace
 
-void norm_forward(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor* beta,
-                  float eps, ZeroCenteredGamma zc, Tensor& y, Tensor* mean, Tensor& rsigma) {
+void CudaBackend::norm_forward(NormKind kind, const Tensor& x, const Tensor& gamma,
+                               const Tensor* beta, float eps, ZeroCenteredGamma zc, Tensor& y,
+                               Tensor* mean, Tensor& rsigma) const {
   const int64_t rows = x.rows(), cols = x.cols();
   const Tensor shift_dmean = run_stats(kind, x, eps, mean, rsigma);
   if (rows * cols == 0) return;
@@ -294,10 +295,11 @@ void norm_forward(NormKind kind, const Tensor& x, const Tensor& gamma, const Ten
   });
 }
 
-void norm_quantize_fp8(NormKind kind, const Tensor& x, const Tensor& gamma, const Tensor* beta,
-                       float eps, ZeroCenteredGamma zc, const Tensor& scale, Tensor* rowwise,
-                       Tensor* columnwise, Tensor* amax, Tensor* mean, Tensor& rsigma,
-                       FP8CastCounts* counts) {
+void CudaBackend::norm_quantize_fp8(NormKind kind, const Tensor& x, const Tensor& gamma,
+                                    const Tensor* beta, float eps, ZeroCenteredGamma zc,
+                                    const Tensor& scale, Tensor* rowwise, Tensor* columnwise,
+                                    Tensor* amax, Tensor* mean, Tensor& rsigma,
+                                    FP8CastCounts* counts) const {
   const int64_t rows = x.rows(), cols = x.cols();
   unsigned long long* stats = cast_stats_words(counts, x.device(), rows * cols);
   const Tensor shift_dmean = run_stats(kind, x, eps, mean, rsigma);
@@ -326,9 +328,9 @@ void norm_quantize_fp8(NormKind kind, const Tensor& x, const Tensor& gamma, cons
   OCTET_CUDA_LAUNCH_CHECK("norm_cast_fp8");
 }
 
-void norm_backward(const Tensor& dy, const Tensor& x, const Tensor* mean, const Tensor& rsigma,
-                   const Tensor& gamma, ZeroCenteredGamma zc, Tensor& dx, Tensor& dgamma,
-                   Tensor* dbeta) {
+void CudaBackend::norm_backward(const Tensor& dy, const Tensor& x, const Tensor* mean,
+                                const Tensor& rsigma, const Tensor& gamma, ZeroCenteredGamma zc,
+                                Tensor& dx, Tensor& dgamma, Tensor* dbeta) const {
   const int64_t rows = x.rows(), cols = x.cols();
   cudaStream_t stream = stream_of(x);
   if (rows == 0 || cols == 0) {  // no rows: the parameter gradients are 0

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/math/quartet2.h"
 #include "runtime/fp4.h"
@@ -305,7 +306,8 @@ __global__ void eden_scale_kernel(const float* corrected, const float* most, uin
 
 }  // namespace
 
-void rht128(const Tensor& x, uint64_t seed, uint64_t offset, bool inverse, Tensor& out) {
+void CudaBackend::rht128(const Tensor& x, uint64_t seed, uint64_t offset, bool inverse,
+                         Tensor& out) const {
   const int64_t chunks = x.numel() / math::kRht128;
   if (chunks == 0) return;
   const cudaStream_t stream = stream_of(x);
@@ -320,8 +322,8 @@ void rht128(const Tensor& x, uint64_t seed, uint64_t offset, bool inverse, Tenso
   OCTET_CUDA_LAUNCH_CHECK("rht128_kernel");
 }
 
-void quantize_nvfp4_eden(const Tensor& v, uint64_t seed, uint64_t offset, Tensor& data,
-                         Tensor& scales, Tensor& decode) {
+void CudaBackend::quantize_nvfp4_eden(const Tensor& v, uint64_t seed, uint64_t offset, Tensor& data,
+                                      Tensor& scales, Tensor& decode) const {
   const cudaStream_t stream = stream_of(v);
   OCTET_CUDA_CHECK(cudaMemsetAsync(scales.data(), 0, scales.nbytes(), stream));
   const int64_t blocks = v.cols() / kBlock, n = v.rows() * blocks;
@@ -333,7 +335,7 @@ void quantize_nvfp4_eden(const Tensor& v, uint64_t seed, uint64_t offset, Tensor
         v.data_as<float>(), data.data_as<uint8_t>(), corrected.data_as<float>(), n);
     OCTET_CUDA_LAUNCH_CHECK("eden_block_kernel");
   }
-  octet::cuda::amax(corrected, most);           // the corrected scales are >= 0 (or NaN, ignored)
+  amax(corrected, most);                        // the corrected scales are >= 0 (or NaN, ignored)
   const auto grid = n > 0 ? blocks_for(n) : 1;  // one thread writes g when n is 0
   eden_scale_kernel<<<grid, kThreads, 0, stream>>>(
       corrected.data_as<float>(), most.data_as<float>(), scales.data_as<uint8_t>(),
@@ -341,12 +343,13 @@ void quantize_nvfp4_eden(const Tensor& v, uint64_t seed, uint64_t offset, Tensor
   OCTET_CUDA_LAUNCH_CHECK("eden_scale_kernel");
 }
 
-void hadamard16(const Tensor& x, bool inverse, Tensor& out) {
+void CudaBackend::hadamard16(const Tensor& x, bool inverse, Tensor& out) const {
   launch_hadamard(x, inverse, out.data_as<float>());
 }
 
-void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& cast, Tensor& data, Tensor& scales,
-                    Tensor& amax, FP8CastCounts* counts) {
+// amax (1,) is written on the device and read there by the block cast.
+void CudaBackend::quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& cast, Tensor& data,
+                                 Tensor& scales, Tensor& amax, FP8CastCounts* counts) const {
   unsigned long long* stats = cast_stats_words(counts, x.device(), x.numel());
   const int64_t rows = x.rows(), cols = x.cols();
   const cudaStream_t stream = stream_of(x);
@@ -361,7 +364,7 @@ void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& cast, Tensor& data, T
       convert(x, values);
     }
   }
-  octet::cuda::amax(values, amax);
+  this->amax(values, amax);  // the parameter `amax` hides the op
   // The layout's padding stays 0.
   OCTET_CUDA_CHECK(cudaMemsetAsync(scales.data(), 0, scales.nbytes(), stream));
   if (x.numel() == 0) return;
@@ -378,22 +381,27 @@ void quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& cast, Tensor& data, T
       values.data_as<float>(), amax.data_as<float>(), data.data_as<uint8_t>(),
       scales.data_as<uint8_t>(), cols, blocks, scales.size(1), p, stats);
   OCTET_CUDA_LAUNCH_CHECK("nvfp4_cast_kernel");
+  // Counts on the device (as in quantize_fp8), and each block's dequantization scale into the
+  // spread, a 16x16 tile's once per 16 rows (NVFP4Quantizer::cast).
+  add_block_scale_spread(scales, SpreadScales::kNVFP4, rows, cast.tiles_2d ? kNVFP4BlockLen : 1,
+                         blocks, scales.size(1), &amax, counts, cast.e4m3_max);
 }
 
-void expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax, float e4m3_max,
-                  Tensor& out) {
+void CudaBackend::expand_nvfp4(const Tensor& data, const Tensor& scales, const Tensor* amax,
+                               float e4m3_max, Tensor& out) const {
   const int64_t n = out.numel();
   if (n == 0) return;
   const bool vector = act_rows_vec_ok(out, out.cols());
-  expand_nvfp4_kernel<<<vector ? vec_blocks_for(n) : blocks_for(n), kThreads, 0, stream_of(data)>>>(
+  const unsigned grid = vector ? vec_blocks_for(n) : blocks_for(n);
+  expand_nvfp4_kernel<<<grid, kThreads, 0, stream_of(data)>>>(
       data.data_as<uint8_t>(), scales.data_as<uint8_t>(),
       amax != nullptr ? amax->data_as<float>() : nullptr, e4m3_max, out.data(), out.dtype(),
       out.cols(), scales.size(1), n, vector);
   OCTET_CUDA_LAUNCH_CHECK("expand_nvfp4_kernel");
 }
 
-void transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t rows, int64_t cols,
-                           Tensor& out_data, Tensor& out_scales) {
+void CudaBackend::transpose_nvfp4_tiles(const Tensor& data, const Tensor& scales, int64_t rows,
+                                        int64_t cols, Tensor& out_data, Tensor& out_scales) const {
   const cudaStream_t stream = stream_of(data);
   OCTET_CUDA_CHECK(cudaMemsetAsync(out_scales.data(), 0, out_scales.nbytes(), stream));
   const int64_t n = rows * cols / 2;  // every byte of out_data (cols, rows / 2) is written

@@ -7,12 +7,14 @@
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/math/optim.h"
 #include "runtime/memory.h"
 
 namespace octet::cuda {
 namespace {
+
+using ops::AdamWTensors;
 
 // Elements per block of the multi-tensor kernel: 32 per thread.
 constexpr int64_t kChunk = int64_t{kThreads} * 32;
@@ -156,7 +158,10 @@ __global__ void finite_gate_kernel(const float* values, int n, const int64_t* f6
 
 }  // namespace
 
-void adamw_step(const std::vector<AdamWTensors>& tensors, const ops::AdamWHyper& h) {
+// Every tensor of the list in one launch. A DeviceStep's gate and count are read by the kernels:
+// nothing waits for them.
+void CudaBackend::adamw_step(const std::vector<AdamWTensors>& tensors,
+                             const ops::AdamWHyper& h) const {
   std::vector<AdamWEntry> table;
   table.reserve(tensors.size());
   int64_t chunks = 0;
@@ -202,8 +207,9 @@ void adamw_step(const std::vector<AdamWTensors>& tensors, const ops::AdamWHyper&
   // this kernel (runtime/cuda.cpp).
 }
 
-void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
-              float weight_decay, int64_t step, const ops::DeviceStep& device_step) {
+void CudaBackend::sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr,
+                           float momentum, float weight_decay, int64_t step,
+                           const ops::DeviceStep& device_step) const {
   const int64_t n = master.numel();
   if (n == 0) return;
   float* pb = momentum != 0.f ? buf.data_as<float>() : nullptr;  // momentum 0: no buffer
@@ -220,13 +226,13 @@ void sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float m
   });
 }
 
-void advance_steps(const Tensor& gate, Tensor& steps) {
+void CudaBackend::advance_steps(const Tensor& gate, Tensor& steps) const {
   advance_steps_kernel<<<1, 1, 0, stream_of(steps)>>>(gate.data_as<float>(),
                                                       steps.data_as<int64_t>());
   OCTET_CUDA_LAUNCH_CHECK("advance_steps_kernel");
 }
 
-void finite_gate(const Tensor& values, const Tensor* f64_bits, Tensor& gate) {
+void CudaBackend::finite_gate(const Tensor& values, const Tensor* f64_bits, Tensor& gate) const {
   const int64_t n = values.numel();
   OCTET_CHECK(n <= int64_t{0x7FFFFFFF}, "finite_gate: ", n, " values is too many");
   finite_gate_kernel<<<1, kThreads, 0, stream_of(gate)>>>(

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "runtime/memory.h"
 
 namespace octet::cuda {
@@ -197,7 +197,9 @@ __global__ void scale_by_factor_kernel(void* g, DType d, int64_t n, const float*
 
 }  // namespace
 
-void sum_of_squares_part(const std::vector<const Tensor*>& xs, Tensor& total) {
+// On the device, with no wait: the sums, the norm, the factor and the scaling, the f64s' bits in
+// the (1,) i64 total and norm.
+void CudaBackend::sum_of_squares_part(const std::vector<const Tensor*>& xs, Tensor& total) const {
   const auto n = static_cast<int64_t>(xs.size());
   const Device device = total.device();
   const cudaStream_t stream = static_cast<cudaStream_t>(octet::cuda::stream(device));
@@ -220,8 +222,8 @@ void sum_of_squares_part(const std::vector<const Tensor*>& xs, Tensor& total) {
   OCTET_CUDA_LAUNCH_CHECK("add_in_order_kernel");
 }
 
-void clip_grad_norm_from_parts(const std::vector<Tensor*>& grads, const Tensor& parts,
-                               double max_norm, Tensor& norm) {
+void CudaBackend::clip_grad_norm_from_parts(const std::vector<Tensor*>& grads, const Tensor& parts,
+                                            double max_norm, Tensor& norm) const {
   const Device device = norm.device();
   const cudaStream_t stream = static_cast<cudaStream_t>(octet::cuda::stream(device));
   Tensor ws = scratch_8byte(1, device);  // the factor's slot
@@ -240,13 +242,27 @@ void clip_grad_norm_from_parts(const std::vector<Tensor*>& grads, const Tensor& 
   }
 }
 
-void sum(const Tensor& x, Tensor& out) { reduce<SumReducer>(x, out.data_as<float>()); }
+void CudaBackend::sum(const Tensor& x, Tensor& out) const {
+  reduce<SumReducer>(x, out.data_as<float>());
+}
 
-void max(const Tensor& x, Tensor& out) { reduce<MaxReducer>(x, out.data_as<float>()); }
+// The sum, then scaled by 1 / n (rounded to f32) on the device: CUDA's rounding of sum / n
+// (the CPU divides in f64; kernels/backend.h).
+void CudaBackend::mean(const Tensor& x, Tensor& out) const {
+  sum(x, out);
+  scale(out, static_cast<float>(1.0 / static_cast<double>(x.numel())), out);
+}
 
-void amax(const Tensor& x, Tensor& out) { reduce<AmaxReducer>(x, out.data_as<float>()); }
+void CudaBackend::max(const Tensor& x, Tensor& out) const {
+  reduce<MaxReducer>(x, out.data_as<float>());
+}
 
-double sum_of_squares(const Tensor& x) {
+void CudaBackend::amax(const Tensor& x, Tensor& out) const {
+  reduce<AmaxReducer>(x, out.data_as<float>());
+}
+
+// The one reduction that waits: the f64 result is copied to the host.
+double CudaBackend::sum_of_squares(const Tensor& x) const {
   const Tensor ws = reduce<SumSquaresReducer>(x, nullptr);
   const int64_t blocks = ws.numel() - 1;
   double result = 0.0;
@@ -258,7 +274,7 @@ double sum_of_squares(const Tensor& x) {
   return result;
 }
 
-void sum_rows(const Tensor& x, Tensor& out) {
+void CudaBackend::sum_rows(const Tensor& x, Tensor& out) const {
   const int64_t rows = x.rows(), cols = x.cols();
   if (cols == 0) return;
   const int64_t col_blocks = (cols + kColTile - 1) / kColTile;

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/math/rope.h"
 
 namespace octet::cuda {
@@ -82,8 +82,8 @@ __global__ void pack_heads_backward_kernel(ActIn dpacked, const float* rope, Hea
 
 }  // namespace
 
-void pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope,
-                Tensor& packed) {
+void CudaBackend::pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope,
+                             Tensor& packed) const {
   const int64_t n = packed.numel();
   if (n == 0) return;
   const int64_t D = qkv.size(2) / (heads + 2 * kv_heads);
@@ -93,8 +93,8 @@ void pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor
   OCTET_CUDA_LAUNCH_CHECK("pack_heads");
 }
 
-void pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads, const Tensor& rope,
-                         Tensor& dqkv) {
+void CudaBackend::pack_heads_backward(const Tensor& dpacked, int64_t heads, int64_t kv_heads,
+                                      const Tensor& rope, Tensor& dqkv) const {
   const int64_t n = dqkv.numel();
   if (n == 0) return;
   const int64_t D = dqkv.size(2) / (heads + 2 * kv_heads);

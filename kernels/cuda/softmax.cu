@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/math/exp.h"
 
 namespace octet::cuda {
@@ -81,7 +81,7 @@ __global__ void softmax_backward_kernel(ActIn dy, ActIn y, ActOut dx, int64_t ro
 
 }  // namespace
 
-void softmax(const Tensor& x, Tensor& y) {
+void CudaBackend::softmax(const Tensor& x, Tensor& y) const {
   const int64_t rows = x.rows(), cols = x.cols();
   if (rows == 0 || cols == 0) return;
   OCTET_CHECK(cols <= int64_t{0x7FFFFFFF}, "softmax: rows of ", cols, " elements are too long");
@@ -91,7 +91,7 @@ void softmax(const Tensor& x, Tensor& y) {
   OCTET_CUDA_LAUNCH_CHECK("softmax");
 }
 
-void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
+void CudaBackend::softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) const {
   const int64_t rows = y.rows(), cols = y.cols();
   if (rows == 0 || cols == 0) return;
   OCTET_CHECK(cols <= int64_t{0x7FFFFFFF}, "softmax_backward: rows of ", cols,

@@ -9,9 +9,7 @@
 #include <string>
 #include <vector>
 
-#if OCTET_WITH_CUDA
-#include "kernels/cuda/cuda_ops.h"  // norm_forward with an empty last dimension
-#endif
+#include "kernels/backend.h"  // norm_forward with an empty last dimension, called directly
 #include "kernels/math/grid_index.h"
 #include "kernels/math/norm.h"
 #include "kernels/mxfp8.h"
@@ -165,7 +163,7 @@ TEST(CudaKernelEdges, NegativeNanCastsToTheCpusByte) {
 #if OCTET_WITH_CUDA
 TEST(CudaKernelEdges, NormOfEmptyRowsLaunches) {
   OCTET_REQUIRE_CUDA();
-  // (4, 0) straight into the CUDA launcher (ops::layernorm refuses an empty last dimension): the
+  // (4, 0) straight into the CUDA backend (ops::layernorm refuses an empty last dimension): the
   // statistics kernel used to be launched with 0 threads per block, an invalid configuration.
   // Each row's statistics are then the CPU formulas' values for n = 0.
   const float eps = 1e-5f;
@@ -177,8 +175,9 @@ TEST(CudaKernelEdges, NormOfEmptyRowsLaunches) {
     Tensor y = Tensor::empty({4, 0}, DType::kF32, test::gpu());
     Tensor mean = test::on_gpu(Tensor::full({4}, 7.f, DType::kF32));
     Tensor rsigma = test::on_gpu(Tensor::full({4}, 7.f, DType::kF32));
-    ASSERT_NO_THROW(cuda::norm_forward(kind, x, gamma, layer ? &gamma : nullptr, eps,
-                                       ZeroCenteredGamma::kNo, y, layer ? &mean : nullptr, rsigma));
+    ASSERT_NO_THROW(ops::detail::backend_for(test::gpu())
+                        .norm_forward(kind, x, gamma, layer ? &gamma : nullptr, eps,
+                                      ZeroCenteredGamma::kNo, y, layer ? &mean : nullptr, rsigma));
     const volatile float zero = 0.f;  // 0 / 0 at run time, as the kernels compute it
     const float m0 = zero / zero;
     const float want_rsigma = layer ? math::rsqrt_eps(math::corrected_variance(0.f, 0.f, 0.f), eps)

@@ -3,6 +3,8 @@
 // cross-entropy and causal attention (cuDNN where it runs, and octet's own fallback kernels),
 // forward and backward. Gathers, masks and FP8 bytes compare bit for bit, the rest within the
 // parity tolerance of the dtype the GPU computed in.
+#include "kernels/nn.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>

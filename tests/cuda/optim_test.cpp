@@ -13,15 +13,12 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/backend.h"  // the multi-tensor and scaling-state launches, called directly
 #include "kernels/ops.h"
 #include "kernels/quantizer.h"
 #include "runtime/fp8_meta.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/support/test_util.h"
-
-#if OCTET_WITH_CUDA
-#include "kernels/cuda/cuda_ops.h"  // the multi-tensor and scaling-state launches
-#endif
 
 namespace octet {
 namespace {
@@ -171,7 +168,7 @@ TEST(CudaOptim, MultiTensorAdamWEqualsPerTensorCpuSteps) {
     }
     // The CUDA launch itself, and the ops entry point that dispatches to it.
     if (step == 4) {
-      cuda::adamw_step(list, hyper(step));
+      ops::detail::backend_for(test::gpu()).adamw_step(list, hyper(step));
     } else {
       ops::adamw_step(list, hyper(step));
     }
@@ -241,12 +238,12 @@ TEST(CudaFp8Meta, UpdateFp8SlotsEqualsTheRuntimeRuleBitForBit) {
   }
   // Twice: the second update sees the rolled histories (and newest 0 after a roll).
   for (int round = 0; round < 2; ++round) {
-    std::vector<cuda::SlotUpdate> updates;
+    std::vector<ops::detail::SlotUpdate> updates;
     for (size_t i = 0; i < std::size(cases); ++i) {
       update_fp8_slot(cpu[i], cases[i].fp8_max, cases[i].margin, cases[i].algo);
       updates.push_back({&gpu[i], cases[i].fp8_max, cases[i].margin, cases[i].algo});
     }
-    cuda::update_fp8_slots(updates);
+    ops::detail::backend_for(test::gpu()).update_fp8_slots(updates);
     for (size_t i = 0; i < std::size(cases); ++i) {
       SCOPED_TRACE(std::string(cases[i].what) + ", update " + std::to_string(round + 1));
       EXPECT_TRUE(gpu[i].scale.device().is_cuda());
@@ -276,8 +273,9 @@ TEST(CudaFp8Meta, CurrentScaleEqualsTheQuantizersScaleForBitForBit) {
                        " eps " + std::to_string(eps) + " amax " + std::to_string(amax));
           Tensor scale = test::scalar(-1.f, test::gpu());
           Tensor scale_inv = test::scalar(-1.f, test::gpu());
-          cuda::current_scale(test::scalar(amax, test::gpu()), fp8_max(fp8), eps, p2, scale,
-                              scale_inv);
+          ops::detail::backend_for(test::gpu())
+              .current_scale(test::scalar(amax, test::gpu()), fp8_max(fp8), eps, p2, scale,
+                             scale_inv);
           const float want = q.scale_for(amax);
           EXPECT_EQ(test::bits_of(scale.item()), test::bits_of(want))
               << scale.item() << " vs " << want;
@@ -292,7 +290,7 @@ TEST(CudaFp8Meta, ReciprocalIsRoundedToNearest) {
   OCTET_REQUIRE_CUDA();
   for (float x : {1.f, 3.f, 0.625f, 448.f / 3.7f, FLT_MAX, 1e-38f}) {
     Tensor out = test::scalar(0.f, test::gpu());
-    cuda::reciprocal(test::scalar(x, test::gpu()), out);
+    ops::detail::backend_for(test::gpu()).reciprocal(test::scalar(x, test::gpu()), out);
     EXPECT_EQ(test::bits_of(out.item()), test::bits_of(1.f / x)) << x;
   }
 }
