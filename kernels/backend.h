@@ -12,6 +12,7 @@
 #include "kernels/ops.h"
 #include "kernels/optim.h"
 #include "kernels/quantizer.h"
+#include "kernels/rowwise.h"
 #include "runtime/device.h"
 #include "runtime/fp8.h"
 #include "runtime/fp8_meta.h"
@@ -98,6 +99,10 @@ struct SlotUpdate {
   X(void, rht128, (const Tensor& x, uint64_t seed, uint64_t offset, bool inverse, Tensor& out))   \
   X(void, quantize_nvfp4_eden, (const Tensor& v, uint64_t seed, uint64_t offset, Tensor& data,    \
                                 Tensor& scales, Tensor& decode))                                  \
+  /* Row-wise FP8 (kernels/rowwise.h): data (rows, cols) and scale_inv (rows,), one per row. */  \
+  X(void, quantize_rowwise, (const Tensor& x, const ops::RowwiseCast& cast, Tensor& data,         \
+                             Tensor& scale_inv, FP8CastCounts* counts))                           \
+  X(void, dequantize_rowwise, (const Tensor& data, const Tensor& scale_inv, Tensor& out))         \
   /* 16x16-tiled data stored (rows, cols) -> its transpose (cols, rows): nibbles transposed,  */  \
   /* each tile's scale moved with it. */                                                          \
   X(void, transpose_nvfp4_tiles, (const Tensor& data, const Tensor& scales, int64_t rows,         \

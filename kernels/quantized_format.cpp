@@ -3,6 +3,7 @@
 
 #include <mutex>
 
+#include "kernels/rowwise.h"
 #include "runtime/error.h"
 
 namespace octet::ops {
@@ -18,7 +19,7 @@ Table& table() {
   static Table* t = [] {
     auto* fresh = new Table;
     fresh->formats = {make_per_tensor_format(), make_mxfp8_format(), make_blockwise_format(),
-                      make_nvfp4_format()};
+                      make_nvfp4_format(), make_rowwise_format()};
     return fresh;
   }();
   return *t;

@@ -1,6 +1,8 @@
 // make_quantizer: a recipe and an FP8Meta slot to the quantizer that casts for that slot.
 #include "kernels/quantizer.h"
 
+#include "kernels/rowwise.h"
+
 namespace octet {
 
 namespace {
@@ -43,6 +45,9 @@ std::shared_ptr<Quantizer> make_quantizer(const Recipe& recipe, const SlotContex
       return std::make_shared<BlockwiseQuantizer>(recipe.dtype(slot.direction),
                                                   recipe.block_scaling(slot), recipe.power_2_scale,
                                                   recipe.amax_epsilon, context.stats);
+    case RecipeKind::kRowwise:
+      return std::make_shared<RowwiseQuantizer>(recipe.dtype(slot.direction), recipe.power_2_scale,
+                                                recipe.amax_epsilon, context.stats);
     case RecipeKind::kNVFP4: {
       const NVFP4Role role = nvfp4_role(slot);
       if (recipe.is_quartet2()) {
@@ -94,6 +99,8 @@ std::string quantized_format_for(const Recipe& recipe, SlotId slot) {
       return std::string(kBlockwiseFormat);
     case RecipeKind::kNVFP4:
       return std::string(kNVFP4Format);
+    case RecipeKind::kRowwise:
+      return std::string(kRowwiseFormat);
     case RecipeKind::kCustom:
       // The factory's quantizers name their own format (a stateless query of a fresh one).
       return std::string(recipe.custom->make_quantizer(slot)->format());

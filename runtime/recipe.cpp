@@ -116,11 +116,10 @@ struct Named {
   E value;
   std::string_view name;
 };
-constexpr Named<RecipeKind> kKinds[] = {{RecipeKind::kDelayed, "delayed"},
-                                        {RecipeKind::kCurrent, "current"},
-                                        {RecipeKind::kMXFP8, "mxfp8"},
-                                        {RecipeKind::kBlockwise, "blockwise"},
-                                        {RecipeKind::kNVFP4, "nvfp4"}};
+constexpr Named<RecipeKind> kKinds[] = {
+    {RecipeKind::kDelayed, "delayed"}, {RecipeKind::kCurrent, "current"},
+    {RecipeKind::kMXFP8, "mxfp8"},     {RecipeKind::kBlockwise, "blockwise"},
+    {RecipeKind::kNVFP4, "nvfp4"},     {RecipeKind::kRowwise, "rowwise"}};
 constexpr Named<NVFP4Scope> kScopes[] = {{NVFP4Scope::kNone, "none"},
                                          {NVFP4Scope::kWeights, "weights"},
                                          {NVFP4Scope::kActivations, "activations"},
@@ -161,6 +160,7 @@ std::string_view recipe_kind_name(RecipeKind kind) {
     case RecipeKind::kMXFP8:
     case RecipeKind::kBlockwise:
     case RecipeKind::kNVFP4:
+    case RecipeKind::kRowwise:
       return name_of(kKinds, kind);
     case RecipeKind::kCustom:
       return "custom";
@@ -218,6 +218,14 @@ Recipe Recipe::nvfp4() {
   return r;
 }
 
+Recipe Recipe::rowwise(FP8Format format) {
+  Recipe r;
+  r.kind = RecipeKind::kRowwise;
+  r.fp8_format = format;
+  r.power_2_scale = true;
+  return r;
+}
+
 Recipe Recipe::nvfp4_quartet2() {
   Recipe r = nvfp4();
   r.nvfp4_method = NVFP4Method::kQuartet2;
@@ -240,6 +248,7 @@ bool Recipe::uses_rng_streams() const {
     case RecipeKind::kCurrent:
     case RecipeKind::kMXFP8:
     case RecipeKind::kBlockwise:
+    case RecipeKind::kRowwise:
     case RecipeKind::kCustom:
       return false;
   }
@@ -262,6 +271,7 @@ bool Recipe::uses_fp8_meta() const {
     case RecipeKind::kMXFP8:
     case RecipeKind::kBlockwise:
     case RecipeKind::kNVFP4:
+    case RecipeKind::kRowwise:
     case RecipeKind::kCustom:
       return false;
   }
@@ -285,6 +295,7 @@ DType Recipe::dtype(FP8Direction direction) const {
     case RecipeKind::kCurrent:
     case RecipeKind::kMXFP8:
     case RecipeKind::kBlockwise:
+    case RecipeKind::kRowwise:
       return fp8_format == FP8Format::kHybrid && direction == FP8Direction::kBackward
                  ? DType::kE5M2
                  : DType::kE4M3;
@@ -349,6 +360,12 @@ Recipe recipe_from_json(const json& object, std::string_view where) {
       }
       break;
     }
+    case RecipeKind::kRowwise:
+      in.reject_unknown({"recipe", "fp8_format", "power_2_scale", "amax_epsilon"}, "rowwise");
+      r.fp8_format = choose(in, "fp8_format", kFormats, 0);
+      r.power_2_scale = in.boolean("power_2_scale", true);
+      r.amax_epsilon = in.non_negative_float("amax_epsilon", 0.f);
+      break;
     case RecipeKind::kNVFP4:
       in.reject_unknown({"recipe", "method", "disable_rht", "disable_stochastic_rounding",
                          "disable_2d_quantization", "nvfp4_4over6", "nvfp4_4over6_e4m3_use_256",
@@ -425,6 +442,7 @@ json recipe_to_json(const Recipe& r) {
       out["reduce_amax"] = r.reduce_amax;
       break;
     case RecipeKind::kCurrent:
+    case RecipeKind::kRowwise:
       out["power_2_scale"] = r.power_2_scale;
       out["amax_epsilon"] = r.amax_epsilon;
       break;

@@ -1,5 +1,6 @@
 // FP8 scaling recipes (DESIGN.md "Recipes"): delayed, current and MXFP8 scaling, TE's
-// Float8BlockScaling ("blockwise") and NVFP4BlockScaling ("nvfp4"), loaded from JSON
+// Float8BlockScaling ("blockwise") and NVFP4BlockScaling ("nvfp4"), torchao's row-wise scaling
+// ("rowwise"), loaded from JSON
 // (configs/recipes/*.json, keys documented in configs/README.md) with errors that name the key,
 // and custom recipes made in code (TE's CustomRecipe): a factory of quantizers per slot.
 #pragma once
@@ -23,6 +24,7 @@ enum class RecipeKind : uint8_t {
   kMXFP8,      // one E8M0 exponent per block of 32 values
   kBlockwise,  // one f32 scale per 1x128 (activations, gradients) or 128x128 (weights) block
   kNVFP4,      // E2M1 values, one E4M3 scale per 16 values and one f32 tensor scale
+  kRowwise,    // one f32 scale per row of a GEMM operand, along the dimension it reduces
   kCustom,     // quantizers from a CustomRecipe made in code (never from JSON)
 };
 
@@ -54,7 +56,7 @@ class CustomRecipe {
   virtual std::shared_ptr<Quantizer> make_quantizer(SlotId slot) const = 0;
 };
 
-// "delayed", "current", "mxfp8", "blockwise", "nvfp4", "custom"
+// "delayed", "current", "mxfp8", "blockwise", "nvfp4", "rowwise", "custom"
 std::string_view recipe_kind_name(RecipeKind kind);
 std::string_view fp8_format_name(FP8Format format);             // "e4m3", "hybrid"
 std::string_view amax_compute_algo_name(AmaxComputeAlgo algo);  // "max", "most_recent"
@@ -87,8 +89,8 @@ struct Recipe {
   // Data parallel: all-reduce (MAX) every slot's newest amax across the ranks before each update
   // (modules/fp8_autocast.h); false: each rank keeps its own. One process: nothing to reduce.
   bool reduce_amax = true;
-  // current and blockwise
-  bool power_2_scale = false;  // round the scale down to a power of two (blockwise: default on)
+  // current, blockwise and rowwise
+  bool power_2_scale = false;  // round the scale down to a power of two (default on but current)
   float amax_epsilon = 0.f;    // scale = fp8_max / max(amax, amax_epsilon)
   // blockwise only: which tensors get 1D (1x128) and which 2D (128x128) blocks; no GEMM may
   // multiply two 2D operands, so at most one of the three is 2D
@@ -117,6 +119,7 @@ struct Recipe {
   static Recipe mxfp8();
   static Recipe blockwise(FP8Format format = FP8Format::kE4M3);
   static Recipe nvfp4();
+  static Recipe rowwise(FP8Format format = FP8Format::kE4M3);
   static Recipe custom_recipe(std::shared_ptr<const CustomRecipe> factory);
 
   // The Quartet II form of nvfp4.

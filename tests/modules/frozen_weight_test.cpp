@@ -29,9 +29,13 @@ struct Case {
   std::optional<Recipe> recipe;  // none: high precision
 };
 
-const Case kCases[] = {
-    {"f32", std::nullopt},      {"delayed", Recipe::delayed()},     {"current", Recipe::current()},
-    {"mxfp8", Recipe::mxfp8()}, {"blockwise", Recipe::blockwise()}, {"nvfp4", Recipe::nvfp4()}};
+const Case kCases[] = {{"f32", std::nullopt},
+                       {"delayed", Recipe::delayed()},
+                       {"current", Recipe::current()},
+                       {"mxfp8", Recipe::mxfp8()},
+                       {"blockwise", Recipe::blockwise()},
+                       {"nvfp4", Recipe::nvfp4()},
+                       {"rowwise", Recipe::rowwise()}};
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -47,6 +51,8 @@ int64_t saved_input_bytes(const std::optional<Recipe>& recipe, int64_t rows, int
     case RecipeKind::kNVFP4:  // half a byte a value, e4m3 (roundup(cols, 128), roundup(rows / 16,
                               // 4)), the f32 amax
       return rows * cols / 2 + ceil_div(cols, 128) * 128 * (ceil_div(rows / 16, 4) * 4) + 4;
+    case RecipeKind::kRowwise:  // an f32 scale_inv per column (the stored rows)
+      return rows * cols + 4 * cols;
     default:  // per-tensor: the data and the 4-byte scale_inv
       return rows * cols + 4;
   }

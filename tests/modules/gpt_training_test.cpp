@@ -83,7 +83,7 @@ TEST(GPTTraining, LossFallsAndFp8EndsWithinTenPercentOfF32) {
   std::printf("f32: loss %.4f -> %.4f\n", f32_start, f32_end);
   EXPECT_LT(f32_end, 0.5f * f32_start);
   for (const Recipe& recipe : {Recipe::delayed(), Recipe::current(), Recipe::mxfp8(),
-                               Recipe::blockwise(), Recipe::nvfp4()}) {
+                               Recipe::blockwise(), Recipe::nvfp4(), Recipe::rowwise()}) {
     SCOPED_TRACE(describe(recipe));
     const std::vector<float> fp8 = train(&recipe);
     const float start = mean_of(fp8, false), end = mean_of(fp8, true);

@@ -80,7 +80,7 @@ TEST(LayerNormMLP, HighPrecisionEqualsPrimitivesForEveryActivation) {
 
 TEST(LayerNormMLP, Fp8RecipesStayWithinTeToleranceOfHighPrecision) {
   for (const Recipe& recipe : {Recipe::delayed(), Recipe::current(), Recipe::mxfp8(),
-                               Recipe::blockwise(), Recipe::nvfp4()}) {
+                               Recipe::blockwise(), Recipe::nvfp4(), Recipe::rowwise()}) {
     SCOPED_TRACE(describe(recipe));
     LayerNormMLP m(64, 128, {});
     const Tensor x = test::random_tensor({32, 64}, DType::kF32, 5);

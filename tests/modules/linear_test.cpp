@@ -88,7 +88,7 @@ TEST(Linear, HighPrecisionMatchesF64) {
 TEST(Linear, Fp8RecipesMatchF64WithinTeTolerance) {
   const int64_t m = 32, k = 64, n = 32;
   for (const Recipe& recipe : {Recipe::delayed(), Recipe::current(), Recipe::mxfp8(),
-                               Recipe::blockwise(), Recipe::nvfp4()}) {
+                               Recipe::blockwise(), Recipe::nvfp4(), Recipe::rowwise()}) {
     SCOPED_TRACE(describe(recipe));
     Linear lin(k, n, {});
     // Two steps: delayed scaling's first step runs with scale 1.

@@ -71,6 +71,7 @@ TEST_P(TrainerResume, CheckpointRoundTripResumesBitExactly) {
       {Recipe::delayed(), modules::FP8PrimaryWeights::kYes},
       {Recipe::mxfp8(), modules::FP8PrimaryWeights::kYes},
       {Recipe::blockwise(), modules::FP8PrimaryWeights::kYes},
+      {Recipe::rowwise(), modules::FP8PrimaryWeights::kYes},
       // The stochastic-rounding streams are in the checkpoint: the resumed gradients draw the
       // numbers the uninterrupted run drew.
       {Recipe::nvfp4(), modules::FP8PrimaryWeights::kNo},
@@ -102,7 +103,7 @@ TEST_P(TrainerResume, CheckpointRoundTripResumesBitExactly) {
         << a[i].first;
   }
 }
-INSTANTIATE_TEST_SUITE_P(Recipes, TrainerResume, ::testing::Range(0, 7));
+INSTANTIATE_TEST_SUITE_P(Recipes, TrainerResume, ::testing::Range(0, 8));
 
 // NVFP4's quartet2 method draws its transform signs and scale roundings from the gradient
 // slots' streams, which the checkpoint holds: the resumed run draws what the uninterrupted one
