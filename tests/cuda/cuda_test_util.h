@@ -1,7 +1,7 @@
-// The harness of the CUDA tests: an operation runs on the CPU (the reference backend) and on
-// cuda:0 with the same inputs, and the results are compared here, bit for bit where both backends
-// apply the same rule (FP8 casts, masks, conversions, single IEEE operations), else within one
-// per-dtype tolerance table. Every test starts with OCTET_REQUIRE_CUDA().
+// Helpers of the CUDA-only tests (tests/cuda): tensors on cuda:0, and comparisons of a CUDA result
+// with the CPU's, bit for bit where both backends apply the same rule, else within the one
+// tolerance table (tests/support/tolerances.h). Every test starts with OCTET_REQUIRE_CUDA(). Each
+// op against the CPU backend is tests/devices/op_table_test.cpp's.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -20,7 +20,9 @@
 #include "runtime/quantized_tensor.h"
 #include "runtime/scaled_tensor.h"
 #include "runtime/tensor.h"
+#include "tests/support/scoped_env.h"
 #include "tests/support/test_util.h"
+#include "tests/support/tolerances.h"
 
 namespace octet::test {
 
@@ -33,92 +35,6 @@ inline Tensor on_gpu(const Tensor& t) { return t.defined() ? t.to(gpu()) : t; }
 inline Tensor scalar(float value, Device device = Device::cpu()) {
   const Tensor t = Tensor::from_floats({value}, {1});
   return device.is_cpu() ? t : t.to(device);
-}
-
-// The one tolerance table of the CUDA tests, by the dtype a result was computed or stored in. It
-// bounds |cuda - cpu|, where both backends have their own rounding error against the exact value.
-inline Tolerance parity_tolerance(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      // The same f32 formulas, but nvcc contracts a * b + c into one FMA, the GPU evaluates exp,
-      // tanh and rsqrt with its own few-ulp routines, and reductions add in a tree instead of the
-      // CPU's order: a few ulps per operation, more after cancellation in a sum. 1e-4 relative is
-      // about 800 ulps; the absolute floor covers results that cancel to near zero.
-      return {1e-5, 1e-4};
-    case DType::kBF16:
-      // Computed with bf16 operands: cuDNN's attention rounds Q, K, V and the probabilities to
-      // bf16 (2^-9 relative each) through a softmax and two products of length T and D; the
-      // tolerance TransformerEngine's fused-attention tests use for bf16. Also covers a bf16
-      // store of f32 values that differ by a few ulps (one bf16 step, 2^-7 relative).
-      return {2.5e-2, 2.5e-2};
-    case DType::kF16:
-      // An f16 store of f32 values that differ by a few ulps: one f16 step (2^-10 relative).
-      return {1e-3, 1.0 / 512};
-    default:
-      // FP8 data, E8M0 exponents, u8 masks and integers are compared bit for bit (same_bits):
-      // both backends apply the same conversion rule (runtime/fp8.h) to the same inputs.
-      return {0.0, 0.0};
-  }
-}
-
-// The GEMM rows of the table, per output element as a multiple of sum_k |a_ik b_kj| (the sum of
-// the absolute products), for a CUDA GEMM against an f32 or exact sum of the same products:
-// - f32 and bf16 operands: both backends accumulate in f32 (a product of two bf16 values is exact
-//   in f32), and any order of a length-K f32 sum is within K u (u = 2^-24) of the exact sum, so
-//   two results are within 2 K u of each other (cuBLASLt's f32 compute, no TF32).
-// - FP8 operands on tensor cores: Hopper's FP8 tensor cores keep about 14 bits of the running sum
-//   between promotions to f32 (DeepSeek-V3 report, section 3.3.2; the forward's fast
-//   accumulation does not promote at all, and the block-scaled modes promote once per 128-wide
-//   K-block, where the block scales are applied); errors of ~2^-13 relative per addition add up
-//   like a random walk, sqrt(K). 4 sqrt(K) 2^-13 leaves several times the worst case seen on a
-//   Hopper GPU (2^-13 of the sum for K = 128; docs/perf) and still fails a wrong layout, a
-//   missing scale or a missing bias by orders of magnitude. The emulation build's
-//   cuBLASLt sums in f32, so there the f32 row holds (fp8_tensor_cores() is false).
-inline double gemm_accumulation_bound(bool fp8_tensor_cores, int64_t k) {
-  const double kd = static_cast<double>(k);
-  return fp8_tensor_cores ? 4 * std::sqrt(kd) * std::ldexp(1.0, -13)
-                          : 2 * kd * std::ldexp(1.0, -24);
-}
-// Whether cuBLASLt's FP8 GEMMs run on real tensor cores here (not in the emulation build).
-constexpr bool fp8_tensor_cores() {
-#if defined(OCTET_CUDA_EMULATION) && OCTET_CUDA_EMULATION
-  return false;
-#else
-  return true;
-#endif
-}
-
-// The environment variable set for one scope (tests run one at a time), the old value restored.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) {
-      old_ = old;
-      had_ = true;
-    }
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_, old_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
-
-// A tolerance widened by `factor` for results that pass through longer chains of roundings than
-// one operation or one reduction (an attention backward, a norm backward): the reason is stated
-// where it is used.
-inline Tolerance scaled(Tolerance tol, double factor) {
-  return {tol.abs * factor, tol.rel * factor};
 }
 
 // `got` (a CUDA result, or one brought back) equals the CPU result `want` in shape and dtype and
