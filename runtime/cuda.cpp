@@ -371,6 +371,63 @@ void check_device_errors(Device device) {
   OCTET_FAIL(message(got), " (found on ", device, " by a kernel; raised at the next read)");
 }
 
+void copy_bytes(Device dst_device, void* dst, Device src_device, const void* src, size_t n) {
+  if (src_device.is_cpu()) {  // an upload: staged, in order on the stream, the host goes on
+    upload_async(dst_device, dst, src, n);
+    return;
+  }
+  DeviceGuard guard(dst_device.is_cuda() ? dst_device : src_device);
+  if (dst_device.is_cuda() && dst_device != src_device) synchronize(src_device);
+  if (dst_device.is_cpu()) detail::count_device_to_host();
+  const cudaError_t status = cudaMemcpy(dst, src, n, cudaMemcpyDefault);
+  OCTET_CHECK(status == cudaSuccess, "cudaMemcpy of ", n, " bytes from ", src_device, " to ",
+              dst_device, " failed: ", cudaGetErrorString(status));
+  // The stream is drained now: a bad id a kernel found before this copy is raised here.
+  if (dst_device.is_cpu()) check_device_errors(src_device);
+}
+
+void move_bytes(Device dst_device, void* dst, Device src_device, const void* src, size_t n) {
+  // cudaMemcpy runs on the legacy default stream of the current device, which waits for that
+  // device's octet stream (a blocking stream) and is waited for by it. The GPU end is made
+  // current (the destination of a GPU-to-GPU move), so the copy comes after the kernels that
+  // wrote the source (or last used the cached destination block) and before later ones.
+  const bool gpu_to_gpu = dst_device.is_cuda() && src_device.is_cuda();
+  cudaError_t status = cudaSuccess;
+  {
+    DeviceGuard guard(dst_device.is_cuda() ? dst_device : src_device);
+    // Another device's legacy stream does not wait for the source device's octet stream.
+    if (gpu_to_gpu) status = cudaStreamSynchronize(static_cast<cudaStream_t>(stream(src_device)));
+    if (gpu_to_gpu) detail::count_stream_wait();
+    if (dst_device.is_cpu()) detail::count_device_to_host();
+    if (src_device.is_cpu()) detail::count_blocking_upload();  // a move, not in a step
+    if (status == cudaSuccess) status = cudaMemcpy(dst, src, n, cudaMemcpyDefault);
+    // A device-to-device cudaMemcpy may return before the copy ends; the source block goes back
+    // to its device's cache, whose next owner's kernels would not wait for the copy.
+    if (status == cudaSuccess && gpu_to_gpu) status = cudaDeviceSynchronize();
+  }
+  OCTET_CHECK(status == cudaSuccess, "moving ", n, " bytes from ", src_device, " to ", dst_device,
+              " failed: ", cudaGetErrorString(status));
+}
+
+void zero_async(Device device, void* ptr, size_t n) {
+  DeviceGuard guard(device);
+  const cudaError_t status = cudaMemsetAsync(ptr, 0, n, static_cast<cudaStream_t>(stream(device)));
+  OCTET_CHECK(status == cudaSuccess, "cudaMemsetAsync of ", n, " bytes on ", device,
+              " failed: ", cudaGetErrorString(status));
+}
+
+void replicate_async(Device device, void* base, size_t element, size_t total) {
+  DeviceGuard guard(device);
+  const auto s = static_cast<cudaStream_t>(stream(device));
+  auto* bytes = static_cast<uint8_t*>(base);
+  for (size_t have = element; have < total; have *= 2) {
+    const size_t n = have < total - have ? have : total - have;
+    const cudaError_t status = cudaMemcpyAsync(bytes + have, bytes, n, cudaMemcpyDeviceToDevice, s);
+    OCTET_CHECK(status == cudaSuccess, "full: cudaMemcpyAsync on ", device,
+                " failed: ", cudaGetErrorString(status));
+  }
+}
+
 namespace detail {
 Allocator& device_allocator(int index) { return caching_allocator(index); }
 }  // namespace detail
@@ -392,6 +449,18 @@ DeviceGuard::~DeviceGuard() = default;
 CacheStats cache_stats(Device device) { no_cuda(device); }
 void empty_cache(Device device) { no_cuda(device); }
 void upload_async(Device device, void*, const void*, size_t) { no_cuda(device); }
+void copy_bytes(Device dst_device, void*, Device src_device, const void*, size_t) {
+  OCTET_FAIL("copy between ", src_device, " and ", dst_device, " needs a CUDA build");
+}
+void move_bytes(Device dst_device, void*, Device src_device, const void*, size_t) {
+  OCTET_FAIL("moving storage from ", src_device, " to ", dst_device, " needs a CUDA build");
+}
+void zero_async(Device device, void*, size_t) {
+  OCTET_FAIL("zeros on ", device, " needs a CUDA build");
+}
+void replicate_async(Device device, void*, size_t, size_t) {
+  OCTET_FAIL("full on ", device, " needs a CUDA build");
+}
 int32_t register_device_check(DeviceCheckMessage) { return 0; }
 DeviceCheckRecord* device_check_record(Device device) { no_cuda(device); }
 void check_device_errors(Device device) {

@@ -53,6 +53,21 @@ void empty_cache(Device device);
 // quarter of the ring goes through a blocking cudaMemcpy instead (counted below).
 void upload_async(Device device, void* dst, const void* src, size_t bytes);
 
+// The device side of runtime's byte copies (runtime/tensor.cpp, storage.cpp); at least one end
+// is a CUDA device, and a build without CUDA says so.
+// Tensor copies: an upload is upload_async; otherwise the legacy default stream of the GPU end's
+// device orders the copy with that device's octet stream, a GPU-to-GPU copy first waits for the
+// source device's stream, and a download raises a bad id a kernel found before it.
+void copy_bytes(Device dst_device, void* dst, Device src_device, const void* src, size_t bytes);
+// A storage moved between devices (Storage::move_to): a blocking copy that also waits for a
+// device-to-device copy to end, since the source block goes back to its device's cache.
+void move_bytes(Device dst_device, void* dst, Device src_device, const void* src, size_t bytes);
+// Zeroes `bytes` at `ptr` on `device`, on its octet stream, no wait.
+void zero_async(Device device, void* ptr, size_t bytes);
+// Fills [base, base + total) on `device` with copies of its first `element` bytes, doubling in
+// place by device-to-device copies on the stream (no host buffer, no wait).
+void replicate_async(Device device, void* base, size_t element, size_t total);
+
 // Host synchronisation done by octet's CUDA code (counted in every CUDA build, the emulation's
 // too): a training step should make none but its loss read. device_to_host: copies to host
 // memory (each waits for the stream); stream_waits: waits for a stream, an event or a device;

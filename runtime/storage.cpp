@@ -6,10 +6,6 @@
 #include "runtime/cuda.h"
 #include "runtime/error.h"
 
-#if OCTET_WITH_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 namespace octet {
 
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device, MemTag tag) {
@@ -38,33 +34,12 @@ void Storage::move_to(Device device) {
   if (nbytes_ > 0 && device.is_cpu() && device_.is_cpu()) {
     std::memcpy(moved, data_, nbytes_);
   } else if (nbytes_ > 0) {
-#if OCTET_WITH_CUDA
-    // cudaMemcpy runs on the legacy default stream of the current device, which waits for that
-    // device's octet stream (a blocking stream) and is waited for by it. The GPU end is made
-    // current (the destination of a GPU-to-GPU move), so the copy comes after the kernels that
-    // wrote the source (or last used the cached destination block) and before later ones.
-    const bool gpu_to_gpu = device.is_cuda() && device_.is_cuda();
-    cudaError_t status = cudaSuccess;
-    {
-      cuda::DeviceGuard guard(device.is_cuda() ? device : device_);
-      // Another device's legacy stream does not wait for the source device's octet stream.
-      if (gpu_to_gpu) {
-        status = cudaStreamSynchronize(static_cast<cudaStream_t>(cuda::stream(device_)));
-      }
-      if (gpu_to_gpu) cuda::detail::count_stream_wait();
-      if (device.is_cpu()) cuda::detail::count_device_to_host();
-      if (device_.is_cpu()) cuda::detail::count_blocking_upload();  // a move, not in a step
-      if (status == cudaSuccess) status = cudaMemcpy(moved, data_, nbytes_, cudaMemcpyDefault);
-      // A device-to-device cudaMemcpy may return before the copy ends; the source block goes back
-      // to its device's cache below, whose next owner's kernels would not wait for the copy.
-      if (status == cudaSuccess && gpu_to_gpu) status = cudaDeviceSynchronize();
+    try {
+      cuda::move_bytes(device, moved, device_, data_, nbytes_);
+    } catch (...) {
+      allocator_for(device).deallocate(moved, nbytes_);
+      throw;
     }
-    if (status != cudaSuccess) allocator_for(device).deallocate(moved, nbytes_);
-    OCTET_CHECK(status == cudaSuccess, "moving ", nbytes_, " bytes from ", device_, " to ", device,
-                " failed: ", cudaGetErrorString(status));
-#else
-    OCTET_FAIL("moving storage from ", device_, " to ", device, " needs a CUDA build");
-#endif
   }
   memory_tracker(device).on_allocate(tag_, nbytes_);
   allocator_for(device_).deallocate(data_, nbytes_);

@@ -6,40 +6,17 @@
 
 #include "runtime/cuda.h"
 
-#if OCTET_WITH_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 namespace octet {
 namespace {
 
+// Host bytes are copied here; anything that touches a GPU is runtime/cuda.h's.
 void copy_bytes(Device dst_device, void* dst, Device src_device, const void* src, size_t n) {
   if (n == 0) return;
   if (dst_device.is_cpu() && src_device.is_cpu()) {
     std::memcpy(dst, src, n);
     return;
   }
-#if OCTET_WITH_CUDA
-  // The legacy default stream of the GPU end's device orders the copy with that device's octet
-  // stream (runtime/cuda.h). GPU-to-GPU copies wait for the source device's stream first.
-  const Device gpu = dst_device.is_cuda() ? dst_device : src_device;
-  if (src_device.is_cpu()) {  // an upload: staged, in order on the stream, the host goes on
-    cuda::upload_async(dst_device, dst, src, n);
-    return;
-  }
-  cuda::DeviceGuard guard(gpu);
-  if (dst_device.is_cuda() && src_device.is_cuda() && dst_device != src_device) {
-    cuda::synchronize(src_device);
-  }
-  if (dst_device.is_cpu()) cuda::detail::count_device_to_host();
-  const cudaError_t status = cudaMemcpy(dst, src, n, cudaMemcpyDefault);
-  OCTET_CHECK(status == cudaSuccess, "cudaMemcpy of ", n, " bytes from ", src_device, " to ",
-              dst_device, " failed: ", cudaGetErrorString(status));
-  // The stream is drained now: a bad id a kernel found before this copy is raised here.
-  if (dst_device.is_cpu()) cuda::check_device_errors(src_device);
-#else
-  OCTET_FAIL("copy between ", src_device, " and ", dst_device, " needs a CUDA build");
-#endif
+  cuda::copy_bytes(dst_device, dst, src_device, src, n);
 }
 
 void check_shape(const Shape& shape) {
@@ -80,16 +57,7 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   if (device.is_cpu()) {
     std::memset(t.data(), 0, t.nbytes());
   } else {
-#if OCTET_WITH_CUDA
-    // On the stream, with no host buffer and no wait.
-    cuda::DeviceGuard guard(device);
-    const cudaError_t status =
-        cudaMemsetAsync(t.data(), 0, t.nbytes(), static_cast<cudaStream_t>(cuda::stream(device)));
-    OCTET_CHECK(status == cudaSuccess, "cudaMemsetAsync of ", t.nbytes(), " bytes on ", device,
-                " failed: ", cudaGetErrorString(status));
-#else
-    OCTET_FAIL("zeros on ", device, " needs a CUDA build");
-#endif
+    cuda::zero_async(device, t.data(), t.nbytes());  // on the stream: no host buffer, no wait
   }
   return t;
 }
@@ -101,25 +69,10 @@ Tensor Tensor::full(const Shape& shape, float value, DType dtype, Device device)
   }
   Tensor t = empty(shape, dtype, device);
   if (t.nbytes() == 0) return t;
-#if OCTET_WITH_CUDA
-  // One element uploaded, then doubled in place by device-to-device copies on the stream (a
-  // handful of copies, no host buffer of the tensor's size and no wait).
+  // One element uploaded, then doubled in place on the device.
   const Tensor one = from_floats({value}, {1}, dtype);
-  const size_t element = one.nbytes(), total = t.nbytes();
-  auto* base = static_cast<uint8_t*>(t.data());
-  copy_bytes(device, base, Device::cpu(), one.data(), element);
-  cuda::DeviceGuard guard(device);
-  const auto stream = static_cast<cudaStream_t>(cuda::stream(device));
-  for (size_t have = element; have < total; have *= 2) {
-    const size_t n = have < total - have ? have : total - have;
-    const cudaError_t status =
-        cudaMemcpyAsync(base + have, base, n, cudaMemcpyDeviceToDevice, stream);
-    OCTET_CHECK(status == cudaSuccess, "full: cudaMemcpyAsync on ", device,
-                " failed: ", cudaGetErrorString(status));
-  }
-#else
-  OCTET_FAIL("full on ", device, " needs a CUDA build");
-#endif
+  copy_bytes(device, t.data(), Device::cpu(), one.data(), one.nbytes());
+  cuda::replicate_async(device, t.data(), one.nbytes(), t.nbytes());
   return t;
 }
 
