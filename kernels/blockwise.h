@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/ops.h"
+#include "kernels/quantized_format.h"
 #include "runtime/blockwise_tensor.h"
 #include "runtime/fp8.h"
 #include "runtime/fp8_stats.h"
@@ -46,27 +47,30 @@ void blockwise_gemm(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_b
 // The quantizer of one tensor role under the blockwise recipe: its dtype (hybrid: e5m2 for
 // gradients) and block shape. No state; with AmaxRecording::kRecord its casts add their
 // saturated / flushed counts and block-scale spread to `stats` (the slot's health).
-class BlockwiseQuantizer final : public Quantizer {
+class BlockwiseQuantizer final : public ScaledTensorQuantizer {
  public:
   BlockwiseQuantizer(DType dtype, BlockScaling blocks, bool power_2_scale, float amax_epsilon,
                      std::shared_ptr<SlotStats> stats = nullptr);
 
   std::string_view format() const override { return kBlockwiseFormat; }
-  DType dtype() const override { return dtype_; }
-  std::shared_ptr<QuantizedTensor> quantize(const Tensor& x, Usage usage, Ownership ownership,
-                                            AmaxRecording amax) const override;
-  void quantize_into(QuantizedTensor& dst, const Tensor& src, AmaxRecording amax) const override;
   std::string describe() const override;
 
  private:
   // One direction of x: row-wise from x, column-wise from its transpose (a 2D tile of the
   // transpose is the transpose of the tile, so 2D column-wise data is the byte transpose).
   void cast(const Tensor& x, Usage direction, Tensor& data, Tensor& scale_inv,
-            AmaxRecording amax) const;
+            AmaxRecording amax) const override;
+  Shape scale_shape(int64_t rows, int64_t cols) const override {
+    return blockwise_scale_shape(cast_.blocks, rows, cols);
+  }
+  DType scale_dtype() const override { return DType::kF32; }
+  std::shared_ptr<ScaledTensor> make_tensor(const Shape& shape, Tensor rowwise,
+                                            Tensor rowwise_scale_inv, Tensor columnwise,
+                                            Tensor columnwise_scale_inv,
+                                            Ownership ownership) const override;
+  void check_destination(const std::string& who, const ScaledTensor& dst) const override;
 
-  DType dtype_;
   ops::BlockwiseCast cast_;
-  std::shared_ptr<SlotStats> stats_;
 };
 
 }  // namespace octet

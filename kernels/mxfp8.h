@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/quantized_format.h"
 #include "runtime/fp8_stats.h"
 #include "runtime/mxfp8_tensor.h"
 #include "runtime/quantized_tensor.h"
@@ -32,25 +33,26 @@ Tensor dequantize_mxfp8(const Tensor& data, const Tensor& scales, DType dtype);
 // MXFP8: each requested direction is cast from x with one E8M0 exponent per block of 32
 // (ops::quantize_mxfp8). No scaling state: AmaxRecording only says whether the cast counts
 // towards the slot's health statistics.
-class MXFP8Quantizer final : public Quantizer {
+class MXFP8Quantizer final : public ScaledTensorQuantizer {
  public:
   // `stats`: where amax-recording casts add their counts and block scales (CPU; null: nowhere).
   explicit MXFP8Quantizer(DType dtype = DType::kE4M3, std::shared_ptr<SlotStats> stats = nullptr);
 
   std::string_view format() const override { return kMXFP8Format; }
-  DType dtype() const override { return dtype_; }
-  std::shared_ptr<QuantizedTensor> quantize(const Tensor& x, Usage usage, Ownership ownership,
-                                            AmaxRecording amax) const override;
-  void quantize_into(QuantizedTensor& dst, const Tensor& src, AmaxRecording amax) const override;
   std::string describe() const override;
 
  private:
   // One direction's cast, recorded into the slot's statistics when asked.
   void cast(const Tensor& x, Usage direction, Tensor& data, Tensor& scales,
-            AmaxRecording amax) const;
-
-  DType dtype_;
-  std::shared_ptr<SlotStats> stats_;
+            AmaxRecording amax) const override;
+  Shape scale_shape(int64_t rows, int64_t cols) const override {
+    return mxfp8_scale_shape(rows, cols);
+  }
+  DType scale_dtype() const override { return DType::kE8M0; }
+  std::shared_ptr<ScaledTensor> make_tensor(const Shape& shape, Tensor rowwise,
+                                            Tensor rowwise_scales, Tensor columnwise,
+                                            Tensor columnwise_scales,
+                                            Ownership ownership) const override;
 };
 
 }  // namespace octet

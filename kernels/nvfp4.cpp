@@ -63,8 +63,7 @@ Tensor expand_nvfp4(const Tensor& data, const Tensor& scales, int64_t rows, int6
                     DType dtype) {
   constexpr const char* op = "expand_nvfp4";
   check_packed(op, data, scales, rows, cols);
-  OCTET_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, op,
-              ": output dtype must be f32 or bf16, got ", dtype);
+  check_dequantize_dtype(op, dtype);
   const Device device = op_device(op, {{data, "data"}, {scales, "scales"}});
   Tensor out = Tensor::empty({rows, cols}, dtype, device);
   on_device(device)->expand_nvfp4(data, scales, nullptr, kE4M3Max, out);
@@ -77,8 +76,7 @@ Tensor dequantize_nvfp4(const Tensor& data, const Tensor& scales, const Tensor& 
   check_packed(op, data, scales, rows, cols);
   OCTET_CHECK(amax.defined() && amax.dtype() == DType::kF32 && amax.numel() == 1, op,
               ": amax must be a one-element f32 tensor, got ", amax);
-  OCTET_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, op,
-              ": output dtype must be f32 or bf16, got ", dtype);
+  check_dequantize_dtype(op, dtype);
   check_e4m3_max(op, e4m3_max);
   const Device device = op_device(op, {{data, "data"}, {scales, "scales"}, {amax, "amax"}});
   Tensor out = Tensor::empty({rows, cols}, dtype, device);
@@ -120,17 +118,6 @@ void quantize_nvfp4_eden(const Tensor& v, uint64_t seed, uint64_t offset, Tensor
 }
 
 namespace {
-
-const NVFP4Tensor& as_nvfp4(const QuantizedTensor& t) {
-  const auto* n = dynamic_cast<const NVFP4Tensor*>(&t);
-  OCTET_ASSERT(n != nullptr, t.describe(), " names the nvfp4 format but is not one");
-  return *n;
-}
-NVFP4Tensor& as_nvfp4(QuantizedTensor& t) {
-  auto* n = dynamic_cast<NVFP4Tensor*>(&t);
-  OCTET_ASSERT(n != nullptr, t.describe(), " names the nvfp4 format but is not one");
-  return *n;
-}
 
 // What a direction's data holds, stored (rows, cols): the values in the stored orientation.
 struct Stored {
@@ -184,7 +171,7 @@ class NVFP4Format final : public QuantizedFormat {
   int64_t row_multiple() const override { return 16; }
 
   Tensor dequantize(const QuantizedTensor& q, DType dtype) const override {
-    const NVFP4Tensor& t = as_nvfp4(q);
+    const NVFP4Tensor& t = as_format<NVFP4Tensor>(q);
     const Usage d = t.has(Usage::kRowwise) ? Usage::kRowwise : Usage::kColumnwise;
     Tensor values = stored_values(t, stored(t, d));
     if (d == Usage::kColumnwise && t.layout().columnwise_rht) values = hadamard16(values, true);
@@ -193,7 +180,7 @@ class NVFP4Format final : public QuantizedFormat {
   }
 
   void make_usage(QuantizedTensor& q, Usage missing, const Tensor* source) const override {
-    NVFP4Tensor& t = as_nvfp4(q);
+    NVFP4Tensor& t = as_format<NVFP4Tensor>(q);
     if (t.layout().tiles_2d) {
       // 16x16 tiles: the other direction is the nibble transpose, each tile keeping its scale.
       const bool to_col = has_usage(missing, Usage::kColumnwise);
@@ -205,25 +192,13 @@ class NVFP4Format final : public QuantizedFormat {
                       std::move(scales), s.amax.clone());
       return;
     }
-    OCTET_CHECK(source != nullptr, "update_usage of ", t.describe(), ": 1x16-blocked NVFP4 ",
-                usage_name(missing),
-                " data is quantized from high precision and cannot be made from the other "
-                "direction; pass the f32/bf16 source (e.g. the master weight)");
-    OCTET_CHECK(t.quantizer() != nullptr, "update_usage of ", t.describe(),
-                ": making a direction from the source needs the tensor's quantizer");
-    auto fresh = t.quantizer()->quantize(*source, missing, t.ownership(), AmaxRecording::kSkip);
-    const NVFP4Tensor& f = as_nvfp4(*fresh);
-    for (Usage d : {Usage::kRowwise, Usage::kColumnwise}) {
-      if (!has_usage(missing, d)) continue;
-      const Stored s = stored(f, d);
-      t.set_direction(d, s.data, s.scales, s.amax);
-    }
+    recast_from_source(t, missing, source, "1x16-blocked NVFP4");
   }
 
   void gemm(const QuantizedTensor& a, Usage a_usage, const QuantizedTensor& b, Usage b_usage,
             GemmLayout layout, Tensor& out_2d, const FP8GemmOptions& options) const override {
-    const NVFP4Tensor& ta = as_nvfp4(a);
-    const NVFP4Tensor& tb = as_nvfp4(b);
+    const NVFP4Tensor& ta = as_format<NVFP4Tensor>(a);
+    const NVFP4Tensor& tb = as_format<NVFP4Tensor>(b);
     const bool a_rht = a_usage == Usage::kColumnwise && ta.layout().columnwise_rht;
     const bool b_rht = b_usage == Usage::kColumnwise && tb.layout().columnwise_rht;
     OCTET_CHECK(a_rht == b_rht, "fp8_gemm (", gemm_layout_name(layout), "): operands ",
@@ -366,10 +341,7 @@ void NVFP4Quantizer::quantize_into(QuantizedTensor& dst, const Tensor& src,
   auto& t = dynamic_cast<NVFP4Tensor&>(dst);
   for (Usage d : {Usage::kRowwise, Usage::kColumnwise}) {
     if (!t.has(d)) continue;
-    const bool row = d == Usage::kRowwise;
-    Tensor data = row ? t.rowwise_data() : t.columnwise_data();
-    Tensor scales = row ? t.rowwise_scales() : t.columnwise_scales();
-    Tensor a = row ? t.rowwise_extra() : t.columnwise_extra();
+    Tensor data = t.direction_data(d), scales = t.direction_scales(d), a = t.direction_extra(d);
     cast(src, d, data, scales, a, amax);
   }
   dst.bump_version();
@@ -476,7 +448,7 @@ Quantizer::BackwardOperands Quartet2GradQuantizer::backward_operands(
   BackwardOperands out;
   if (usage == Usage::kNone) return out;
   out.dy = quantize(dy, usage, Ownership::kInternal, AmaxRecording::kRecord);
-  const NVFP4Layout& layout = ops::as_nvfp4(*out.dy).layout();
+  const NVFP4Layout& layout = ops::as_format<NVFP4Tensor>(*out.dy).layout();
   // The forward's operand, as the values its row-wise data decodes to, transposed and cast along
   // its former rows: the column-wise data of a tensor of the operand's shape.
   auto recast = [&](const QuantizedTensor& forward, const char* what) {
@@ -485,7 +457,7 @@ Quantizer::BackwardOperands Quartet2GradQuantizer::backward_operands(
                 forward.describe());
     const int64_t rows = forward.rows(), cols = forward.cols();
     check_quartet2_shape(what, rows, cols);
-    const NVFP4Tensor& f = ops::as_nvfp4(forward);
+    const NVFP4Tensor& f = ops::as_format<NVFP4Tensor>(forward);
     const Tensor values = ops::stored_values(f, ops::stored(f, Usage::kRowwise));
     const EdenCast c = eden_cast(ops::transpose_2d(values), layout.rht128_seed,
                                  layout.rht128_offset, take(rows * cols / kNVFP4BlockLen));

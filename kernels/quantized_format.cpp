@@ -5,6 +5,7 @@
 
 #include "kernels/rowwise.h"
 #include "runtime/error.h"
+#include "runtime/memory.h"
 
 namespace octet::ops {
 namespace {
@@ -85,6 +86,65 @@ std::string multiple_rule_violation(const Shape& shape, int64_t row_multiple, in
          " = " + std::to_string(cols % col_multiple) + ")";
 }
 
+void check_recast_source(const QuantizedTensor& t, Usage missing, const Tensor* source,
+                         std::string_view what) {
+  OCTET_CHECK(source != nullptr, "update_usage of ", t.describe(), ": ", what, " ",
+              usage_name(missing),
+              " data is quantized from high precision and cannot be made from the other "
+              "direction; pass the f32/bf16 source (e.g. the master weight)");
+}
+
+void recast_from_source(ScaledTensor& t, Usage missing, const Tensor* source,
+                        std::string_view what) {
+  check_recast_source(t, missing, source, what);
+  OCTET_CHECK(t.quantizer() != nullptr, "update_usage of ", t.describe(),
+              ": making a direction from the source needs the tensor's quantizer");
+  auto fresh = t.quantizer()->quantize(*source, missing, t.ownership(), AmaxRecording::kSkip);
+  const auto& f = as_format<ScaledTensor>(*fresh);
+  for (Usage d : {Usage::kRowwise, Usage::kColumnwise}) {
+    if (has_usage(missing, d)) {
+      t.set_direction(d, f.direction_data(d), f.direction_scales(d), f.direction_extra(d));
+    }
+  }
+}
+
+void expanded_gemm(const ScaledTensor& a, Usage a_usage, const ScaledTensor& b, Usage b_usage,
+                   GemmLayout layout, Tensor& out_2d, const FP8GemmOptions& options,
+                   Tensor (*expand)(const Tensor& data, const Tensor& scales, DType dtype)) {
+  const Tensor da = operand_data(a, a.rowwise_data(), a.columnwise_data(), a_usage, layout);
+  const Tensor db = operand_data(b, b.rowwise_data(), b.columnwise_data(), b_usage, layout);
+  // With power-of-two scales (MXFP8's always are) every expanded value is exact in f32, and so
+  // is every product of two of them: the f32 GEMM's accumulation is the only rounding, as on the
+  // FP8 tensor cores. On CUDA the operands
+  // expand to bf16 instead (FP8 mantissas fit, and bf16 has f32's exponent range) for a bf16
+  // tensor-core GEMM with f32 accumulation: Hopper has no block-scaled FP8 GEMM.
+  MemTagScope workspace(MemTag::kWorkspace);
+  const DType expanded = a.device().is_cuda() ? DType::kBF16 : DType::kF32;
+  const Tensor ax = expand(da, a.direction_scales(a_usage), expanded);
+  const Tensor bx = expand(db, b.direction_scales(b_usage), expanded);
+  GemmOptions g;
+  g.bias = options.bias;
+  g.accumulate = options.accumulate;
+  gemm(ax, Transpose::kNo, bx, Transpose::kYes, out_2d, g);
+}
+
+void check_fp8_data(const char* who, const Tensor& data) {
+  OCTET_CHECK(data.defined() && is_fp8(data.dtype()), who, ": data must be e4m3 or e5m2, got ",
+              data);
+}
+
+void check_fp8_data_2d(const char* who, const Tensor& data, const Tensor& x) {
+  OCTET_CHECK(
+      data.defined() && is_fp8(data.dtype()) && data.rows() == x.rows() && data.cols() == x.cols(),
+      who, ": data must be e4m3 or e5m2 of x's 2-D shape (", x.rows(), ", ", x.cols(), "), got ",
+      data);
+}
+
+void check_dequantize_dtype(const char* who, DType dtype) {
+  OCTET_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, who,
+              ": output dtype must be f32 or bf16, got ", dtype);
+}
+
 void check_quantize_input(const char* who, const Tensor& x, const Shape* shape) {
   OCTET_CHECK(x.defined(), who, ": input is an undefined tensor");
   OCTET_CHECK(x.dtype() == DType::kF32 || x.dtype() == DType::kBF16, who,
@@ -104,3 +164,55 @@ std::shared_ptr<const Quantizer> quantizer_handle(const Quantizer& q) {
 }
 
 }  // namespace octet::ops
+
+namespace octet {
+
+ScaledTensorQuantizer::ScaledTensorQuantizer(const char* name, const char* kind, DType dtype,
+                                             std::shared_ptr<SlotStats> stats)
+    : dtype_(dtype), stats_(std::move(stats)), name_(name), kind_(kind) {
+  OCTET_CHECK(is_fp8(dtype_), name_, ": dtype must be e4m3 or e5m2, got ", dtype_);
+}
+
+std::shared_ptr<QuantizedTensor> ScaledTensorQuantizer::quantize(const Tensor& x, Usage usage,
+                                                                 Ownership ownership,
+                                                                 AmaxRecording amax) const {
+  const std::string who = std::string(name_) + "::quantize";
+  ops::check_quantize_input(who.c_str(), x);
+  ops::check_quantize_usage(who.c_str(), usage);
+  const int64_t rows = x.rows(), cols = x.cols();
+  Tensor data[2], scales[2];  // [row-wise, column-wise]
+  for (Usage d : {Usage::kRowwise, Usage::kColumnwise}) {
+    if (!has_usage(usage, d)) continue;
+    const bool row = d == Usage::kRowwise;
+    Tensor& out = data[row ? 0 : 1];
+    Tensor& out_scales = scales[row ? 0 : 1];
+    out = Tensor::empty(row ? x.shape() : Shape{cols, rows}, dtype_, x.device());
+    out_scales = Tensor::empty(row ? scale_shape(rows, cols) : scale_shape(cols, rows),
+                               scale_dtype(), x.device());
+    cast(x, d, out, out_scales, amax);
+  }
+  auto t = make_tensor(x.shape(), std::move(data[0]), std::move(scales[0]), std::move(data[1]),
+                       std::move(scales[1]), ownership);
+  t->set_quantizer(ops::quantizer_handle(*this));
+  return t;
+}
+
+void ScaledTensorQuantizer::quantize_into(QuantizedTensor& dst, const Tensor& src,
+                                          AmaxRecording amax) const {
+  const std::string who = std::string(name_) + "::quantize_into";
+  OCTET_CHECK(dst.format() == format() && dst.dtype() == dtype_, who, ": destination ",
+              dst.describe(), " is not ", kind_, " ", dtype_, " tensor");
+  OCTET_CHECK(!dst.buffers_taken(), who, ": destination ", dst.describe(),
+              " has its buffers with a save-for-backward context");
+  ops::check_quantize_input(who.c_str(), src, &dst.shape());
+  auto& t = ops::as_format<ScaledTensor>(dst);
+  check_destination(who, t);
+  for (Usage d : {Usage::kRowwise, Usage::kColumnwise}) {
+    if (!t.has(d)) continue;
+    Tensor data = t.direction_data(d), scales = t.direction_scales(d);
+    cast(src, d, data, scales, amax);
+  }
+  dst.bump_version();
+}
+
+}  // namespace octet

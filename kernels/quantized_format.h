@@ -3,6 +3,7 @@
 // name a QuantizedTensor's format() returns. The generic operations in kernels/quantized.h
 // (dequantize, update_usage, fp8_gemm, the shape rule) only look a format up and call it, so a
 // new format is one entry here, never a branch to add elsewhere (docs/dev/adding-a-recipe.md).
+// Below the table: what the formats' entries, ops and quantizers share.
 #pragma once
 
 #include <memory>
@@ -11,7 +12,10 @@
 #include <vector>
 
 #include "kernels/quantized.h"
+#include "runtime/error.h"
+#include "runtime/fp8_stats.h"
 #include "runtime/quantized_tensor.h"
+#include "runtime/scaled_tensor.h"
 
 namespace octet::ops {
 
@@ -74,6 +78,54 @@ Tensor operand_data(const QuantizedTensor& t, const Tensor& rowwise, const Tenso
 std::string multiple_rule_violation(const Shape& shape, int64_t row_multiple, int64_t col_multiple,
                                     std::string_view what);
 
+// ---- for formats' entries ----
+// `t` as its format's tensor class T: a tensor that names the format but is of another class is
+// a bug.
+template <class T>
+const T& as_format(const QuantizedTensor& t) {
+  const auto* f = dynamic_cast<const T*>(&t);
+  OCTET_ASSERT(f != nullptr, t.describe(), " names the ", t.format(), " format but is not one");
+  return *f;
+}
+template <class T>
+T& as_format(QuantizedTensor& t) {
+  return const_cast<T&>(as_format<T>(static_cast<const QuantizedTensor&>(t)));
+}
+
+// make_usage of a format whose directions are each cast from high precision: `source` is given,
+// else an error that names the data (`what`: "MXFP8", "1x128-blocked", ...).
+void check_recast_source(const QuantizedTensor& t, Usage missing, const Tensor* source,
+                         std::string_view what);
+// Adds the directions in `missing` to `t` from a fresh cast of `source` by t's quantizer, which
+// casts exactly as it did (no state); an error without a source or a quantizer.
+void recast_from_source(ScaledTensor& t, Usage missing, const Tensor* source,
+                        std::string_view what);
+
+// dequantize of a ScaledTensor format: `expand(data (rows, cols), scales)` gives stored data's
+// values; from the row-wise data when held, else the column-wise data (cols, rows) transposed.
+template <class Expand>
+Tensor dequantize_directions(const ScaledTensor& t, Expand&& expand) {
+  if (t.has(Usage::kRowwise)) {
+    return expand(t.rowwise_data().reshape({t.rows(), t.cols()}), t.rowwise_scales())
+        .reshape(t.shape());
+  }
+  return transpose_2d(expand(t.columnwise_data(), t.columnwise_scales())).reshape(t.shape());
+}
+
+// The gemm of a format whose values expand to FP8 value times scale: `expand(data, scales,
+// dtype)` each operand's stored data, then one GEMM accumulating in f32.
+void expanded_gemm(const ScaledTensor& a, Usage a_usage, const ScaledTensor& b, Usage b_usage,
+                   GemmLayout layout, Tensor& out_2d, const FP8GemmOptions& options,
+                   Tensor (*expand)(const Tensor& data, const Tensor& scales, DType dtype));
+
+// ---- for formats' ops ----
+// data is defined and e4m3 or e5m2.
+void check_fp8_data(const char* who, const Tensor& data);
+// data is e4m3 or e5m2 of x's 2-D shape (rows, cols).
+void check_fp8_data_2d(const char* who, const Tensor& data, const Tensor& x);
+// What a dequantization makes: f32 or bf16.
+void check_dequantize_dtype(const char* who, DType dtype);
+
 // ---- for formats' quantizers ----
 // x is defined, f32 or bf16 (and of `shape` when given); `who` names the caller.
 void check_quantize_input(const char* who, const Tensor& x, const Shape* shape = nullptr);
@@ -84,3 +136,51 @@ void check_quantize_usage(const char* who, Usage usage);
 std::shared_ptr<const Quantizer> quantizer_handle(const Quantizer& q);
 
 }  // namespace octet::ops
+
+namespace octet {
+
+// The base of the stateless quantizers of ScaledTensor formats whose directions are each cast
+// on their own (MXFP8, blockwise FP8, row-wise FP8): quantize allocates each asked direction's
+// data and scales and casts it, quantize_into casts each held direction into its buffers. A
+// subclass gives the cast, the scales' shape and dtype and the tensor's construction.
+class ScaledTensorQuantizer : public Quantizer {
+ public:
+  DType dtype() const override { return dtype_; }
+  std::shared_ptr<QuantizedTensor> quantize(const Tensor& x, Usage usage, Ownership ownership,
+                                            AmaxRecording amax) const override;
+  void quantize_into(QuantizedTensor& dst, const Tensor& src, AmaxRecording amax) const override;
+
+ protected:
+  // `name` ("MXFP8Quantizer") and `kind` ("an MXFP8") for messages; `dtype` e4m3 or e5m2;
+  // `stats`: where amax-recording casts add their counts and scales (null: nowhere).
+  ScaledTensorQuantizer(const char* name, const char* kind, DType dtype,
+                        std::shared_ptr<SlotStats> stats);
+
+  // One direction of x into data and scales as stored: row-wise data in x's shape, column-wise
+  // data (cols, rows), the cast of x's transpose.
+  virtual void cast(const Tensor& x, Usage direction, Tensor& data, Tensor& scales,
+                    AmaxRecording amax) const = 0;
+  // The scales of data stored (rows, cols).
+  virtual Shape scale_shape(int64_t rows, int64_t cols) const = 0;
+  virtual DType scale_dtype() const = 0;
+  virtual std::shared_ptr<ScaledTensor> make_tensor(const Shape& shape, Tensor rowwise,
+                                                    Tensor rowwise_scales, Tensor columnwise,
+                                                    Tensor columnwise_scales,
+                                                    Ownership ownership) const = 0;
+  // quantize_into's checks of its destination beyond format, dtype and shape.
+  virtual void check_destination(const std::string& /*who*/, const ScaledTensor& /*dst*/) const {}
+
+  // The slot's statistics when `amax` records and there are any, else null.
+  SlotStats* recording(AmaxRecording amax) const {
+    return amax == AmaxRecording::kRecord ? stats_.get() : nullptr;
+  }
+
+  DType dtype_;
+
+ private:
+  std::shared_ptr<SlotStats> stats_;
+  const char* name_;
+  const char* kind_;
+};
+
+}  // namespace octet

@@ -62,10 +62,7 @@ void quantize_rowwise(const Tensor& x, const RowwiseCast& cast, Tensor& data, Te
                       FP8CastCounts* counts) {
   constexpr const char* op = "quantize_rowwise";
   check_quantize_input(op, x);
-  OCTET_CHECK(
-      data.defined() && is_fp8(data.dtype()) && data.rows() == x.rows() && data.cols() == x.cols(),
-      op, ": data must be e4m3 or e5m2 of x's 2-D shape (", x.rows(), ", ", x.cols(), "), got ",
-      data);
+  check_fp8_data_2d(op, data, x);
   OCTET_CHECK(scale_inv.defined() && scale_inv.dtype() == DType::kF32 &&
                   scale_inv.shape() == Shape{x.rows()},
               op, ": scale_inv must be f32(", x.rows(), ") (one per row), got ", scale_inv);
@@ -77,14 +74,12 @@ void quantize_rowwise(const Tensor& x, const RowwiseCast& cast, Tensor& data, Te
 
 Tensor dequantize_rowwise(const Tensor& data, const Tensor& scale_inv, DType dtype) {
   constexpr const char* op = "dequantize_rowwise";
-  OCTET_CHECK(data.defined() && is_fp8(data.dtype()), op, ": data must be e4m3 or e5m2, got ",
-              data);
+  check_fp8_data(op, data);
   OCTET_CHECK(scale_inv.defined() && scale_inv.dtype() == DType::kF32 &&
                   scale_inv.shape() == Shape{data.rows()},
               op, ": scale_inv for data ", data, " must be f32(", data.rows(),
               ") (one per row), got ", scale_inv);
-  OCTET_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, op,
-              ": output dtype must be f32 or bf16, got ", dtype);
+  check_dequantize_dtype(op, dtype);
   const Device device = op_device(op, {{data, "data"}, {scale_inv, "scale_inv"}});
   Tensor out = Tensor::empty(data.shape(), dtype, device);
   on_device(device)->dequantize_rowwise(data, scale_inv, out);
@@ -92,17 +87,6 @@ Tensor dequantize_rowwise(const Tensor& data, const Tensor& scale_inv, DType dty
 }
 
 namespace {
-
-const RowwiseFP8Tensor& as_rowwise(const QuantizedTensor& t) {
-  const auto* r = dynamic_cast<const RowwiseFP8Tensor*>(&t);
-  OCTET_ASSERT(r != nullptr, t.describe(), " names the rowwise format but is not one");
-  return *r;
-}
-RowwiseFP8Tensor& as_rowwise(QuantizedTensor& t) {
-  auto* r = dynamic_cast<RowwiseFP8Tensor*>(&t);
-  OCTET_ASSERT(r != nullptr, t.describe(), " names the rowwise format but is not one");
-  return *r;
-}
 
 // One f32 scale per row of each operand along K, each direction cast from high precision.
 class RowwiseFormat final : public QuantizedFormat {
@@ -119,57 +103,22 @@ class RowwiseFormat final : public QuantizedFormat {
   }
   int64_t row_multiple() const override { return 16; }
 
-  Tensor dequantize(const QuantizedTensor& q, DType dtype) const override {
-    const RowwiseFP8Tensor& t = as_rowwise(q);
-    if (t.has(Usage::kRowwise)) {
-      return dequantize_rowwise(t.rowwise_data().reshape({t.rows(), t.cols()}), t.rowwise_scales(),
-                                dtype)
-          .reshape(t.shape());
-    }
-    return transpose_2d(dequantize_rowwise(t.columnwise_data(), t.columnwise_scales(), dtype))
-        .reshape(t.shape());
+  Tensor dequantize(const QuantizedTensor& t, DType dtype) const override {
+    return dequantize_directions(as_format<RowwiseFP8Tensor>(t),
+                                 [&](const Tensor& data, const Tensor& scale_inv) {
+                                   return dequantize_rowwise(data, scale_inv, dtype);
+                                 });
   }
 
-  void make_usage(QuantizedTensor& q, Usage missing, const Tensor* source) const override {
-    RowwiseFP8Tensor& t = as_rowwise(q);
-    OCTET_CHECK(source != nullptr, "update_usage of ", t.describe(), ": row-wise FP8 ",
-                usage_name(missing),
-                " data is quantized from high precision and cannot be made from the other "
-                "direction; pass the f32/bf16 source (e.g. the master weight)");
-    OCTET_CHECK(t.quantizer() != nullptr, "update_usage of ", t.describe(),
-                ": making a direction from the source needs the tensor's quantizer");
-    // The quantizer casts exactly as it did (no state): a fresh cast of the source.
-    auto fresh = t.quantizer()->quantize(*source, missing, t.ownership(), AmaxRecording::kSkip);
-    const RowwiseFP8Tensor& f = as_rowwise(*fresh);
-    for (Usage d : {Usage::kRowwise, Usage::kColumnwise}) {
-      if (!has_usage(missing, d)) continue;
-      const bool row = d == Usage::kRowwise;
-      t.set_direction(d, row ? f.rowwise_data() : f.columnwise_data(),
-                      row ? f.rowwise_scales() : f.columnwise_scales());
-    }
+  void make_usage(QuantizedTensor& t, Usage missing, const Tensor* source) const override {
+    recast_from_source(as_format<RowwiseFP8Tensor>(t), missing, source, "row-wise FP8");
   }
 
+  // Every value its FP8 value times its row's scale_inv, the products summed in f32.
   void gemm(const QuantizedTensor& a, Usage a_usage, const QuantizedTensor& b, Usage b_usage,
             GemmLayout layout, Tensor& out_2d, const FP8GemmOptions& options) const override {
-    const RowwiseFP8Tensor& ta = as_rowwise(a);
-    const RowwiseFP8Tensor& tb = as_rowwise(b);
-    const bool a_row = a_usage == Usage::kRowwise, b_row = b_usage == Usage::kRowwise;
-    const Tensor da = operand_data(a, ta.rowwise_data(), ta.columnwise_data(), a_usage, layout);
-    const Tensor db = operand_data(b, tb.rowwise_data(), tb.columnwise_data(), b_usage, layout);
-    // Every value its FP8 value times its row's scale_inv, the products summed in f32: with
-    // power-of-two scales every expanded value and every product is exact, so the GEMM's f32
-    // accumulation is the only rounding. On CUDA the operands expand to bf16 (FP8 mantissas fit,
-    // bf16 has f32's exponent range) for a bf16 tensor-core GEMM with f32 accumulation.
-    MemTagScope workspace(MemTag::kWorkspace);
-    const DType expanded = a.device().is_cuda() ? DType::kBF16 : DType::kF32;
-    const Tensor ax =
-        dequantize_rowwise(da, a_row ? ta.rowwise_scales() : ta.columnwise_scales(), expanded);
-    const Tensor bx =
-        dequantize_rowwise(db, b_row ? tb.rowwise_scales() : tb.columnwise_scales(), expanded);
-    GemmOptions g;
-    g.bias = options.bias;
-    g.accumulate = options.accumulate;
-    ops::gemm(ax, Transpose::kNo, bx, Transpose::kYes, out_2d, g);
+    expanded_gemm(as_format<RowwiseFP8Tensor>(a), a_usage, as_format<RowwiseFP8Tensor>(b), b_usage,
+                  layout, out_2d, options, dequantize_rowwise);
   }
 };
 
@@ -183,8 +132,7 @@ std::shared_ptr<const QuantizedFormat> make_rowwise_format() {
 
 RowwiseQuantizer::RowwiseQuantizer(DType dtype, bool power_2_scale, float amax_epsilon,
                                    std::shared_ptr<SlotStats> stats)
-    : dtype_(dtype), stats_(std::move(stats)) {
-  OCTET_CHECK(is_fp8(dtype_), "RowwiseQuantizer: dtype must be e4m3 or e5m2, got ", dtype_);
+    : ScaledTensorQuantizer("RowwiseQuantizer", "a rowwise", dtype, std::move(stats)) {
   OCTET_CHECK(std::isfinite(amax_epsilon) && amax_epsilon >= 0.f,
               "RowwiseQuantizer: amax_epsilon must be finite and >= 0, got ", amax_epsilon);
   cast_ = {fp8_max(dtype_), power_2_scale, amax_epsilon};
@@ -192,59 +140,27 @@ RowwiseQuantizer::RowwiseQuantizer(DType dtype, bool power_2_scale, float amax_e
 
 void RowwiseQuantizer::cast(const Tensor& x, Usage direction, Tensor& data, Tensor& scale_inv,
                             AmaxRecording amax) const {
-  const bool record = amax == AmaxRecording::kRecord && stats_ != nullptr;
-  const Tensor source = direction == Usage::kRowwise
-                            ? x.reshape({x.rows(), x.cols()})
-                            : ops::transpose_2d(x.reshape({x.rows(), x.cols()}));
-  ops::quantize_rowwise(source, cast_, data, scale_inv, record ? &stats_->counts : nullptr);
+  SlotStats* stats = recording(amax);
+  const Tensor x_2d = x.reshape({x.rows(), x.cols()});
+  const Tensor source = direction == Usage::kRowwise ? x_2d : ops::transpose_2d(x_2d);
+  Tensor data_2d = data.reshape({data.rows(), data.cols()});
+  ops::quantize_rowwise(source, cast_, data_2d, scale_inv,
+                        stats != nullptr ? &stats->counts : nullptr);
   // The spread of the scales this cast chose (one per row, read on the host).
-  if (record && scale_inv.device().is_cpu()) {
+  if (stats != nullptr && scale_inv.device().is_cpu()) {
     const float* s = scale_inv.data_as<float>();
-    for (int64_t i = 0; i < scale_inv.numel(); ++i) stats_->scales.add(s[i]);
+    for (int64_t i = 0; i < scale_inv.numel(); ++i) stats->scales.add(s[i]);
   }
 }
 
-std::shared_ptr<QuantizedTensor> RowwiseQuantizer::quantize(const Tensor& x, Usage usage,
-                                                            Ownership ownership,
-                                                            AmaxRecording amax) const {
-  ops::check_quantize_input("RowwiseQuantizer::quantize", x);
-  ops::check_quantize_usage("RowwiseQuantizer::quantize", usage);
-  const int64_t rows = x.rows(), cols = x.cols();
-  Tensor row, row_s, col, col_s;
-  if (has_usage(usage, Usage::kRowwise)) {
-    row = Tensor::empty(x.shape(), dtype_, x.device());
-    row_s = Tensor::empty({rows}, DType::kF32, x.device());
-    Tensor row_2d = row.reshape({rows, cols});
-    cast(x, Usage::kRowwise, row_2d, row_s, amax);
-  }
-  if (has_usage(usage, Usage::kColumnwise)) {
-    col = Tensor::empty({cols, rows}, dtype_, x.device());
-    col_s = Tensor::empty({cols}, DType::kF32, x.device());
-    cast(x, Usage::kColumnwise, col, col_s, amax);
-  }
-  auto t = std::make_shared<RowwiseFP8Tensor>(x.shape(), std::move(row), std::move(row_s),
-                                              std::move(col), std::move(col_s), ownership);
-  t->set_quantizer(ops::quantizer_handle(*this));
-  return t;
-}
-
-void RowwiseQuantizer::quantize_into(QuantizedTensor& dst, const Tensor& src,
-                                     AmaxRecording amax) const {
-  constexpr const char* who = "RowwiseQuantizer::quantize_into";
-  OCTET_CHECK(dst.format() == kRowwiseFormat && dst.dtype() == dtype_, who, ": destination ",
-              dst.describe(), " is not a rowwise ", dtype_, " tensor");
-  OCTET_CHECK(!dst.buffers_taken(), who, ": destination ", dst.describe(),
-              " has its buffers with a save-for-backward context");
-  ops::check_quantize_input(who, src, &dst.shape());
-  auto& t = dynamic_cast<RowwiseFP8Tensor&>(dst);
-  for (Usage d : {Usage::kRowwise, Usage::kColumnwise}) {
-    if (!t.has(d)) continue;
-    const bool row = d == Usage::kRowwise;
-    Tensor data = row ? t.rowwise_data().reshape({t.rows(), t.cols()}) : t.columnwise_data();
-    Tensor scales = row ? t.rowwise_scales() : t.columnwise_scales();
-    cast(src, d, data, scales, amax);
-  }
-  dst.bump_version();
+std::shared_ptr<ScaledTensor> RowwiseQuantizer::make_tensor(const Shape& shape, Tensor rowwise,
+                                                            Tensor rowwise_scale_inv,
+                                                            Tensor columnwise,
+                                                            Tensor columnwise_scale_inv,
+                                                            Ownership ownership) const {
+  return std::make_shared<RowwiseFP8Tensor>(shape, std::move(rowwise), std::move(rowwise_scale_inv),
+                                            std::move(columnwise), std::move(columnwise_scale_inv),
+                                            ownership);
 }
 
 std::string RowwiseQuantizer::describe() const {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/ops.h"
+#include "kernels/quantized_format.h"
 #include "runtime/fp8.h"
 #include "runtime/fp8_stats.h"
 #include "runtime/quantized_tensor.h"
@@ -64,25 +65,25 @@ std::shared_ptr<const QuantizedFormat> make_rowwise_format();
 // The quantizer of one tensor role under the rowwise recipe: its dtype (hybrid: e5m2 for
 // gradients) and scale rule. No state; with AmaxRecording::kRecord its casts add their saturated
 // / flushed counts and scale spread to `stats`.
-class RowwiseQuantizer final : public Quantizer {
+class RowwiseQuantizer final : public ScaledTensorQuantizer {
  public:
   RowwiseQuantizer(DType dtype, bool power_2_scale, float amax_epsilon,
                    std::shared_ptr<SlotStats> stats = nullptr);
 
   std::string_view format() const override { return kRowwiseFormat; }
-  DType dtype() const override { return dtype_; }
-  std::shared_ptr<QuantizedTensor> quantize(const Tensor& x, Usage usage, Ownership ownership,
-                                            AmaxRecording amax) const override;
-  void quantize_into(QuantizedTensor& dst, const Tensor& src, AmaxRecording amax) const override;
   std::string describe() const override;
 
  private:
   void cast(const Tensor& x, Usage direction, Tensor& data, Tensor& scale_inv,
-            AmaxRecording amax) const;
+            AmaxRecording amax) const override;
+  Shape scale_shape(int64_t rows, int64_t) const override { return {rows}; }
+  DType scale_dtype() const override { return DType::kF32; }
+  std::shared_ptr<ScaledTensor> make_tensor(const Shape& shape, Tensor rowwise,
+                                            Tensor rowwise_scale_inv, Tensor columnwise,
+                                            Tensor columnwise_scale_inv,
+                                            Ownership ownership) const override;
 
-  DType dtype_;
   ops::RowwiseCast cast_;
-  std::shared_ptr<SlotStats> stats_;
 };
 
 }  // namespace octet

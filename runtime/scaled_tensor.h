@@ -22,6 +22,10 @@ class ScaledTensor : public QuantizedTensor {
   // The direction's extra buffer (NVFP4: its f32 tensor amax); undefined for other formats.
   const Tensor& rowwise_extra() const { return part(Usage::kRowwise, kExtra); }
   const Tensor& columnwise_extra() const { return part(Usage::kColumnwise, kExtra); }
+  // The same buffers of a direction (kRowwise or kColumnwise) named by its Usage.
+  const Tensor& direction_data(Usage direction) const { return part(direction, kData); }
+  const Tensor& direction_scales(Usage direction) const { return part(direction, kScales); }
+  const Tensor& direction_extra(Usage direction) const { return part(direction, kExtra); }
 
   using QuantizedTensor::nbytes;
   size_t nbytes(Usage usage) const override;
