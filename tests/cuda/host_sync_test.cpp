@@ -25,6 +25,7 @@
 #include "runtime/rng.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/modules/module_test_util.h"
+#include "tests/support/sort_task.h"
 #include "tests/support/test_util.h"
 #include "train/trainer.h"
 
@@ -43,16 +44,7 @@ Tensor random_ids(uint64_t seed, int64_t vocab) {
 }
 
 // The GPT of these tests: 2 layers of width 64, 4 heads, a vocabulary of 32.
-GPTConfig two_layer_gpt(uint64_t seed) {
-  GPTConfig c;
-  c.vocab_size = 32;
-  c.max_seq_len = kSeq;
-  c.n_layer = 2;
-  c.d_model = 64;
-  c.n_head = 4;
-  c.seed = seed;
-  return c;
-}
+GPTConfig two_layer_gpt(uint64_t seed) { return test::two_layer_gpt(32, kSeq, seed); }
 
 cuda::HostSyncCounts minus(const cuda::HostSyncCounts& a, const cuda::HostSyncCounts& b) {
   return {a.device_to_host - b.device_to_host, a.stream_waits - b.stream_waits,

@@ -27,6 +27,7 @@
 #include "runtime/memory.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/modules/module_test_util.h"
+#include "tests/support/sort_task.h"
 #include "tests/support/test_util.h"
 
 namespace octet::modules {
@@ -326,70 +327,15 @@ TEST(CudaModuleMemory, InferenceModelHoldsNoColumnwiseWeightsOnTheDevice) {
 
 // ---- a short training run ----
 
-constexpr int64_t kBatch = 16, kDigits = 8, kSeq = 2 * kDigits;  // 256 token rows
 constexpr int64_t kSteps = 40, kAveraged = 8;
-
-struct Batch {
-  Tensor ids, targets;  // (kBatch, kSeq) i32, on the CPU
-};
-
-// The sorting task of tests/modules/gpt_training_test.cpp: 8 random digits, the separator, the
-// sorted digits; loss on the sorted half only (-100 elsewhere).
-Batch sort_batch(int64_t step) {
-  Batch b{Tensor::empty({kBatch, kSeq}, DType::kI32), Tensor::empty({kBatch, kSeq}, DType::kI32)};
-  Generator gen(1000 + static_cast<uint64_t>(step));
-  auto* ids = b.ids.data_as<int32_t>();
-  auto* targets = b.targets.data_as<int32_t>();
-  for (int64_t r = 0; r < kBatch; ++r) {
-    int32_t digits[kDigits];
-    for (int32_t& d : digits) d = static_cast<int32_t>(gen.next_u32() % 10);
-    int32_t* row = ids + r * kSeq;
-    int32_t* target = targets + r * kSeq;
-    std::copy(digits, digits + kDigits, row);
-    std::sort(digits, digits + kDigits);
-    row[kDigits] = 10;
-    std::copy(digits, digits + kDigits - 1, row + kDigits + 1);
-    std::fill(target, target + kDigits, -100);
-    std::copy(digits, digits + kDigits, target + kDigits);
-  }
-  return b;
-}
 
 // Per-step losses of one run on `device`: AdamW, a short warm-up, an FP8 scope per forward.
 std::vector<float> train(const Recipe* recipe, Device device) {
-  GPTConfig c;
-  c.vocab_size = 16;
-  c.max_seq_len = kSeq;
-  c.n_layer = 2;
-  c.d_model = 64;
-  c.n_head = 4;
-  c.seed = 6;
-  GPT gpt(c);
-  gpt.to(device);
-  OptimizerOptions o;
-  o.weight_decay = 0.01f;
-  Optimizer opt(gpt.parameters(), o);
-  const LrSchedule lr{3e-3f, 5, kSteps, 0.1f};
-  std::vector<float> losses;
-  for (int64_t step = 0; step < kSteps; ++step) {
-    const Batch b = sort_batch(step);
-    const Tensor ids = device.is_cpu() ? b.ids : b.ids.to(device);
-    const Tensor targets = device.is_cpu() ? b.targets : b.targets.to(device);
-    Tensor loss = test::with_fp8(recipe, [&] { return gpt.loss(ids, targets); });
-    EXPECT_EQ(loss.device(), device);
-    losses.push_back(loss.item());
-    autograd::backward(loss);
-    clip_grad_norm(opt.parameters(), 1.0);
-    opt.step(lr.at(step));
-    opt.zero_grad();
-  }
-  return losses;
+  return test::train_sort_task(recipe, LrSchedule{3e-3f, 5, kSteps, 0.1f}, kSteps, device,
+                               [&](const Tensor& loss) { EXPECT_EQ(loss.device(), device); });
 }
 
-float mean_of(const std::vector<float>& v, bool last) {
-  const auto begin = last ? v.end() - kAveraged : v.begin();
-  return std::accumulate(begin, begin + kAveraged, 0.f) / static_cast<float>(kAveraged);
-}
+float mean_of(const std::vector<float>& v, bool last) { return test::mean_of(v, last, kAveraged); }
 
 // Trains on the GPU and on the CPU under `recipe` (nullptr: f32) and compares. One test per
 // recipe, so that ctest runs them side by side: in the emulation build each takes about 20 s.

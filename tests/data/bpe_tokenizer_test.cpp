@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "runtime/text_file.h"
+#include "tests/data/small_tokenizer.h"
 #include "tests/support/scratch_dir.h"
 #include "tests/support/test_util.h"
 
@@ -341,26 +342,7 @@ TEST(BpeTokenizer, DecodeNamesAnIdOutsideTheVocabulary) {
 
 // ---- tokenizer.json ----
 
-// GPT-2's byte-to-unicode table, written here from its description: printable Latin-1 bytes
-// stand for themselves, the other 68 take U+0100 on, in byte order.
-std::string byte_char(int b) {
-  const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
-  int cp = b;
-  if (!printable) {
-    cp = 256;
-    for (int k = 0; k < b; ++k) {
-      if (!((k >= 33 && k <= 126) || (k >= 161 && k <= 172) || k >= 174)) ++cp;
-    }
-  }
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else {
-    s += static_cast<char>(0xC0 | cp >> 6);
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
+using test::gpt2_byte_char;
 
 // Ids: byte b is id b; then the merges' results from 256 on; then two added tokens.
 //   0 h e -> 256 "he"        3 hell o -> 259 "hello"   6 Ġw or -> 262 "Ġwor"
@@ -369,7 +351,7 @@ std::string byte_char(int b) {
 //   added: 266 "<|begin_of_text|>", 267 "<|end_of_text|>" (the end-of-sequence token)
 json small_tokenizer_json(bool pair_merges) {
   json vocab = json::object();
-  for (int b = 0; b < 256; ++b) vocab[byte_char(b)] = b;
+  for (int b = 0; b < 256; ++b) vocab[gpt2_byte_char(b)] = b;
   const std::vector<std::pair<std::string, std::string>> merges = {
       {"h", "e"}, {"l", "l"},          {"he", "ll"}, {"hell", "o"}, {"\xC4\xA0", "w"},
       {"o", "r"}, {"\xC4\xA0w", "or"}, {"a", "b"},   {"b", "c"},    {"a", "bc"}};
@@ -381,13 +363,7 @@ json small_tokenizer_json(bool pair_merges) {
   }
   json added = json::array();
   for (const char* content : {"<|begin_of_text|>", "<|end_of_text|>"}) {
-    added.push_back({{"id", id++},
-                     {"content", content},
-                     {"single_word", false},
-                     {"lstrip", false},
-                     {"rstrip", false},
-                     {"normalized", false},
-                     {"special", true}});
+    added.push_back(test::special_added_token(content, id++));
   }
   return {{"version", "1.0"},
           {"truncation", nullptr},
@@ -401,10 +377,7 @@ json small_tokenizer_json(bool pair_merges) {
                {"pattern", {{"Regex", std::string(split_pattern_regex(SplitPattern::kLlama3))}}},
                {"behavior", "Isolated"},
                {"invert", false}},
-              {{"type", "ByteLevel"},
-               {"add_prefix_space", false},
-               {"trim_offsets", true},
-               {"use_regex", false}}}}}},
+              test::byte_level_pre_tokenizer(test::ByteLevelRegex::kNo)}}}},
           {"post_processor", nullptr},
           {"decoder", {{"type", "ByteLevel"}}},
           {"model",
@@ -568,7 +541,7 @@ TEST(BpeTokenizer, HostileTokenizerJsonNamesTheFileAndTheKey) {
 TEST(BpeTokenizer, HostileVocabAndMergesFilesNameTheFileAndTheLine) {
   ScratchDir dir;
   json vocab = json::object();
-  for (int b = 0; b < 256; ++b) vocab[byte_char(b)] = b;
+  for (int b = 0; b < 256; ++b) vocab[gpt2_byte_char(b)] = b;
   vocab["he"] = 256;
   test::write_file_bytes(dir.file("vocab.json"), vocab.dump());
   auto load = [&](const std::string& merges) {

@@ -32,6 +32,22 @@ inline std::string gpt2_byte_char(int b) {
   return s;
 }
 
+// An "added_tokens" entry of tokenizer.json: a special token matched as written.
+inline nlohmann::json special_added_token(const std::string& content, int id) {
+  return {{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+          {"rstrip", false}, {"normalized", false}, {"special", true}};
+}
+
+enum class ByteLevelRegex { kNo, kYes };
+
+// tokenizer.json's ByteLevel pre-tokenizer; kYes: it splits with GPT-2's pattern itself.
+inline nlohmann::json byte_level_pre_tokenizer(ByteLevelRegex regex) {
+  return {{"type", "ByteLevel"},
+          {"add_prefix_space", false},
+          {"trim_offsets", true},
+          {"use_regex", regex == ByteLevelRegex::kYes}};
+}
+
 // Ids: byte b is b; the merges' results from 256 on, in this order:
 //   256 "th"  257 "the"  258 "Ġ" "the" -> "Ġthe"  259 "er"  260 "Ġa"  261 "in"  262 "an"
 //   263 "Ġt"  264 "on"   265 "Ġs"
@@ -50,25 +66,11 @@ inline nlohmann::json small_tokenizer_json() {
     vocab[a + b] = id++;
     merge_list.push_back(a + " " + b);
   }
-  json added = json::array();
-  auto add = [&](const std::string& content, int token_id) {
-    added.push_back({{"id", token_id},
-                     {"content", content},
-                     {"single_word", false},
-                     {"lstrip", false},
-                     {"rstrip", false},
-                     {"normalized", false},
-                     {"special", true}});
-  };
-  add("<|endoftext|>", id);
+  const json added = json::array({special_added_token("<|endoftext|>", id)});
   return {{"version", "1.0"},
           {"added_tokens", added},
           {"normalizer", nullptr},
-          {"pre_tokenizer",
-           {{"type", "ByteLevel"},
-            {"add_prefix_space", false},
-            {"trim_offsets", true},
-            {"use_regex", true}}},
+          {"pre_tokenizer", byte_level_pre_tokenizer(ByteLevelRegex::kYes)},
           {"post_processor", nullptr},
           {"decoder", {{"type", "ByteLevel"}}},
           {"model",

@@ -17,6 +17,7 @@
 #include "kernels/quantizer.h"
 #include "runtime/fp8.h"
 #include "runtime/fp8_scaling.h"
+#include "tests/kernels/scale_test_util.h"
 #include "tests/support/test_util.h"
 
 namespace octet {
@@ -26,19 +27,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr int64_t kB = 128;
 
-// TE's compute_scale_from_amax, written again from its description (not octet's code).
-float reference_scale(float amax, float fp8_max, bool pow2, float eps, float inf_value) {
-  if (amax < eps) amax = eps;
-  if (std::isinf(amax) || amax == 0.f || std::isnan(amax)) return 1.f;
-  float s = fp8_max / amax;
-  if (std::isinf(s)) s = inf_value;
-  if (pow2) {
-    int e = 0;
-    std::frexp(s, &e);  // s = m * 2^e, m in [0.5, 1): round down to 2^(e - 1)
-    s = std::ldexp(1.f, e - 1);
-  }
-  return s;
-}
+using test::reference_scale;
 
 // Blocks whose magnitudes differ by up to 2^+-30, with a zero block, inf, NaN and a block whose
 // amax is so small that 448 / amax overflows f32.
@@ -61,11 +50,7 @@ std::vector<float> mixed(int64_t rows, int64_t cols, uint64_t seed) {
   return v;
 }
 
-struct Expected {
-  std::vector<uint8_t> data;
-  std::vector<float> scale_inv;  // in the GEMM-ready layout, padding 0
-  int64_t saturated = 0, flushed = 0;
-};
+using Expected = test::ExpectedCast;  // scale_inv in the GEMM-ready layout, padding 0
 
 // Row-wise blocks of `x` (rows, cols): 1x128 along a row, or 128x128 tiles.
 Expected reference(const std::vector<float>& x, int64_t rows, int64_t cols, BlockScaling blocks,
@@ -90,11 +75,8 @@ Expected reference(const std::vector<float>& x, int64_t rows, int64_t cols, Bloc
       e.scale_inv[static_cast<size_t>(at)] = 1.f / s;
       for (int64_t r = r0; r < r1; ++r) {
         for (int64_t c = c0; c < c1; ++c) {
-          const float v = x[static_cast<size_t>(r * cols + c)];
-          const uint8_t q = test::reference_cast(v * s, fp8);
-          e.data[static_cast<size_t>(r * cols + c)] = q;
-          e.saturated += std::fabs(v * s) > fp8_max(fp8) ? 1 : 0;
-          e.flushed += (v != 0.f && !std::isnan(v) && (q & 0x7F) == 0) ? 1 : 0;
+          const auto at_rc = static_cast<size_t>(r * cols + c);
+          test::reference_cast_into(e, at_rc, x[at_rc], s, fp8);
         }
       }
     }
@@ -271,12 +253,7 @@ TEST(BlockwiseGemm, EveryBlockPairingMatchesF64AndTwoDByTwoDIsRefused) {
 }
 
 TEST(BlockwiseGemm, ShapeRuleNamesTheShape) {
-  const std::string message = test::error_of([] {
-    ops::check_fp8_gemm_shape(kBlockwiseFormat, {24, 40}, "Linear input");
-  });
-  EXPECT_NE(message.find("Linear input has shape (24, 40)"), std::string::npos) << message;
-  EXPECT_NE(message.find("multiples of 16"), std::string::npos) << message;
-  EXPECT_TRUE(ops::fp8_gemm_shape_supported(kBlockwiseFormat, {2, 8, 48}));
+  test::expect_shape_rule_names_the_shape(kBlockwiseFormat);
 }
 
 TEST(BlockwiseRecipe, JsonKeysDefaultsAndTheTwoDRule) {

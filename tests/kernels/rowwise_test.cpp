@@ -17,6 +17,7 @@
 #include "kernels/quantizer.h"
 #include "runtime/fp8.h"
 #include "runtime/recipe.h"
+#include "tests/kernels/scale_test_util.h"
 #include "tests/support/test_util.h"
 
 namespace octet {
@@ -25,19 +26,9 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-// The scale rule from its description: amax below eps is eps; amax 0, inf or NaN gives 1; else
-// fp8_max / amax, an overflow the largest finite f32, rounded down to a power of two.
+// The reference scale rule, an overflow the largest finite f32.
 float reference_scale(float amax, float fp8_max, bool pow2, float eps) {
-  if (amax < eps) amax = eps;
-  if (std::isinf(amax) || amax == 0.f || std::isnan(amax)) return 1.f;
-  float s = fp8_max / amax;
-  if (std::isinf(s)) s = FLT_MAX;
-  if (pow2) {
-    int e = 0;
-    std::frexp(s, &e);  // s = m * 2^e, m in [0.5, 1): round down to 2^(e - 1)
-    s = std::ldexp(1.f, e - 1);
-  }
-  return s;
+  return test::reference_scale(amax, fp8_max, pow2, eps, FLT_MAX);
 }
 
 // Rows whose magnitudes differ by up to 2^+-30, a zero row, inf, NaN and a row whose amax is so
@@ -60,11 +51,7 @@ std::vector<float> mixed(int64_t rows, int64_t cols, uint64_t seed) {
   return v;
 }
 
-struct Expected {
-  std::vector<uint8_t> data;
-  std::vector<float> scale_inv;
-  int64_t saturated = 0, flushed = 0;
-};
+using Expected = test::ExpectedCast;
 
 Expected reference(const std::vector<float>& x, int64_t rows, int64_t cols, DType fp8, bool pow2,
                    float eps) {
@@ -79,11 +66,8 @@ Expected reference(const std::vector<float>& x, int64_t rows, int64_t cols, DTyp
     const float s = reference_scale(amax, fp8_max(fp8), pow2, eps);
     e.scale_inv[static_cast<size_t>(r)] = 1.f / s;
     for (int64_t c = 0; c < cols; ++c) {
-      const float v = x[static_cast<size_t>(r * cols + c)];
-      const uint8_t q = test::reference_cast(v * s, fp8);
-      e.data[static_cast<size_t>(r * cols + c)] = q;
-      e.saturated += std::fabs(v * s) > fp8_max(fp8) ? 1 : 0;
-      e.flushed += (v != 0.f && !std::isnan(v) && (q & 0x7F) == 0) ? 1 : 0;
+      const auto at = static_cast<size_t>(r * cols + c);
+      test::reference_cast_into(e, at, x[at], s, fp8);
     }
   }
   return e;
@@ -204,12 +188,7 @@ TEST(RowwiseGemm, EveryLayoutMatchesF64SumsOfTheExpandedValues) {
 }
 
 TEST(RowwiseGemm, ShapeRuleNamesTheShape) {
-  const std::string message = test::error_of([] {
-    ops::check_fp8_gemm_shape(kRowwiseFormat, {24, 40}, "Linear input");
-  });
-  EXPECT_NE(message.find("Linear input has shape (24, 40)"), std::string::npos) << message;
-  EXPECT_NE(message.find("multiples of 16"), std::string::npos) << message;
-  EXPECT_TRUE(ops::fp8_gemm_shape_supported(kRowwiseFormat, {2, 8, 48}));
+  test::expect_shape_rule_names_the_shape(kRowwiseFormat);
 }
 
 TEST(RowwiseRecipe, JsonKeysDefaultsAndErrors) {

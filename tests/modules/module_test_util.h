@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <set>
 #include <string>
@@ -15,6 +16,7 @@
 #include "modules/fp8_autocast.h"
 #include "modules/gpt.h"
 #include "modules/layernorm_mlp.h"
+#include "modules/linear.h"
 #include "runtime/recipe.h"
 #include "runtime/rng.h"
 
@@ -27,6 +29,24 @@ auto with_fp8(const Recipe* recipe, F&& f) {
   std::optional<modules::FP8Autocast> scope;
   if (recipe != nullptr) scope.emplace(*recipe);
   return std::forward<F>(f)();
+}
+
+// Root mean square of a - b over the root mean square of b.
+inline double relative_rms(const std::vector<double>& a, const std::vector<double>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+// Makes x require grad, zeroes lin's weight gradient and runs lin's forward on x under `recipe`.
+inline Tensor linear_forward(modules::Linear& lin, Tensor& x, const Recipe& recipe) {
+  autograd::set_requires_grad(x);
+  autograd::zero_grad(const_cast<Tensor&>(lin.weight()));
+  modules::FP8Autocast scope(recipe);
+  return lin.forward(x);
 }
 
 // The output and gradients of one forward + backward of a LayerNormMLP, read back to the host.

@@ -178,13 +178,7 @@ struct LinearRun {
 };
 LinearRun run_linear(Linear& lin, const Tensor& x_in, const Tensor& g, const Recipe& recipe) {
   Tensor x = x_in.clone();
-  autograd::set_requires_grad(x);
-  autograd::zero_grad(const_cast<Tensor&>(lin.weight()));
-  Tensor y;
-  {
-    FP8Autocast scope(recipe);
-    y = lin.forward(x);
-  }
+  const Tensor y = test::linear_forward(lin, x, recipe);
   autograd::backward(y, g);
   return {y.to_floats(), autograd::grad(x).to_floats(), autograd::grad(lin.weight()).to_floats()};
 }
@@ -219,15 +213,7 @@ TEST(NVFP4Linear, EachGemmQuantizesItsOperandsAsTeDoes) {
   }
 }
 
-// Root mean square of a - b over the root mean square of b.
-double relative_rms(const std::vector<double>& a, const std::vector<double>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return std::sqrt(num / den);
-}
+using test::relative_rms;
 
 TEST(NVFP4Linear, StochasticRoundingOfGradientsIsUnbiasedThroughDgradAndWgrad) {
   // dgrad's mean over many backwards tends to dY · Ŵ with dY unquantized; wgrad's to

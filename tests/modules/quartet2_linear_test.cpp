@@ -12,6 +12,7 @@
 #include "kernels/quantized.h"
 #include "modules/fp8_autocast.h"
 #include "modules/linear.h"
+#include "tests/modules/module_test_util.h"
 #include "tests/support/quartet2_model.h"
 #include "tests/support/test_util.h"
 
@@ -29,13 +30,7 @@ struct LinearRun {
 
 LinearRun run(Linear& lin, const Tensor& x_value, const Tensor& g, const Recipe& recipe) {
   Tensor x = x_value.clone();
-  autograd::set_requires_grad(x);
-  autograd::zero_grad(const_cast<Tensor&>(lin.weight()));
-  Tensor y;
-  {
-    FP8Autocast scope(recipe);
-    y = lin.forward(x);
-  }
+  const Tensor y = test::linear_forward(lin, x, recipe);
   LinearRun r;
   for (const auto& [name, stream] : lin.fp8_state().host_buffers()) {
     if (name == "fp8_state.backward." +
@@ -114,14 +109,7 @@ void nt(const std::vector<double>& a, const std::vector<double>& b, int64_t p, i
   return ::testing::AssertionSuccess();
 }
 
-double relative_rms(const std::vector<double>& a, const std::vector<double>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return std::sqrt(num / den);
-}
+using test::relative_rms;
 
 LinearOptions no_bias(uint64_t seed) {
   LinearOptions o;

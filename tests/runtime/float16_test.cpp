@@ -17,11 +17,10 @@ namespace {
 int bf16(float x) { return to_bf16(x); }
 int f16(float x) { return to_f16(x); }
 
-float from_bits(uint32_t u) { return test::float_from_bits(u); }
-uint32_t to_bits(float x) { return test::bits_of(x); }
-
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+using test::bits_of;
+using test::float_from_bits;
+using test::kInf;
+using test::kNaN;
 
 TEST(Float16, Bf16HandWorked) {
   // bf16 is the top 16 bits of an f32, rounded to nearest even on the low 16.
@@ -37,18 +36,18 @@ TEST(Float16, Bf16HandWorked) {
   EXPECT_EQ(bf16(-kInf), 0xFF80);
   EXPECT_EQ(bf16(-0.f), 0x8000);
   // f32 subnormals round like any other bits: 0x00008000 ties to 0, 0x00018000 ties to 2.
-  EXPECT_EQ(bf16(from_bits(0x00000001u)), 0x0000);
-  EXPECT_EQ(bf16(from_bits(0x00008000u)), 0x0000);
-  EXPECT_EQ(bf16(from_bits(0x00018000u)), 0x0002);
+  EXPECT_EQ(bf16(float_from_bits(0x00000001u)), 0x0000);
+  EXPECT_EQ(bf16(float_from_bits(0x00008000u)), 0x0000);
+  EXPECT_EQ(bf16(float_from_bits(0x00018000u)), 0x0002);
   // NaN stays a quiet NaN with its sign, even when its payload sits only in the dropped bits.
   EXPECT_EQ(bf16(kNaN), 0x7FC0);
   EXPECT_EQ(bf16(-kNaN), 0xFFC0);
-  EXPECT_EQ(bf16(from_bits(0x7F800001u)), 0x7FC0);
+  EXPECT_EQ(bf16(float_from_bits(0x7F800001u)), 0x7FC0);
 
   EXPECT_EQ(from_bf16(0x3F80), 1.f);
   EXPECT_EQ(from_bf16(0xC000), -2.f);
   EXPECT_EQ(from_bf16(0x7F80), kInf);
-  EXPECT_EQ(to_bits(from_bf16(0x8000)), 0x80000000u);
+  EXPECT_EQ(bits_of(from_bf16(0x8000)), 0x80000000u);
   EXPECT_TRUE(std::isnan(from_bf16(0x7FC0)));
 }
 
@@ -91,7 +90,7 @@ TEST(Float16, F16HandWorked) {
   EXPECT_EQ(from_f16(0x8001), -0x1p-24f);
   EXPECT_EQ(from_f16(0x7C00), kInf);
   EXPECT_EQ(from_f16(0xFC00), -kInf);
-  EXPECT_EQ(to_bits(from_f16(0x8000)), 0x80000000u);
+  EXPECT_EQ(bits_of(from_f16(0x8000)), 0x80000000u);
   EXPECT_TRUE(std::isnan(from_f16(0x7E00)));
   EXPECT_TRUE(std::isnan(from_f16(0x7C01)));
 }

@@ -117,25 +117,28 @@ TEST(Fp8Exhaustive, ToE8m0MatchesCudaOnAllFloats) {
   EXPECT_EQ(s.mismatches, 0u) << describe(s, to_e8m0(x), cuda_e8m0(x));
 }
 
-TEST(Fp8Exhaustive, ToBf16MatchesCudaOnAllFloats) {
-  // Exact bits on non-NaN inputs; for NaN inputs (CUDA returns 0x7FFF) ours must only be NaN.
-  const Sweep s = sweep_all_floats("to_bf16", [](uint32_t b) {
+// Sweeps a f32 -> 16-bit float cast: exact bits on non-NaN inputs; for NaN inputs ours must only be
+// NaN (magnitude bits above `inf_bits`, the format's infinity).
+template <typename Ours, typename Cuda>
+void expect_16_bit_cast_matches_cuda(const char* name, Ours ours, Cuda cuda, uint32_t inf_bits) {
+  const Sweep s = sweep_all_floats(name, [&](uint32_t b) {
     const float x = bits_to_float(b);
-    const uint16_t ours = to_bf16(x);
-    return std::isnan(x) ? (ours & 0x7FFFu) > 0x7F80u : ours == cuda_bf16(x);
+    const uint16_t got = ours(x);
+    return std::isnan(x) ? (got & 0x7FFFu) > inf_bits : got == cuda(x);
   });
   const float x = bits_to_float(static_cast<uint32_t>(s.first));
-  EXPECT_EQ(s.mismatches, 0u) << describe(s, to_bf16(x), cuda_bf16(x));
+  EXPECT_EQ(s.mismatches, 0u) << describe(s, ours(x), cuda(x));
+}
+
+TEST(Fp8Exhaustive, ToBf16MatchesCudaOnAllFloats) {
+  // CUDA returns 0x7FFF for every NaN input.
+  expect_16_bit_cast_matches_cuda(
+      "to_bf16", [](float x) { return to_bf16(x); }, cuda_bf16, 0x7F80u);
 }
 
 TEST(Fp8Exhaustive, ToF16MatchesCudaOnAllFloats) {
-  const Sweep s = sweep_all_floats("to_f16", [](uint32_t b) {
-    const float x = bits_to_float(b);
-    const uint16_t ours = to_f16(x);
-    return std::isnan(x) ? (ours & 0x7FFFu) > 0x7C00u : ours == cuda_f16(x);
-  });
-  const float x = bits_to_float(static_cast<uint32_t>(s.first));
-  EXPECT_EQ(s.mismatches, 0u) << describe(s, to_f16(x), cuda_f16(x));
+  expect_16_bit_cast_matches_cuda(
+      "to_f16", [](float x) { return to_f16(x); }, cuda_f16, 0x7C00u);
 }
 
 TEST(Fp8Exhaustive, FromFp8MatchesCudaOnAllCodes) {

@@ -21,11 +21,10 @@ int e4m3(float x) { return to_e4m3(x); }
 int e5m2(float x) { return to_e5m2(x); }
 int e8m0(float x) { return to_e8m0(x); }
 
-float from_bits(uint32_t u) { return test::float_from_bits(u); }
-uint32_t to_bits(float x) { return test::bits_of(x); }
-
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+using test::bits_of;
+using test::float_from_bits;
+using test::kInf;
+using test::kNaN;
 
 TEST(Fp8, E4m3HandWorked) {
   // E4M3: s eeee mmm, bias 7. 1.0 = 2^0 -> exponent field 7: 0 0111 000.
@@ -68,13 +67,14 @@ TEST(Fp8, E4m3HandWorked) {
   // Underflow keeps the sign; so does -0.
   EXPECT_EQ(e4m3(1e-30f), 0x00);
   EXPECT_EQ(e4m3(-1e-30f), 0x80);
-  EXPECT_EQ(e4m3(from_bits(0x80000001u)), 0x80);  // -smallest f32 subnormal
+  EXPECT_EQ(e4m3(float_from_bits(0x80000001u)), 0x80);  // -smallest f32 subnormal
   EXPECT_EQ(e4m3(0.f), 0x00);
   EXPECT_EQ(e4m3(-0.f), 0x80);
   // NaN of either sign -> 0x7F (CUDA's host conversion drops the sign).
   EXPECT_EQ(e4m3(kNaN), 0x7F);
   EXPECT_EQ(e4m3(-kNaN), 0x7F);
-  EXPECT_EQ(e4m3(from_bits(0x7F800001u)), 0x7F);  // signalling NaN, payload in the low bit only
+  EXPECT_EQ(e4m3(float_from_bits(0x7F800001u)),
+            0x7F);  // signalling NaN, payload in the low bit only
 }
 
 TEST(Fp8, E5m2HandWorked) {
@@ -113,7 +113,7 @@ TEST(Fp8, DecodeHandWorked) {
   EXPECT_EQ(from_e4m3(0x07), 7 * 0x1p-9f);
   EXPECT_EQ(from_e4m3(0x08), 0x1p-6f);
   EXPECT_EQ(from_e4m3(0x1D), 0.1015625f);
-  EXPECT_EQ(to_bits(from_e4m3(0x80)), 0x80000000u);  // -0
+  EXPECT_EQ(bits_of(from_e4m3(0x80)), 0x80000000u);  // -0
   EXPECT_TRUE(std::isnan(from_e4m3(0x7F)));
   EXPECT_TRUE(std::isnan(from_e4m3(0xFF)));
 
@@ -121,7 +121,7 @@ TEST(Fp8, DecodeHandWorked) {
   EXPECT_EQ(from_e5m2(0x7B), 57344.f);
   EXPECT_EQ(from_e5m2(0x01), 0x1p-16f);
   EXPECT_EQ(from_e5m2(0x03), 3 * 0x1p-16f);
-  EXPECT_EQ(to_bits(from_e5m2(0x80)), 0x80000000u);
+  EXPECT_EQ(bits_of(from_e5m2(0x80)), 0x80000000u);
   EXPECT_EQ(from_e5m2(0x7C), kInf);
   EXPECT_EQ(from_e5m2(0xFC), -kInf);
   for (int code : {0x7D, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF}) {
@@ -156,8 +156,8 @@ TEST(Fp8, TablesMatchDecoders) {
   for (int i = 0; i < 256; ++i) {
     const uint8_t code = static_cast<uint8_t>(i);
     // Bitwise, so that -0 and NaN are checked too.
-    EXPECT_EQ(to_bits(e4m3_table[i]), to_bits(from_e4m3(code))) << i;
-    EXPECT_EQ(to_bits(e5m2_table[i]), to_bits(from_e5m2(code))) << i;
+    EXPECT_EQ(bits_of(e4m3_table[i]), bits_of(from_e4m3(code))) << i;
+    EXPECT_EQ(bits_of(e5m2_table[i]), bits_of(from_e5m2(code))) << i;
   }
 }
 
@@ -187,7 +187,7 @@ TEST(Fp8, MatchesNearestValueReferenceOnRandomInputs) {
   std::uniform_int_distribution<uint32_t> sign(0, 1);
   int e4m3_bad = 0, e5m2_bad = 0;
   for (int i = 0; i < 100000; ++i) {
-    const float x = from_bits(sign(rng) << 31 | exponent(rng) << 23 | mantissa(rng));
+    const float x = float_from_bits(sign(rng) << 31 | exponent(rng) << 23 | mantissa(rng));
     if (e4m3(x) != nearest_code(x, from_e4m3, 0x7E) && e4m3_bad++ < 5) {
       ADD_FAILURE() << "e4m3(" << x << ") = " << e4m3(x) << ", want "
                     << nearest_code(x, from_e4m3, 0x7E);
@@ -216,9 +216,9 @@ TEST(Fp8, E8m0HandWorked) {
   // Zero and anything up to 2^-127 give 0 (2^-127, the smallest scale); just above gives 2^-126.
   EXPECT_EQ(e8m0(0.f), 0);
   EXPECT_EQ(e8m0(-0.f), 0);
-  EXPECT_EQ(e8m0(from_bits(0x00000001u)), 0);  // smallest f32 subnormal
-  EXPECT_EQ(e8m0(0x1p-127f), 0);               // f32 subnormal 0x00400000
-  EXPECT_EQ(e8m0(from_bits(0x00400001u)), 1);
+  EXPECT_EQ(e8m0(float_from_bits(0x00000001u)), 0);  // smallest f32 subnormal
+  EXPECT_EQ(e8m0(0x1p-127f), 0);                     // f32 subnormal 0x00400000
+  EXPECT_EQ(e8m0(float_from_bits(0x00400001u)), 1);
   EXPECT_EQ(e8m0(0x1p-126f), 1);  // FLT_MIN
   EXPECT_EQ(e8m0(std::nextafter(0x1p-126f, 1.f)), 2);
   // The top: 2^127 is code 254; bigger values and inf saturate to it (__NV_SATFINITE).
@@ -233,7 +233,7 @@ TEST(Fp8, E8m0HandWorked) {
   EXPECT_EQ(from_e8m0(127), 1.f);
   EXPECT_EQ(from_e8m0(128), 2.f);
   EXPECT_EQ(from_e8m0(254), 0x1p127f);
-  EXPECT_EQ(to_bits(from_e8m0(0)), 0x00400000u);  // 2^-127, an f32 subnormal
+  EXPECT_EQ(bits_of(from_e8m0(0)), 0x00400000u);  // 2^-127, an f32 subnormal
   EXPECT_EQ(from_e8m0(1), 0x1p-126f);
   EXPECT_TRUE(std::isnan(from_e8m0(0xFF)));
 }
@@ -247,7 +247,7 @@ TEST(Fp8, E8m0RoundTripAndRoundsUp) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<uint32_t> bits(1, 0x7F7FFFFF);  // positive finite, not zero
   for (int i = 0; i < 100000; ++i) {
-    const float x = from_bits(bits(rng));
+    const float x = float_from_bits(bits(rng));
     const int e = e8m0(x);
     if (x <= 0x1p127f) {  // above, the scale saturates at 2^127
       ASSERT_GE(from_e8m0(static_cast<uint8_t>(e)), x) << x;

@@ -11,6 +11,7 @@
 #include "runtime/rng.h"
 #include "runtime/safetensors.h"
 #include "runtime/text_file.h"
+#include "tests/support/only_octet_errors.h"
 #include "tests/support/scratch_dir.h"
 
 namespace octet {
@@ -20,13 +21,7 @@ using ::testing::HasSubstr;
 
 template <typename Fn>
 void only_octet_errors(const std::string& input, const std::string& names, Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr(names)) << "input: " << input;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "input " << input << " escaped as " << typeid(e).name() << ": " << e.what();
-  }
+  test::only_octet_errors(input, names, fn, test::OneLine::kNo);
 }
 
 std::string le64(uint64_t n) {

@@ -236,6 +236,15 @@ struct Corrupt {
   std::string load_error() {
     return error_of([&] { load_safetensors(path); });
   }
+  // Writes `header` and `data` as the file and returns what loading it throws.
+  std::string error_for(const std::string& header, const std::string& data) {
+    write_raw(path, header, data);
+    return load_error();
+  }
+  // A message that names the file and says `what`.
+  ::testing::Matcher<const std::string&> says(const std::string& what) const {
+    return AllOf(HasSubstr(path), HasSubstr(what));
+  }
 };
 
 TEST(SafetensorsCorrupt, MissingFile) {
@@ -247,16 +256,14 @@ TEST(SafetensorsCorrupt, MissingFile) {
 TEST(SafetensorsCorrupt, ShorterThanTheLengthField) {
   Corrupt c;
   write_bytes(c.path, std::string("\x10\0\0\0\0", 5));
-  EXPECT_THAT(c.load_error(),
-              AllOf(HasSubstr(c.path), HasSubstr("is 5 bytes, shorter than its 8-byte header")));
+  EXPECT_THAT(c.load_error(), c.says("is 5 bytes, shorter than its 8-byte header"));
 }
 
 TEST(SafetensorsCorrupt, HeaderLengthPastTheEnd) {
   Corrupt c;
   write_bytes(c.path, le64(1000) + "{}");
-  EXPECT_THAT(c.load_error(),
-              AllOf(HasSubstr(c.path), HasSubstr("header length 1000 runs past "
-                                                 "the end of the file (10 bytes)")));
+  EXPECT_THAT(c.load_error(), c.says("header length 1000 runs past "
+                                     "the end of the file (10 bytes)"));
   // A huge length must not wrap around in the check.
   write_bytes(c.path, le64(~uint64_t{0}) + "{}");
   EXPECT_THAT(c.load_error(), HasSubstr("runs past the end of the file"));
@@ -264,28 +271,25 @@ TEST(SafetensorsCorrupt, HeaderLengthPastTheEnd) {
 
 TEST(SafetensorsCorrupt, HeaderNotJson) {
   Corrupt c;
-  write_raw(c.path, R"({"w": {"dtype": "F32",)", "");
-  EXPECT_THAT(c.load_error(), AllOf(HasSubstr(c.path), HasSubstr("header is not valid JSON")));
+  EXPECT_THAT(c.error_for(R"({"w": {"dtype": "F32",)", ""), c.says("header is not valid JSON"));
   write_raw(c.path, "[1, 2]", "");
   EXPECT_THAT(c.load_error(), HasSubstr("header must be a JSON object, got array"));
 }
 
 TEST(SafetensorsCorrupt, UnknownDType) {
   Corrupt c;
-  write_raw(c.path, R"({"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})",
-            std::string(8, '\0'));
-  EXPECT_THAT(c.load_error(),
-              AllOf(HasSubstr(c.path), HasSubstr("tensor \"w\": unknown dtype \"F64\""),
-                    HasSubstr("expected one of F32, BF16")));
+  EXPECT_THAT(
+      c.error_for(R"({"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})",
+                  std::string(8, '\0')),
+      AllOf(c.says("tensor \"w\": unknown dtype \"F64\""), HasSubstr("expected one of F32, BF16")));
 }
 
 TEST(SafetensorsCorrupt, ShapeDoesNotMatchOffsets) {
   Corrupt c;
-  write_raw(c.path, R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})",
-            std::string(20, '\0'));
-  EXPECT_THAT(c.load_error(),
-              AllOf(HasSubstr(c.path), HasSubstr("tensor \"w\": shape (2, 3) of F32 needs 24 "
-                                                 "bytes but data_offsets [0,20] hold 20")));
+  EXPECT_THAT(c.error_for(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})",
+                          std::string(20, '\0')),
+              c.says("tensor \"w\": shape (2, 3) of F32 needs 24 "
+                     "bytes but data_offsets [0,20] hold 20"));
 }
 
 TEST(SafetensorsCorrupt, MalformedEntries) {
@@ -317,32 +321,26 @@ TEST(SafetensorsCorrupt, MalformedEntries) {
 
 TEST(SafetensorsCorrupt, OverlappingOffsets) {
   Corrupt c;
-  write_raw(c.path,
-            R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
-            R"("b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}})",
-            std::string(6, '\0'));
-  EXPECT_THAT(c.load_error(),
-              AllOf(HasSubstr(c.path),
-                    HasSubstr("tensor \"b\" data_offsets [2, 6] overlap tensor \"a\" [0, 4]")));
+  EXPECT_THAT(c.error_for(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+                          R"("b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}})",
+                          std::string(6, '\0')),
+              c.says("tensor \"b\" data_offsets [2, 6] overlap tensor \"a\" [0, 4]"));
 }
 
 TEST(SafetensorsCorrupt, GapBetweenTensors) {
   Corrupt c;
-  write_raw(c.path,
-            R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
-            R"("b":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}})",
-            std::string(6, '\0'));
-  EXPECT_THAT(c.load_error(),
-              AllOf(HasSubstr(c.path), HasSubstr("gap of 2 bytes before tensor \"b\"")));
+  EXPECT_THAT(c.error_for(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
+                          R"("b":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}})",
+                          std::string(6, '\0')),
+              c.says("gap of 2 bytes before tensor \"b\""));
 }
 
 TEST(SafetensorsCorrupt, OffsetsPastTheData) {
   Corrupt c;
-  write_raw(c.path, R"({"a":{"dtype":"U8","shape":[16],"data_offsets":[0,16]}})",
-            std::string(10, '\0'));
-  EXPECT_THAT(c.load_error(),
-              AllOf(HasSubstr(c.path), HasSubstr("tensor \"a\" data_offsets [0, 16] run past the "
-                                                 "end of the data (10 bytes)")));
+  EXPECT_THAT(c.error_for(R"({"a":{"dtype":"U8","shape":[16],"data_offsets":[0,16]}})",
+                          std::string(10, '\0')),
+              c.says("tensor \"a\" data_offsets [0, 16] run past the "
+                     "end of the data (10 bytes)"));
 }
 
 TEST(SafetensorsCorrupt, TruncatedFile) {
@@ -351,27 +349,24 @@ TEST(SafetensorsCorrupt, TruncatedFile) {
   std::string bytes = read_bytes(c.path);
   bytes.resize(bytes.size() - 5);
   write_bytes(c.path, bytes);
-  EXPECT_THAT(c.load_error(), AllOf(HasSubstr(c.path), HasSubstr("run past the end of the data "
-                                                                 "(251 bytes): the file is "
-                                                                 "truncated")));
+  EXPECT_THAT(c.load_error(), c.says("run past the end of the data "
+                                     "(251 bytes): the file is "
+                                     "truncated"));
 }
 
 TEST(SafetensorsCorrupt, TrailingBytes) {
   Corrupt c;
   save_safetensors(c.path, {{"w", random_bytes({4}, DType::kU8, 3)}});
   write_bytes(c.path, read_bytes(c.path) + "xyz");
-  EXPECT_THAT(c.load_error(),
-              AllOf(HasSubstr(c.path), HasSubstr("3 bytes after the last tensor's data")));
+  EXPECT_THAT(c.load_error(), c.says("3 bytes after the last tensor's data"));
 }
 
 TEST(SafetensorsCorrupt, DuplicateNames) {
   Corrupt c;
-  write_raw(c.path,
-            R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
-            R"("a":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})",
-            std::string(4, '\0'));
-  EXPECT_THAT(c.load_error(),
-              AllOf(HasSubstr(c.path), HasSubstr("duplicate name \"a\" in the header")));
+  EXPECT_THAT(c.error_for(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
+                          R"("a":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})",
+                          std::string(4, '\0')),
+              c.says("duplicate name \"a\" in the header"));
   write_raw(c.path, R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2],"shape":[2]}})",
             std::string(2, '\0'));
   EXPECT_THAT(c.load_error(), HasSubstr("duplicate key \"shape\" in header entry \"a\""));
@@ -379,9 +374,8 @@ TEST(SafetensorsCorrupt, DuplicateNames) {
 
 TEST(SafetensorsCorrupt, NonStringMetadata) {
   Corrupt c;
-  write_raw(c.path, R"({"__metadata__":{"step":12}})", "");
-  EXPECT_THAT(c.load_error(),
-              AllOf(HasSubstr(c.path), HasSubstr("metadata \"step\" must be a string, got 12")));
+  EXPECT_THAT(c.error_for(R"({"__metadata__":{"step":12}})", ""),
+              c.says("metadata \"step\" must be a string, got 12"));
   write_raw(c.path, R"({"__metadata__":"x"})", "");
   EXPECT_THAT(c.load_error(), HasSubstr("\"__metadata__\" must be an object of strings"));
 }

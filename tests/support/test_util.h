@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -138,6 +139,10 @@ inline uint32_t bits_of(float x) {
   std::memcpy(&u, &x, sizeof(u));
   return u;
 }
+
+// The f32 specials the cast tests feed in.
+inline constexpr float kInf = std::numeric_limits<float>::infinity();
+inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // Fills a tensor's bytes with 0xAB so a kernel that skips an element is caught.
 inline void poison(Tensor& t) {

@@ -24,10 +24,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
 
-using test_cli::expect_one_clear_line;
-using test_cli::octet;
-using test_cli::Outcome;
-using test_cli::tiny_train;
+using namespace test_cli;  // NOLINT: octet, Outcome, tiny_train, expect_one_clear_line
 
 TEST(Cli, NoArgumentsOrHelpPrintsUsage) {
   for (const Args& args : {Args{}, Args{"--help"}, Args{"help", "train"}, Args{"eval", "--help"},

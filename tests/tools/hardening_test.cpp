@@ -20,6 +20,7 @@
 #include "runtime/error.h"
 #include "runtime/rng.h"
 #include "runtime/safetensors.h"
+#include "tests/support/only_octet_errors.h"
 #include "tests/support/scratch_dir.h"
 #include "tests/tools/cli_test_util.h"
 #include "tools/checkpoint.h"
@@ -36,10 +37,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
 
-using test_cli::expect_one_clear_line;
-using test_cli::octet;
-using test_cli::Outcome;
-using test_cli::tiny_train;
+using namespace test_cli;  // NOLINT: octet, Outcome, tiny_train, expect_one_clear_line
 
 std::string read(const std::string& path) { return test::read_file_bytes(path); }
 
@@ -347,17 +345,10 @@ TEST(Hardening, Fp8WidthIsCheckedWhenTheConfigIsRead) {
 
 // ---- hostile input to the tools' parsers ----
 
-// Calls `fn` and expects it to succeed or to throw octet::Error whose message holds `names`.
+// Calls `fn` and expects it to succeed or to throw a one-line octet::Error that holds `names`.
 template <typename Fn>
 void only_octet_errors(const std::string& input, const std::string& names, Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr(names)) << "input: " << input;
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "input " << input << " escaped as " << typeid(e).name() << ": " << e.what();
-  }
+  test::only_octet_errors(input, names, fn, test::OneLine::kYes);
 }
 
 TEST(HostileInput, ConfigFilesAndSetLines) {

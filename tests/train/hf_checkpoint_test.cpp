@@ -198,22 +198,36 @@ TEST(HfCheckpoint, LlamaFolderConfigIsRead) {
   EXPECT_EQ(import_hf(test::hf_folders().folder("llama_mqa_tied")).config.n_kv_head, 1);
 }
 
+// An import of a test folder, its model exported to `out` (as `architecture`) and imported again.
+struct RoundTrip {
+  HfModel first, second;
+  std::string out, architecture;
+};
+
+// Fills `r` for folder `name`; the two imports must hold the same tensors, in order, bit for bit.
+void round_trip(const char* name, const test::ScratchDir& scratch, RoundTrip& r) {
+  r.first = import_hf(test::hf_folders().folder(name));
+  const std::unique_ptr<modules::GPT> model = imported_model(r.first);
+  r.out = scratch.file(name);
+  r.architecture = export_hf(*model, r.out, {r.first.bos_token_id, r.first.eos_token_id});
+  r.second = import_hf(r.out);
+  ASSERT_EQ(r.first.weights.size(), r.second.weights.size());
+  for (size_t i = 0; i < r.first.weights.size(); ++i) {
+    EXPECT_EQ(r.first.weights[i].first, r.second.weights[i].first);
+    EXPECT_TRUE(same_bits(r.first.weights[i].second, r.second.weights[i].second))
+        << r.first.weights[i].first;
+  }
+}
+
 TEST(HfCheckpoint, ImportExportImportGivesIdenticalTensors) {
   REQUIRE_HF_FOLDERS();
   test::ScratchDir scratch;
   for (const char* name : kGoodFolders) {
     SCOPED_TRACE(name);
-    const HfModel first = import_hf(test::hf_folders().folder(name));
-    const std::unique_ptr<modules::GPT> model = imported_model(first);
-    const std::string out = scratch.file(name);
-    export_hf(*model, out, {first.bos_token_id, first.eos_token_id});
-    const HfModel second = import_hf(out);
-    ASSERT_EQ(first.weights.size(), second.weights.size());
-    for (size_t i = 0; i < first.weights.size(); ++i) {
-      EXPECT_EQ(first.weights[i].first, second.weights[i].first);
-      EXPECT_TRUE(same_bits(first.weights[i].second, second.weights[i].second))
-          << first.weights[i].first;
-    }
+    RoundTrip r;
+    ASSERT_NO_FATAL_FAILURE(round_trip(name, scratch, r));
+    const HfModel &first = r.first, &second = r.second;
+    const std::string& out = r.out;
     EXPECT_EQ(second.config.n_layer, first.config.n_layer);
     EXPECT_EQ(second.config.d_model, first.config.d_model);
     EXPECT_EQ(second.config.max_seq_len, first.config.max_seq_len);
@@ -255,17 +269,11 @@ TEST(HfCheckpoint, LlamaImportExportImportGivesIdenticalTensors) {
   test::ScratchDir scratch;
   for (const char* name : kLlamaFolders) {
     SCOPED_TRACE(name);
-    const HfModel first = import_hf(test::hf_folders().folder(name));
-    const std::unique_ptr<modules::GPT> model = imported_model(first);
-    const std::string out = scratch.file(name);
-    EXPECT_EQ(export_hf(*model, out, {first.bos_token_id, first.eos_token_id}), "LlamaForCausalLM");
-    const HfModel second = import_hf(out);
-    ASSERT_EQ(first.weights.size(), second.weights.size());
-    for (size_t i = 0; i < first.weights.size(); ++i) {
-      EXPECT_EQ(first.weights[i].first, second.weights[i].first);
-      EXPECT_TRUE(same_bits(first.weights[i].second, second.weights[i].second))
-          << first.weights[i].first;
-    }
+    RoundTrip r;
+    ASSERT_NO_FATAL_FAILURE(round_trip(name, scratch, r));
+    const HfModel &first = r.first, &second = r.second;
+    const std::string& out = r.out;
+    EXPECT_EQ(r.architecture, "LlamaForCausalLM");
     const modules::GPTConfig &a = first.config, &b = second.config;
     EXPECT_EQ(b.arch, modules::Arch::kLlama);
     EXPECT_EQ(b.n_kv_head, a.n_kv_head);
