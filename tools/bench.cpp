@@ -57,7 +57,7 @@ constexpr const char* kUsage =
     "          50304, context 1024) at positions 128 and 1024 with the key/value cache, and at\n"
     "          128 re-running the window per token (at most 3 runs each)\n"
     "  no group: the first four. Each runs in f32 and under the delayed, current, mxfp8,\n"
-    "  blockwise and nvfp4 recipes and nvfp4's quartet2 method.\n"
+    "  blockwise, nvfp4 and rowwise recipes and nvfp4's quartet2 method.\n"
     "  --json     one JSON array on stdout instead of the table\n"
     "  --reps N   timed runs per result (median reported; default 9, cuda 20, --quick 1)\n"
     "  --warmup N untimed runs first (default 2, cuda 5, --quick 1)\n"
@@ -69,7 +69,7 @@ constexpr const char* kUsage =
     "               layer: d 4096, 32 heads, seq 2048, batch 2, bf16 parameters and activations,\n"
     "               in bf16 and under each recipe; peak is device memory\n"
     "  --precision  run only these of f32 (bf16 on cuda), delayed, current, mxfp8, blockwise,\n"
-    "               nvfp4, quartet2 (the last three on the CPU)\n"
+    "               nvfp4, quartet2, rowwise\n"
     "               (not for cuda gemm, which always runs bf16 and fp8)\n"
     "  --d-model N, --heads N, --seq N, --batch N  the layer bench's shape\n";
 
@@ -236,7 +236,8 @@ std::vector<Precision> all_precisions(Device device) {
                                 {"mxfp8", Recipe::mxfp8()},
                                 {"blockwise", Recipe::blockwise()},
                                 {"nvfp4", Recipe::nvfp4()},
-                                {"quartet2", Recipe::nvfp4_quartet2()}};
+                                {"quartet2", Recipe::nvfp4_quartet2()},
+                                {"rowwise", Recipe::rowwise()}};
   return out;
 }
 std::vector<std::string> precision_names(Device device) {

@@ -26,7 +26,7 @@ TEST(Bench, QuickJsonHasEveryGroupAndPrecisionWithTheRequiredKeys) {
   const nlohmann::json results = nlohmann::json::parse(out.str());  // throws on invalid JSON
   ASSERT_TRUE(results.is_array());
 
-  // gemm: 1 quick shape x 3 layouts; block, layer, model: one bench each; all x 7 precisions.
+  // gemm: 1 quick shape x 3 layouts; block, layer, model: one bench each; all x 8 precisions.
   std::map<std::string, std::set<std::string>> precisions_by_group;
   int gemms = 0;
   for (const nlohmann::json& r : results) {
@@ -49,13 +49,13 @@ TEST(Bench, QuickJsonHasEveryGroupAndPrecisionWithTheRequiredKeys) {
       EXPECT_GT(r["tokens_per_s"].get<double>(), 0.0);
     }
   }
-  EXPECT_EQ(gemms, 3 * 7);
-  const std::set<std::string> all = {"f32",       "delayed", "current", "mxfp8",
-                                     "blockwise", "nvfp4",   "quartet2"};
+  EXPECT_EQ(gemms, 3 * 8);
+  const std::set<std::string> all = {"f32",       "delayed", "current",  "mxfp8",
+                                     "blockwise", "nvfp4",   "quartet2", "rowwise"};
   for (const char* group : {"gemm", "block", "layer", "model"}) {
     EXPECT_EQ(precisions_by_group[group], all) << group;
   }
-  EXPECT_EQ(results.size(), 21u + 3 * 7);
+  EXPECT_EQ(results.size(), 24u + 3 * 8);
 }
 
 TEST(Bench, GroupSelectionAndTable) {
