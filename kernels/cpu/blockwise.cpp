@@ -92,23 +92,10 @@ void CpuBackend::quantize_blockwise(const Tensor& x, const ops::BlockwiseCast& c
 
 void CpuBackend::dequantize_blockwise(const Tensor& data, const Tensor& scale_inv,
                                       BlockScaling blocks, Tensor& out) const {
-  const int64_t rows = data.rows(), cols = data.cols();
-  const float* table = data.dtype() == DType::kE4M3 ? e4m3_to_float_table() : e5m2_to_float_table();
-  const uint8_t* q = data.data_as<uint8_t>();
   const float* s = scale_inv.data_as<float>();
   const ScaleIndex index{blocks, scale_inv.size(1)};
-  auto* po = static_cast<uint8_t*>(out.data());
-  const size_t es = out.element_size();
-  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(cols, 1));
-  parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
-    std::vector<float> row(static_cast<size_t>(cols));
-    for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        row[static_cast<size_t>(c)] = table[q[r * cols + c]] * s[index.at(r, c / kBlock)];
-      }
-      from_f32(row.data(), out.dtype(), po + r * cols * es, cols);
-    }
-  });
+  dequantize_scaled_fp8(data, out,
+                        [&](int64_t r, int64_t c) { return s[index.at(r, c / kBlock)]; });
 }
 
 void CpuBackend::blockwise_gemm(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_blocks,

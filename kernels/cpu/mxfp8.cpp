@@ -110,26 +110,11 @@ void CpuBackend::quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor
 }
 
 void CpuBackend::dequantize_mxfp8(const Tensor& data, const Tensor& scales, Tensor& out) const {
-  const int64_t rows = data.rows(), cols = data.cols();
-  const int64_t blocks = (cols + kBlock - 1) / kBlock;
-  const float* table = data.dtype() == DType::kE4M3 ? e4m3_to_float_table() : e5m2_to_float_table();
-  const uint8_t* q = data.data_as<uint8_t>();
+  const int64_t blocks = (data.cols() + kBlock - 1) / kBlock;
   const uint8_t* e = scales.data_as<uint8_t>();
-  auto* po = static_cast<uint8_t*>(out.data());
-  const size_t es = out.element_size();
-  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(cols, 1));
-  parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
-    std::vector<float> row(static_cast<size_t>(cols));
-    for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t b = 0; b < blocks; ++b) {
-        // A power of two times a value of at most 4 significant bits: exact in f32.
-        const float s = from_e8m0(e[r * blocks + b]);
-        const int64_t c0 = b * kBlock, c1 = std::min(cols, c0 + kBlock);
-        for (int64_t c = c0; c < c1; ++c) row[static_cast<size_t>(c)] = table[q[r * cols + c]] * s;
-      }
-      from_f32(row.data(), out.dtype(), po + r * cols * es, cols);
-    }
-  });
+  // A power of two times a value of at most 4 significant bits: exact in f32.
+  dequantize_scaled_fp8(
+      data, out, [&](int64_t r, int64_t c) { return from_e8m0(e[r * blocks + c / kBlock]); });
 }
 
 }  // namespace octet::cpu
