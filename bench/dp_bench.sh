@@ -8,14 +8,10 @@
 # ratio to 1 x 2 measured in the same run of this script, and the bytes each rank sent per step
 # (metrics.jsonl's comm_bytes). The processor comes first (lscpu).
 #   bench/dp_bench.sh [OCTET] [STEPS] [REPEATS]     (defaults: build/octet 300 3)
-set -euo pipefail
-
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/../tools/lib.sh"
 octet="${1:-$root/build/octet}"
 steps="${2:-300}"
 repeats="${3:-3}"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
 # A benchmark run by hand as root (a container) needs Open MPI's consent; set for this script.
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 
@@ -23,7 +19,6 @@ common=(--quiet --set "training.steps=$steps" --set training.eval_interval=0
   --set training.eval_examples=64 --set training.checkpoint_interval=0
   --set training.log_interval=25)
 
-median() { sort -g | awk '{a[NR]=$1} END {if (NR) print (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 field() { sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p"; }
 
 # run NAME RANKS ARGS...: one training (RANKS > 1: under mpirun, each rank bound to a core);
@@ -41,7 +36,7 @@ run() {
   grep '"tokens_per_s"' "$out/metrics.jsonl" | tail -n +3 | field tokens_per_s | median
 }
 
-echo "processor: $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) cores"
+echo "processor: $(processor), $(nproc) cores"
 echo "octet train, default model and task, global batch 64 sequences, $steps steps per run, $repeats repeats"
 declare -A rates=()
 for _ in $(seq "$repeats"); do

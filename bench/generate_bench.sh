@@ -4,26 +4,18 @@
 # over rounds; prints each one's ms per token at positions 128 and 1024, octet's 1024/128 ratio
 # and PyTorch / octet, with the processor.
 #   bench/generate_bench.sh [octet binary] [rounds] [threads]   (defaults: build/octet, 3, 2)
-set -euo pipefail
-
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/../tools/lib.sh"
 octet="${1:-$root/build/octet}"
 rounds="${2:-3}"
 threads="${3:-2}"
-python="${PYTHON:-/usr/bin/python3}"
-if ! "$python" -c "import torch" 2>/dev/null; then
-  echo "python3-torch not installed: apt-get install python3-torch (or OCTET_SETUP_PEERS=1 tools/setup.sh)"
-  exit 0
-fi
-log="$(mktemp -d)"
-trap 'rm -rf "$log"' EXIT
-echo "processor: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $threads threads"
+require_torch
+echo "processor: $(processor), $threads threads"
 for r in $(seq "$rounds"); do
   "$octet" bench generate --precision f32 --threads "$threads" --json --reps 3 \
-    > "$log/octet.$r.json"
-  OMP_WAIT_POLICY=PASSIVE "$python" "$root/bench/torch_generate.py" "$threads" 3 > "$log/torch.$r.jsonl"
+    > "$work/octet.$r.json"
+  OMP_WAIT_POLICY=PASSIVE "$python" "$root/bench/torch_generate.py" "$threads" 3 > "$work/torch.$r.jsonl"
 done
-"$python" - "$log" "$rounds" <<'PY'
+"$python" - "$work" "$rounds" <<'PY'
 import json, statistics, sys
 log, rounds = sys.argv[1], int(sys.argv[2])
 octet, torch = {}, {}

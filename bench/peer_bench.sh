@@ -13,9 +13,7 @@
 #   torch avx2             OPENBLAS_CORETYPE=Haswell
 # PyTorch runs with OMP_WAIT_POLICY=PASSIVE (its OpenMP threads would otherwise spin against
 # OpenBLAS's) and torch.set_num_threads(threads).
-set -euo pipefail
-
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/../tools/lib.sh"
 octet="${1:-$root/build/octet}"
 rounds="${2:-5}"
 threads="${3:-2}"
@@ -26,23 +24,14 @@ avx2="${PEER_AVX2:-1}"
 # measurement.
 avx512=1
 grep -q -w avx512f /proc/cpuinfo 2>/dev/null || { avx512=0; avx2=0; }
-python="${PYTHON:-/usr/bin/python3}"
-[ -x "$python" ] || python=python3
-
-if ! "$python" -c "import torch" 2>/dev/null; then
-  echo "python3-torch not installed: sudo apt-get install python3-torch"
-  exit 0
-fi
-[ -x "$octet" ] || { echo "peer_bench: no octet binary at $octet (build first)" >&2; exit 1; }
-
-log="$(mktemp -d)"
-trap 'rm -rf "$log"' EXIT
+require_torch
+require_binary "$octet" octet
 
 run_octet() {  # name, env...
   local name="$1"; shift
   env "$@" "$octet" bench layer --precision f32,delayed --reps "$reps" --threads "$threads" \
-    --json > "$log/out.json"
-  "$python" - "$log/out.json" "$name" >> "$log/results" <<'EOF'
+    --json > "$work/out.json"
+  "$python" - "$work/out.json" "$name" >> "$work/results" <<'EOF'
 import json, sys
 for r in json.load(open(sys.argv[1])):
     print(sys.argv[2], r["precision"], r["median_ms"])
@@ -52,8 +41,8 @@ EOF
 run_torch() {  # name, env...
   local name="$1"; shift
   env "$@" OMP_WAIT_POLICY=PASSIVE "$python" "$root/bench/torch_layer.py" --threads "$threads" \
-    --reps "$reps" > "$log/out.json"
-  "$python" - "$log/out.json" "$name" >> "$log/results" <<'EOF'
+    --reps "$reps" > "$work/out.json"
+  "$python" - "$work/out.json" "$name" >> "$work/results" <<'EOF'
 import json, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 print(sys.argv[2], "f32", r["median_ms"])
@@ -63,7 +52,7 @@ EOF
 }
 
 echo "peer_bench: $rounds rounds, $threads threads, median of $reps steps per run"
-lscpu | sed -n 's/^Model name: *//p' | head -1
+processor
 [ "$avx512" = 1 ] || echo "no AVX-512 here: no torch SkylakeX and no held-to-AVX2 settings (the detected ones are AVX2)"
 per_round=$((3 + avx512 + 3 * avx2))  # result lines a round adds
 for ((round = 1; round <= rounds; ++round)); do
@@ -74,11 +63,11 @@ for ((round = 1; round <= rounds; ++round)); do
     run_octet octet-avx2 -u OPENBLAS_CORETYPE ONEDNN_MAX_CPU_ISA=AVX2
     run_torch torch-avx2 OPENBLAS_CORETYPE=Haswell
   fi
-  echo "round $round: $(grep -v '^#' "$log/results" | tail -n "$per_round" |
+  echo "round $round: $(grep -v '^#' "$work/results" | tail -n "$per_round" |
     awk '{printf "%s %s %.1f ms; ", $1, $2, $3}')"
 done
 
-"$python" - "$log/results" <<'EOF'
+"$python" - "$work/results" <<'EOF'
 import collections, statistics, sys
 runs = collections.defaultdict(list)
 notes = set()

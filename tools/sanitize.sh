@@ -13,9 +13,7 @@
 #   tools/sanitize.sh [build-dir]     (default build-san; the TSan build goes to <build-dir>-tsan)
 # Environment: FUZZ_SECONDS, FUZZ_JOBS (fuzzers at once, default 2), TSAN_TESTS,
 # SANITIZE_JOBS (ninja -j, default: the cores), SANITIZE_SKIP=asan,fuzz,tsan (phases to skip).
-set -euo pipefail
-
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 build="${1:-$root/build-san}"
 tsan_build="${build}-tsan"
 fuzz_seconds="${FUZZ_SECONDS:-60}"
@@ -46,10 +44,7 @@ tsan_targets=(octet_threaded_tests)
 not_sanitized='^((style|layers|install|tools\.gpu_check)\.|Fp8Exhaustive\.|GPTTraining\.|kernels\.gemm_own)'
 
 clangxx="$(command -v clang++ || command -v clang++-14 || true)"
-if [ -z "$clangxx" ]; then
-  echo "sanitize: clang++ not found (tools/setup.sh installs clang)" >&2
-  exit 1
-fi
+[ -n "$clangxx" ] || die "clang++ not found (tools/setup.sh installs clang)"
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
@@ -60,8 +55,8 @@ summary=()
 # CI log keeps, and the fuzzers' own reports come minutes before it. The failing inputs (base64,
 # up to 22 KB of text each) come first and the reports last, so that a log cut to its last few
 # KB still says what failed.
-failure_report="$(mktemp)"
-failure_inputs="$(mktemp)"
+failure_report="$work/failure_report"
+failure_inputs="$work/failure_inputs"
 phase() {  # phase NAME COMMAND...: runs it, prints and records its wall time
   local name=$1 start end rc=0
   shift
@@ -74,7 +69,7 @@ phase() {  # phase NAME COMMAND...: runs it, prints and records its wall time
   return $rc
 }
 print_summary() {
-  echo "== sanitize: phase times ($(nproc) cores: $(lscpu | sed -n 's/^Model name: *//p'))"
+  echo "== sanitize: phase times ($(nproc) cores: $(processor))"
   printf '   %s\n' "${summary[@]}"
   if [ -s "$failure_inputs" ]; then
     echo "== sanitize: the failing inputs"
@@ -84,9 +79,8 @@ print_summary() {
     echo "== sanitize: what failed"
     cat "$failure_report"
   fi
-  rm -f "$failure_report" "$failure_inputs"
 }
-trap print_summary EXIT
+on_exit() { print_summary; }
 
 configure() {  # configure DIR SANITIZERS FUZZ
   [ -f "$1/build.ninja" ] && return 0
