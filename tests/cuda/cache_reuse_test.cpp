@@ -17,6 +17,7 @@
 #include "runtime/memory.h"
 #include "runtime/rng.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/support/small_gpt.h"
 #include "tests/support/test_util.h"
 
 namespace octet::modules {
@@ -50,13 +51,7 @@ Tensor gpu_ids(int64_t rows, int64_t cols, int64_t vocab, uint64_t seed) {
 // tag holds what it held after the previous one, and a repeated step reaches the same peaks.
 TEST(CudaMemoryBehaviour, CachedBlockReuseLeavesEveryTagWhereTheStepFoundIt) {
   OCTET_REQUIRE_CUDA();
-  GPTConfig c;
-  c.vocab_size = 16;
-  c.max_seq_len = 16;
-  c.n_layer = 1;
-  c.d_model = 32;
-  c.n_head = 4;
-  c.seed = 3;
+  GPTConfig c = test::gpt_config(/*vocab_size=*/16, /*n_layer=*/1, /*n_head=*/4, /*seed=*/3);
   c.recipe = Recipe::delayed();  // FP8 metas from construction, moved with the model
   GPT gpt(c);
   gpt.to(gpu());

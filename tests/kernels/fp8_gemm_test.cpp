@@ -11,6 +11,7 @@
 #include "kernels/quantized.h"
 #include "kernels/quantizer.h"
 #include "runtime/fp8.h"
+#include "tests/support/product_nt.h"
 #include "tests/support/test_util.h"
 
 namespace octet {
@@ -52,27 +53,8 @@ std::vector<double> decode(const QuantizedTensor& t, Usage usage) {
 }
 
 // out (m, n) = sum_k a(m, k) * b(n, k), with the bound sum_k |a b| for the rounding tolerance.
-struct Product {
-  std::vector<double> value, magnitude;
-};
-Product product(const std::vector<double>& a, const std::vector<double>& b, int64_t m, int64_t n,
-                int64_t k) {
-  Product p{std::vector<double>(static_cast<size_t>(m * n)),
-            std::vector<double>(static_cast<size_t>(m * n))};
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double s = 0, mag = 0;
-      for (int64_t l = 0; l < k; ++l) {
-        const double t = a[static_cast<size_t>(i * k + l)] * b[static_cast<size_t>(j * k + l)];
-        s += t;
-        mag += std::fabs(t);
-      }
-      p.value[static_cast<size_t>(i * n + j)] = s;
-      p.magnitude[static_cast<size_t>(i * n + j)] = mag;
-    }
-  }
-  return p;
-}
+using Product = test::ProductNT;
+using test::product_nt;
 
 std::vector<double> transpose(const std::vector<double>& x, int64_t rows, int64_t cols) {
   std::vector<double> t(x.size());
@@ -146,7 +128,7 @@ TEST_P(FP8Gemm, AllLayoutsMatchTheF64ProductOfTheOperandsTheyRead) {
   with_bias.bias = &bias;
   const Tensor y = ops::fp8_gemm(*qx, *qw, ops::GemmLayout::kFprop, out, with_bias);
   EXPECT_EQ(y.shape(), Shape({2, 32, n}));
-  Product want = product(decode(*qx, Usage::kRowwise), decode(*qw, Usage::kRowwise), m, n, k);
+  Product want = product_nt(decode(*qx, Usage::kRowwise), decode(*qw, Usage::kRowwise), m, n, k);
   const std::vector<float> b = bias.to_floats();
   for (size_t i = 0; i < want.value.size(); ++i) {
     want.value[i] += b[i % n];
@@ -157,8 +139,8 @@ TEST_P(FP8Gemm, AllLayoutsMatchTheF64ProductOfTheOperandsTheyRead) {
   // dgrad: dX = dY·W, reading dY row-wise and W column-wise.
   const Tensor dx = ops::fp8_gemm(*qdy, *qw, ops::GemmLayout::kDgrad, out);
   EXPECT_EQ(dx.shape(), Shape({2, 32, k}));
-  want = product(decode(*qdy, Usage::kRowwise), transpose(decode(*qw, Usage::kColumnwise), n, k), m,
-                 k, n);
+  want = product_nt(decode(*qdy, Usage::kRowwise), transpose(decode(*qw, Usage::kColumnwise), n, k),
+                    m, k, n);
   EXPECT_TRUE(within_accumulation_error(dx, want, n, out)) << "dgrad";
 
   // wgrad: dW = dYᵀ·X, reading dY and X column-wise, accumulated onto what out holds.
@@ -167,8 +149,8 @@ TEST_P(FP8Gemm, AllLayoutsMatchTheF64ProductOfTheOperandsTheyRead) {
   ops::FP8GemmOptions accumulate;
   accumulate.accumulate = ops::Accumulate::kYes;
   ops::fp8_gemm(*qdy, *qx, ops::GemmLayout::kWgrad, dw, accumulate);
-  want = product(transpose(decode(*qdy, Usage::kColumnwise), m, n),
-                 transpose(decode(*qx, Usage::kColumnwise), m, k), n, k, m);
+  want = product_nt(transpose(decode(*qdy, Usage::kColumnwise), m, n),
+                    transpose(decode(*qx, Usage::kColumnwise), m, k), n, k, m);
   for (size_t i = 0; i < want.value.size(); ++i) {
     want.value[i] += before[i];
     want.magnitude[i] += std::fabs(before[i]);

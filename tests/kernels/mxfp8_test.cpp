@@ -12,6 +12,7 @@
 #include "kernels/quantized.h"
 #include "kernels/quantizer.h"
 #include "runtime/fp8.h"
+#include "tests/support/mixed_magnitudes.h"
 #include "tests/support/test_util.h"
 
 #if OCTET_HAVE_CUDA_HEADERS
@@ -24,6 +25,7 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
+using test::mixed_magnitudes;
 using test::reference_cast;
 
 // DESIGN.md: e = e8m0(block_amax / fp8_max) rounded up to a power of two: the smallest e in
@@ -42,33 +44,6 @@ uint8_t reference_e8m0(double block_amax, double fp8_max) {
   EXPECT_EQ(e, __nv_cvt_float_to_e8m0(q, __NV_SATFINITE, cudaRoundPosInf)) << "q = " << q;
 #endif
   return e;
-}
-
-// Values whose magnitude changes from block to block in both directions (2^-40 .. 2^40), plus a
-// zero block, a block with +-inf, a block with NaN and a block of subnormals where they fit.
-Tensor mixed_magnitudes(const Shape& shape, DType input, uint64_t seed) {
-  std::vector<float> v = test::random_tensor(shape, DType::kF32, seed).to_floats();
-  const int64_t cols = shape.back();
-  for (size_t i = 0; i < v.size(); ++i) {
-    const int64_t r = static_cast<int64_t>(i) / cols, c = static_cast<int64_t>(i) % cols;
-    v[i] = std::ldexp(v[i], static_cast<int>((r / 32 * 13 + r * 5 + c / 32 * 7) % 81) - 40);
-  }
-  if (v.size() >= 4 * 32) {
-    for (size_t i = 0; i < 32; ++i) v[i] = 0.f;
-    v[32 + 3] = kInf;
-    v[64 + 9] = -kInf;
-    v[96 + 1] = kNaN;
-  }
-  if (v.size() >= 6 * 32) {
-    for (size_t i = 128; i < 160; ++i) v[i] = 1e-40f * static_cast<float>(i - 140);
-  }
-  // Block maxima of exactly fp8_max times a power of two: the quotient is an exact power of two
-  // and must not round up (a multiply by an inexact 1/fp8_max would).
-  if (v.size() >= 8 * 32) {
-    v[160 + 5] = -448.f * 0x1p-3f;
-    v[192 + 30] = 57344.f * 0x1p5f;
-  }
-  return Tensor::from_floats(v, shape, input);
 }
 
 struct Mismatches {

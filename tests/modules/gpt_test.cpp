@@ -18,6 +18,7 @@
 #include "modules/optimizer.h"
 #include "tests/modules/module_test_util.h"
 #include "tests/modules/transformer_reference.h"
+#include "tests/support/small_gpt.h"
 #include "tests/support/test_util.h"
 
 namespace octet::modules {
@@ -27,14 +28,8 @@ using test::modules_that_ran_fp8;
 using test::random_ids;
 
 GPTConfig tiny_config() {
-  GPTConfig c;
-  c.vocab_size = 16;
-  c.max_seq_len = 16;
-  c.n_layer = 1;
-  c.d_model = 32;
-  c.n_head = 4;
+  GPTConfig c = test::gpt_config(/*vocab_size=*/16, /*n_layer=*/1, /*n_head=*/4, /*seed=*/3);
   c.init_std = 0.1f;  // logits far from uniform, so argmax and cross-entropy are not trivial
-  c.seed = 3;
   return c;
 }
 

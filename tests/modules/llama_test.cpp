@@ -24,13 +24,8 @@ using ::testing::HasSubstr;
 using Matrix = std::vector<double>;  // row-major
 
 GPTConfig llama(int64_t n_kv_head, double theta, TieEmbeddings tie) {
-  GPTConfig c;
+  GPTConfig c = test::gpt_config(/*vocab_size=*/24, /*n_layer=*/2, /*n_head=*/4, /*seed=*/5);
   c.arch = Arch::kLlama;
-  c.vocab_size = 24;
-  c.max_seq_len = 16;
-  c.n_layer = 2;
-  c.d_model = 32;
-  c.n_head = 4;
   c.n_kv_head = n_kv_head;
   c.rope_theta = theta;
   c.tie_embeddings = tie;
@@ -39,7 +34,6 @@ GPTConfig llama(int64_t n_kv_head, double theta, TieEmbeddings tie) {
   c.activation = MLPActivation::kSwiglu;
   c.bias = Bias::kNo;
   c.init_std = 0.3f;  // activations of order 1, so a wrong formula shows in the logits
-  c.seed = 5;
   return c;
 }
 

@@ -16,6 +16,8 @@
 #include "modules/linear.h"
 #include "runtime/fp8.h"
 #include "tests/modules/module_test_util.h"
+#include "tests/support/product_nt.h"
+#include "tests/support/small_gpt.h"
 #include "tests/support/test_util.h"
 
 namespace octet::modules {
@@ -46,33 +48,20 @@ Scaled current_cast(const std::vector<float>& x, DType dtype) {
 
 // C (m, n) = A (m, k) · B (n, k)ᵀ / (sa * sb) in f64, and the sum of |terms| of each entry (the
 // bound of f32 accumulation's error).
-struct Product {
-  std::vector<double> c, magnitude;
-};
+using Product = test::ProductNT;
 Product product(const Scaled& a, const Scaled& b, int64_t m, int64_t n, int64_t k) {
-  Product p{std::vector<double>(static_cast<size_t>(m * n)),
-            std::vector<double>(static_cast<size_t>(m * n))};
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double sum = 0, mag = 0;
-      for (int64_t l = 0; l < k; ++l) {
-        const double t = a.q[static_cast<size_t>(i * k + l)] * b.q[static_cast<size_t>(j * k + l)];
-        sum += t;
-        mag += std::fabs(t);
-      }
-      p.c[static_cast<size_t>(i * n + j)] = sum / (a.scale * b.scale);
-      p.magnitude[static_cast<size_t>(i * n + j)] = mag / (a.scale * b.scale);
-    }
-  }
+  Product p = test::product_nt(a.q, b.q, m, n, k);
+  for (double& e : p.value) e /= a.scale * b.scale;
+  for (double& e : p.magnitude) e /= a.scale * b.scale;
   return p;
 }
 
 void expect_near_sum(const std::vector<float>& got, const Product& want, const char* what) {
-  ASSERT_EQ(got.size(), want.c.size()) << what;
+  ASSERT_EQ(got.size(), want.value.size()) << what;
   size_t bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     // f32 accumulation of up to 64 terms: a few units of f32 rounding of the terms' magnitude.
-    if (std::fabs(got[i] - want.c[i]) > 1e-6 * want.magnitude[i] * 8 + 1e-30) ++bad;
+    if (std::fabs(got[i] - want.value[i]) > 1e-6 * want.magnitude[i] * 8 + 1e-30) ++bad;
   }
   EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " entries off";
 }
@@ -107,14 +96,8 @@ TEST(LmHeadFp8, ForeignWeightLinearsGemmsAreTheRecipesCasts) {
 }
 
 GPTConfig head_config() {
-  GPTConfig c;
-  c.vocab_size = 32;
-  c.max_seq_len = 16;
-  c.n_layer = 2;
-  c.d_model = 32;
-  c.n_head = 4;
+  GPTConfig c = test::gpt_config(/*vocab_size=*/32, /*n_layer=*/2, /*n_head=*/4, /*seed=*/5);
   c.init_std = 0.1f;
-  c.seed = 5;
   c.recipe = Recipe::delayed();
   c.fp8_lm_head = true;
   return c;

@@ -13,6 +13,7 @@
 #include "modules/fp8_autocast.h"
 #include "modules/linear.h"
 #include "tests/modules/module_test_util.h"
+#include "tests/support/product_nt.h"
 #include "tests/support/quartet2_model.h"
 #include "tests/support/test_util.h"
 
@@ -78,24 +79,7 @@ std::vector<double> rotated_cast(const std::vector<double>& x, int64_t rows, int
   return model::eden(v, rows, cols, seed, draws_at).values;
 }
 
-// out (p, n) = a (p, k) · b (n, k)ᵀ in f64, with each output's sum of |terms|.
-void nt(const std::vector<double>& a, const std::vector<double>& b, int64_t p, int64_t n, int64_t k,
-        std::vector<double>& out, std::vector<double>& mag) {
-  out.assign(static_cast<size_t>(p * n), 0.0);
-  mag.assign(static_cast<size_t>(p * n), 0.0);
-  for (int64_t i = 0; i < p; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double s = 0, m = 0;
-      for (int64_t l = 0; l < k; ++l) {
-        const double t = a[static_cast<size_t>(i * k + l)] * b[static_cast<size_t>(j * k + l)];
-        s += t;
-        m += std::fabs(t);
-      }
-      out[static_cast<size_t>(i * n + j)] = s;
-      mag[static_cast<size_t>(i * n + j)] = m;
-    }
-  }
-}
+using test::product_nt;  // out (p, n) = a (p, k) · b (n, k)ᵀ in f64, and each sum of |terms|
 
 ::testing::AssertionResult up_to_f32_sums(const std::vector<float>& got,
                                           const std::vector<double>& want,
@@ -152,11 +136,10 @@ TEST(Quartet2Linear, BackwardIsTheModelsReCastOperandsMultiplied) {
   const std::vector<double> w_col = rotated_cast(transposed(wq, kN, kK), kK, kN, s, signs, at);
   at += kN * kK / 16;
   const std::vector<double> x_col = rotated_cast(transposed(xq, kM, kK), kK, kM, s, signs, at);
-  std::vector<double> dx, dx_mag, dw, dw_mag;
-  nt(dy_row, w_col, kM, kK, kN, dx, dx_mag);
-  nt(dy_col, x_col, kN, kK, kM, dw, dw_mag);
-  EXPECT_TRUE(up_to_f32_sums(got.dx, dx, dx_mag)) << "dgrad";
-  EXPECT_TRUE(up_to_f32_sums(got.dw, dw, dw_mag)) << "wgrad";
+  const test::ProductNT dx = product_nt(dy_row, w_col, kM, kK, kN);
+  const test::ProductNT dw = product_nt(dy_col, x_col, kN, kK, kM);
+  EXPECT_TRUE(up_to_f32_sums(got.dx, dx.value, dx.magnitude)) << "dgrad";
+  EXPECT_TRUE(up_to_f32_sums(got.dw, dw.value, dw.magnitude)) << "wgrad";
 }
 
 TEST(Quartet2Linear, GradientsAreUnbiasedEstimatesOfTheQuantizedForwards) {
@@ -170,9 +153,9 @@ TEST(Quartet2Linear, GradientsAreUnbiasedEstimatesOfTheQuantizedForwards) {
   const std::vector<double> wq = forward_values(lin, ForwardTensor::kWeight, lin.weight());
   const std::vector<float> gv = g.to_floats();
   const std::vector<double> dy(gv.begin(), gv.end());
-  std::vector<double> dx_want, dw_want, mag;
-  nt(dy, transposed(wq, kN, kK), kM, kK, kN, dx_want, mag);
-  nt(transposed(dy, kM, kN), transposed(xq, kM, kK), kN, kK, kM, dw_want, mag);
+  const std::vector<double> dx_want = product_nt(dy, transposed(wq, kN, kK), kM, kK, kN).value;
+  const std::vector<double> dw_want =
+      product_nt(transposed(dy, kM, kN), transposed(xq, kM, kK), kN, kK, kM).value;
   const int reps = 64;
   std::vector<double> dx_mean(dx_want.size(), 0), dw_mean(dw_want.size(), 0);
   double dx_single = 0, dw_single = 0;
