@@ -30,6 +30,7 @@
 
 #include "kernels/cpu/sgemm.h"
 #include "kernels/ops.h"
+#include "runtime/named.h"
 #include "runtime/parallel.h"
 #include "runtime/rng.h"
 
@@ -95,35 +96,19 @@ enum class Lib {
   kOpenblas
 };
 
-const char* lib_key(Lib l) {
-  switch (l) {
-    case Lib::kOctetF32:
-      return "octet-f32";
-    case Lib::kOctetOwnF32:
-      return "octet-own-f32";
-    case Lib::kOctetOwnE4m3:
-      return "octet-own-e4m3";
-    case Lib::kOctetBf16:
-      return "octet-bf16";
-    case Lib::kOctetE4m3:
-      return "octet-e4m3";
-    case Lib::kOnednn:
-      return "onednn";
-    case Lib::kOpenblas:
-      return "openblas";
-  }
-  return "?";
-}
+constexpr octet::Named<Lib> kLibKeys[] = {{Lib::kOctetF32, "octet-f32"},
+                                          {Lib::kOctetOwnF32, "octet-own-f32"},
+                                          {Lib::kOctetOwnE4m3, "octet-own-e4m3"},
+                                          {Lib::kOctetBf16, "octet-bf16"},
+                                          {Lib::kOctetE4m3, "octet-e4m3"},
+                                          {Lib::kOnednn, "onednn"},
+                                          {Lib::kOpenblas, "openblas"}};
+const char* lib_key(Lib l) { return octet::name_in(kLibKeys, l).data(); }
 
 bool parse_lib(const std::string& s, Lib* out) {
-  for (Lib l : {Lib::kOctetF32, Lib::kOctetOwnF32, Lib::kOctetBf16, Lib::kOctetE4m3,
-                Lib::kOctetOwnE4m3, Lib::kOnednn, Lib::kOpenblas}) {
-    if (s == lib_key(l)) {
-      *out = l;
-      return true;
-    }
-  }
-  return false;
+  const Lib* lib = octet::find_named(kLibKeys, s);
+  if (lib != nullptr) *out = *lib;
+  return lib != nullptr;
 }
 
 const char* isa_name(dnnl_cpu_isa_t isa) {

@@ -7,6 +7,7 @@
 #include "data/task_data.h"
 #include "data/token_data.h"
 #include "runtime/error.h"
+#include "runtime/named.h"
 #include "runtime/text_file.h"
 
 namespace octet::data {
@@ -51,40 +52,16 @@ void Dataset::set_state(const DataState& state) {
   state_ = state;
 }
 
-DataKind parse_data_kind(std::string_view name) {
-  if (name == "task") return DataKind::kTask;
-  if (name == "text") return DataKind::kText;
-  if (name == "shards") return DataKind::kShards;
-  OCTET_FAIL("unknown data kind \"", name, "\": expected task, text or shards");
-}
+namespace {
+constexpr Named<DataKind> kDataKinds[] = {
+    {DataKind::kTask, "task"}, {DataKind::kText, "text"}, {DataKind::kShards, "shards"}};
+constexpr Named<TaskKind> kTaskKinds[] = {{TaskKind::kSort, "sort"}, {TaskKind::kAdd, "add"}};
+}  // namespace
 
-TaskKind parse_task_kind(std::string_view name) {
-  if (name == "sort") return TaskKind::kSort;
-  if (name == "add") return TaskKind::kAdd;
-  OCTET_FAIL("unknown task \"", name, "\": expected sort or add");
-}
-
-std::string_view data_kind_name(DataKind kind) {
-  switch (kind) {
-    case DataKind::kTask:
-      return "task";
-    case DataKind::kText:
-      return "text";
-    case DataKind::kShards:
-      return "shards";
-  }
-  OCTET_FAIL("unknown data kind code ", static_cast<int>(kind));
-}
-
-std::string_view task_kind_name(TaskKind kind) {
-  switch (kind) {
-    case TaskKind::kSort:
-      return "sort";
-    case TaskKind::kAdd:
-      return "add";
-  }
-  OCTET_FAIL("unknown task code ", static_cast<int>(kind));
-}
+DataKind parse_data_kind(std::string_view name) { return value_in(kDataKinds, name, "data kind"); }
+TaskKind parse_task_kind(std::string_view name) { return value_in(kTaskKinds, name, "task"); }
+std::string_view data_kind_name(DataKind kind) { return name_in(kDataKinds, kind); }
+std::string_view task_kind_name(TaskKind kind) { return name_in(kTaskKinds, kind); }
 
 std::unique_ptr<Dataset> open_dataset(const DataOptions& options) {
   return with_error_context(

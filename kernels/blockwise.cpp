@@ -21,10 +21,10 @@ void quantize_blockwise(const Tensor& x, const BlockwiseCast& cast, Tensor& data
   check_fp8_data_2d(op, data, x);
   OCTET_CHECK(scale_inv.defined() && scale_inv.dtype() == DType::kF32 && scale_inv.shape() == want,
               op, ": scale_inv must be f32", shape_str(want), ", got ", scale_inv);
-  const Device device = op_device(op, {{x, "x"}, {data, "data"}, {scale_inv, "scale_inv"}});
-  on_device(device)->quantize_blockwise(x, cast, data, scale_inv, counts);
-  data.bump_version();
-  scale_inv.bump_version();
+  detail::quantize_on_device(op, x, data, scale_inv, "scale_inv",
+                             [&](const detail::Backend& backend) {
+                               backend.quantize_blockwise(x, cast, data, scale_inv, counts);
+                             });
 }
 
 Tensor dequantize_blockwise(const Tensor& data, const Tensor& scale_inv, BlockScaling blocks,
@@ -32,14 +32,12 @@ Tensor dequantize_blockwise(const Tensor& data, const Tensor& scale_inv, BlockSc
   constexpr const char* op = "dequantize_blockwise";
   check_fp8_data(op, data);
   const Shape want = blockwise_scale_shape(blocks, data.rows(), data.cols());
-  OCTET_CHECK(scale_inv.defined() && scale_inv.dtype() == DType::kF32 && scale_inv.shape() == want,
-              op, ": scale_inv for data ", data, " must be f32", shape_str(want), ", got ",
-              scale_inv);
+  check_dequantize_scales(op, data, scale_inv, "scale_inv", DType::kF32, want);
   check_dequantize_dtype(op, dtype);
-  const Device device = op_device(op, {{data, "data"}, {scale_inv, "scale_inv"}});
-  Tensor out = Tensor::empty(data.shape(), dtype, device);
-  on_device(device)->dequantize_blockwise(data, scale_inv, blocks, out);
-  return out;
+  return detail::dequantize_on_device(op, data, scale_inv, "scale_inv", data.shape(), dtype,
+                                      [&](const detail::Backend& backend, Tensor& out) {
+                                        backend.dequantize_blockwise(data, scale_inv, blocks, out);
+                                      });
 }
 
 void blockwise_gemm(const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_blocks,
@@ -87,22 +85,18 @@ void transpose_direction(BlockwiseFP8Tensor& t, Usage from) {
   }
 }
 
-class BlockwiseFormat final : public QuantizedFormat {
+class BlockwiseFormat final : public MultipleRuleFormat {
  public:
-  std::string_view name() const override { return kBlockwiseFormat; }
-  std::string layout() const override {
-    return "e4m3/e5m2 values, one f32 scale_inv per 1x128 block (inputs, gradients) or 128x128 "
-           "tile (weights), power-of-two by default; 1x128 column-wise data quantized separately "
-           "from high precision, 128x128 column-wise data the byte transpose";
-  }
   // cuBLASLt's block-scaled GEMM reads every operand along K with leading dims % 16 and outer
   // dims % 8; the wgrad GEMM reduces over the token rows, so both dims of every operand are
   // multiples of 16.
-  std::string shape_violation(const Shape& shape) const override {
-    return multiple_rule_violation(shape, 16, 16, "blockwise FP8");
-  }
-  int64_t row_multiple() const override { return 16; }
-
+  BlockwiseFormat()
+      : MultipleRuleFormat(
+            kBlockwiseFormat,
+            "e4m3/e5m2 values, one f32 scale_inv per 1x128 block (inputs, gradients) or 128x128 "
+            "tile (weights), power-of-two by default; 1x128 column-wise data quantized separately "
+            "from high precision, 128x128 column-wise data the byte transpose",
+            16, 16, "blockwise FP8") {}
   Tensor dequantize(const QuantizedTensor& q, DType dtype) const override {
     const BlockwiseFP8Tensor& t = as_format<BlockwiseFP8Tensor>(q);
     return dequantize_directions(t, [&](const Tensor& data, const Tensor& scale_inv) {
@@ -161,13 +155,7 @@ void BlockwiseQuantizer::cast(const Tensor& x, Usage direction, Tensor& data, Te
     const Tensor xt = ops::transpose_2d(x.reshape({x.rows(), x.cols()}));
     ops::quantize_blockwise(xt, cast_, data, scale_inv, counts);
   }
-  // The spread of the scales this cast chose (the tiny scale tensor, read on the host).
-  if (stats != nullptr && scale_inv.device().is_cpu()) {
-    const float* s = scale_inv.data_as<float>();
-    for (int64_t i = 0; i < scale_inv.numel(); ++i) {
-      if (s[i] != 0.f) stats->scales.add(s[i]);  // 0: the layout's padding
-    }
-  }
+  add_scale_spread(stats, scale_inv);
 }
 
 std::shared_ptr<ScaledTensor> BlockwiseQuantizer::make_tensor(const Shape& shape, Tensor rowwise,

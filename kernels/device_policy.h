@@ -32,11 +32,35 @@ class OnDevice {
   OnDevice(const OnDevice&) = delete;
   OnDevice& operator=(const OnDevice&) = delete;
   const Backend* operator->() const { return &backend_; }
+  const Backend& operator*() const { return backend_; }
 
  private:
   const Backend& backend_;  // looked up first: a build without CUDA says so before the guard
   octet::cuda::DeviceGuard guard_;
 };
 inline OnDevice on_device(Device device) { return OnDevice(device); }
+
+// The dispatch that ends a quantize op of x into data and its scales (`scales_name` in device
+// messages): run(backend) on the op's device, then both outputs' versions bumped.
+template <typename Run>
+void quantize_on_device(const char* op, const Tensor& x, Tensor& data, Tensor& scales,
+                        const char* scales_name, Run&& run) {
+  const Device device = op_device(op, {{x, "x"}, {data, "data"}, {scales, scales_name}});
+  run(*on_device(device));
+  data.bump_version();
+  scales.bump_version();
+}
+
+// The dispatch that ends a dequantize op of data and its scales (`scales_name` in device
+// messages): `out` of `shape` and `dtype` made on the op's device and filled by
+// run(backend, out).
+template <typename Run>
+Tensor dequantize_on_device(const char* op, const Tensor& data, const Tensor& scales,
+                            const char* scales_name, const Shape& shape, DType dtype, Run&& run) {
+  const Device device = op_device(op, {{data, "data"}, {scales, scales_name}});
+  Tensor out = Tensor::empty(shape, dtype, device);
+  run(*on_device(device), out);
+  return out;
+}
 
 }  // namespace octet::ops::detail

@@ -68,6 +68,16 @@ Float8Tensor& float8_destination(const char* who, QuantizedTensor& dst, DType dt
   return *f;
 }
 
+// A Float8Tensor of a cast's data, `quantizer` as its maker.
+std::shared_ptr<Float8Tensor> made_by(const Quantizer& quantizer, const Shape& shape,
+                                      Tensor rowwise, Tensor columnwise, Tensor scale_inv,
+                                      Ownership ownership) {
+  auto t = std::make_shared<Float8Tensor>(shape, std::move(rowwise), std::move(columnwise),
+                                          std::move(scale_inv), ownership);
+  t->set_quantizer(ops::quantizer_handle(quantizer));
+  return t;
+}
+
 }  // namespace
 
 // ---- delayed scaling ----
@@ -103,19 +113,14 @@ std::shared_ptr<QuantizedTensor> DelayedScalingQuantizer::quantize(const Tensor&
   Tensor newest = amax_history_.slice(0, 1);
   Cast c = cast_per_tensor(x, scale_, dtype_, usage,
                            amax == AmaxRecording::kRecord ? &newest : nullptr, counts_for(amax));
-  auto t = std::make_shared<Float8Tensor>(x.shape(), std::move(c.rowwise), std::move(c.columnwise),
-                                          inverse_of(scale_), ownership);
-  t->set_quantizer(ops::quantizer_handle(*this));
-  return t;
+  return adopt(x.shape(), std::move(c.rowwise), std::move(c.columnwise), ownership);
 }
 
 std::shared_ptr<Float8Tensor> DelayedScalingQuantizer::adopt(const Shape& shape, Tensor rowwise,
                                                              Tensor columnwise,
                                                              Ownership ownership) const {
-  auto t = std::make_shared<Float8Tensor>(shape, std::move(rowwise), std::move(columnwise),
-                                          inverse_of(scale_), ownership);
-  t->set_quantizer(ops::quantizer_handle(*this));
-  return t;
+  return made_by(*this, shape, std::move(rowwise), std::move(columnwise), inverse_of(scale_),
+                 ownership);
 }
 
 void DelayedScalingQuantizer::quantize_into(QuantizedTensor& dst, const Tensor& src,
@@ -185,10 +190,8 @@ std::shared_ptr<QuantizedTensor> CurrentScalingQuantizer::quantize(const Tensor&
   auto [scale, scale_inv] = scales_for(x);
   Cast c = cast_per_tensor(x, scale, dtype_, usage, nullptr, counts_for(amax));
   record_scale(scale_inv, amax);
-  auto t = std::make_shared<Float8Tensor>(x.shape(), std::move(c.rowwise), std::move(c.columnwise),
-                                          std::move(scale_inv), ownership);
-  t->set_quantizer(ops::quantizer_handle(*this));
-  return t;
+  return made_by(*this, x.shape(), std::move(c.rowwise), std::move(c.columnwise),
+                 std::move(scale_inv), ownership);
 }
 
 void CurrentScalingQuantizer::quantize_into(QuantizedTensor& dst, const Tensor& src,
@@ -207,18 +210,14 @@ namespace ops {
 namespace {
 
 // One f32 scale per tensor; column-wise data is the byte transpose of the row-wise data.
-class PerTensorFormat final : public QuantizedFormat {
+class PerTensorFormat final : public MultipleRuleFormat {
  public:
-  std::string_view name() const override { return kPerTensorFormat; }
-  std::string layout() const override {
-    return "e4m3/e5m2 values, one f32 scale_inv per tensor; column-wise data is the byte "
-           "transpose of the row-wise data";
-  }
-
-  std::string shape_violation(const Shape& shape) const override {
-    return multiple_rule_violation(shape, 8, 16, "per-tensor FP8");
-  }
-  int64_t row_multiple() const override { return 8; }
+  PerTensorFormat()
+      : MultipleRuleFormat(
+            kPerTensorFormat,
+            "e4m3/e5m2 values, one f32 scale_inv per tensor; column-wise data is the byte "
+            "transpose of the row-wise data",
+            8, 16, "per-tensor FP8") {}
 
   Tensor dequantize(const QuantizedTensor& t, DType dtype) const override {
     const Float8Tensor& f = as_float8(t);

@@ -8,9 +8,6 @@
 namespace octet {
 namespace ops {
 
-using detail::on_device;
-using detail::op_device;
-
 void quantize_mxfp8(const Tensor& x, Usage direction, Tensor& data, Tensor& scales,
                     FP8CastCounts* counts) {
   constexpr const char* op = "quantize_mxfp8";
@@ -27,28 +24,25 @@ void quantize_mxfp8(const Tensor& x, Usage direction, Tensor& data, Tensor& scal
   OCTET_CHECK(scales.defined() && scales.dtype() == DType::kE8M0 && scales.shape() == scale_shape,
               op, ": ", usage_name(direction), " exponents must be e8m0", shape_str(scale_shape),
               ", got ", scales);
-  const Device device = op_device(op, {{x, "x"}, {data, "data"}, {scales, "exponents"}});
-  if (row) {
-    on_device(device)->quantize_mxfp8_rowwise(x, data, scales, counts);
-  } else {
-    on_device(device)->quantize_mxfp8_columnwise(x, data, scales, counts);
-  }
-  data.bump_version();
-  scales.bump_version();
+  detail::quantize_on_device(op, x, data, scales, "exponents", [&](const detail::Backend& backend) {
+    if (row) {
+      backend.quantize_mxfp8_rowwise(x, data, scales, counts);
+    } else {
+      backend.quantize_mxfp8_columnwise(x, data, scales, counts);
+    }
+  });
 }
 
 Tensor dequantize_mxfp8(const Tensor& data, const Tensor& scales, DType dtype) {
   constexpr const char* op = "dequantize_mxfp8";
   check_fp8_data(op, data);
-  const Shape scale_shape = mxfp8_scale_shape(data.rows(), data.cols());
-  OCTET_CHECK(scales.defined() && scales.dtype() == DType::kE8M0 && scales.shape() == scale_shape,
-              op, ": exponents for data ", data, " must be e8m0", shape_str(scale_shape), ", got ",
-              scales);
+  check_dequantize_scales(op, data, scales, "exponents", DType::kE8M0,
+                          mxfp8_scale_shape(data.rows(), data.cols()));
   check_dequantize_dtype(op, dtype);
-  const Device device = op_device(op, {{data, "data"}, {scales, "exponents"}});
-  Tensor out = Tensor::empty(data.shape(), dtype, device);
-  on_device(device)->dequantize_mxfp8(data, scales, out);
-  return out;
+  return detail::dequantize_on_device(op, data, scales, "exponents", data.shape(), dtype,
+                                      [&](const detail::Backend& backend, Tensor& out) {
+                                        backend.dequantize_mxfp8(data, scales, out);
+                                      });
 }
 
 namespace {
@@ -66,25 +60,14 @@ void make_mxfp8_direction(MXFP8Tensor& t, const Tensor& source, Usage direction)
 }
 
 // One E8M0 exponent per 32 values along K, each direction cast from high precision.
-class MXFP8Format final : public QuantizedFormat {
+class MXFP8Format final : public ExpandedFormat<MXFP8Tensor, dequantize_mxfp8> {
  public:
-  std::string_view name() const override { return kMXFP8Format; }
-  std::string layout() const override {
-    return "e4m3 values, one e8m0 exponent per block of 32 along the last dim (column-wise: "
-           "along 32 consecutive rows, quantized separately from high precision)";
-  }
-
-  std::string shape_violation(const Shape& shape) const override {
-    return multiple_rule_violation(shape, kMXFP8BlockSize, kMXFP8BlockSize, "MXFP8");
-  }
-  int64_t row_multiple() const override { return 32; }
-
-  Tensor dequantize(const QuantizedTensor& t, DType dtype) const override {
-    return dequantize_directions(as_format<MXFP8Tensor>(t),
-                                 [&](const Tensor& data, const Tensor& scales) {
-                                   return dequantize_mxfp8(data, scales, dtype);
-                                 });
-  }
+  MXFP8Format()
+      : ExpandedFormat(
+            kMXFP8Format,
+            "e4m3 values, one e8m0 exponent per block of 32 along the last dim (column-wise: "
+            "along 32 consecutive rows, quantized separately from high precision)",
+            kMXFP8BlockSize, kMXFP8BlockSize, "MXFP8") {}
 
   // Each direction cast by itself, with no need of the tensor's quantizer (a loaded tensor may
   // have none).
@@ -94,12 +77,6 @@ class MXFP8Format final : public QuantizedFormat {
     for (Usage d : {Usage::kRowwise, Usage::kColumnwise}) {
       if (has_usage(missing, d)) make_mxfp8_direction(m, *source, d);
     }
-  }
-
-  void gemm(const QuantizedTensor& a, Usage a_usage, const QuantizedTensor& b, Usage b_usage,
-            GemmLayout layout, Tensor& out_2d, const FP8GemmOptions& options) const override {
-    expanded_gemm(as_format<MXFP8Tensor>(a), a_usage, as_format<MXFP8Tensor>(b), b_usage, layout,
-                  out_2d, options, dequantize_mxfp8);
   }
 };
 
@@ -118,11 +95,7 @@ void MXFP8Quantizer::cast(const Tensor& x, Usage direction, Tensor& data, Tensor
                           AmaxRecording amax) const {
   SlotStats* stats = recording(amax);
   ops::quantize_mxfp8(x, direction, data, scales, stats != nullptr ? &stats->counts : nullptr);
-  // The spread of the exponents this cast chose (one byte per block, read on the host).
-  if (stats != nullptr && scales.device().is_cpu()) {
-    const uint8_t* e = scales.data_as<uint8_t>();
-    for (int64_t i = 0; i < scales.numel(); ++i) stats->scales.add(from_e8m0(e[i]));
-  }
+  add_scale_spread(stats, scales);
 }
 
 std::shared_ptr<ScaledTensor> MXFP8Quantizer::make_tensor(const Shape& shape, Tensor rowwise,

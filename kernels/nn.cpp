@@ -9,18 +9,17 @@
 
 #include "kernels/cpu/nn_cpu.h"
 #include "kernels/device_policy.h"
+#include "kernels/op_checks.h"
 #include "runtime/memory.h"
+#include "runtime/named.h"
 
 namespace octet::ops {
 namespace {
 
 using detail::backend_for;
+using detail::check_defined;
 using detail::on_device;
 using detail::op_device;
-
-void check_defined(const char* op, const Tensor& t, const char* name) {
-  OCTET_CHECK(t.defined(), op, ": ", name, " is an undefined tensor");
-}
 
 // Defined and f32/bf16/f16.
 void check_float(const char* op, const Tensor& t, const char* name) {
@@ -128,19 +127,11 @@ Shape leading(const Shape& shape) { return Shape(shape.begin(), shape.end() - 1)
 
 }  // namespace
 
-const char* activation_name(Activation act) {
-  switch (act) {
-    case Activation::kGelu:
-      return "gelu";
-    case Activation::kRelu:
-      return "relu";
-    case Activation::kSquaredRelu:
-      return "srelu";
-    case Activation::kSilu:
-      return "silu";
-  }
-  OCTET_FAIL("unknown activation ", static_cast<int>(act));
-}
+constexpr Named<Activation> kActivations[] = {{Activation::kGelu, "gelu"},
+                                              {Activation::kRelu, "relu"},
+                                              {Activation::kSquaredRelu, "srelu"},
+                                              {Activation::kSilu, "silu"}};
+const char* activation_name(Activation act) { return name_in(kActivations, act).data(); }
 
 // ---- activations ----
 

@@ -64,10 +64,10 @@ Tensor expand_nvfp4(const Tensor& data, const Tensor& scales, int64_t rows, int6
   constexpr const char* op = "expand_nvfp4";
   check_packed(op, data, scales, rows, cols);
   check_dequantize_dtype(op, dtype);
-  const Device device = op_device(op, {{data, "data"}, {scales, "scales"}});
-  Tensor out = Tensor::empty({rows, cols}, dtype, device);
-  on_device(device)->expand_nvfp4(data, scales, nullptr, kE4M3Max, out);
-  return out;
+  return detail::dequantize_on_device(op, data, scales, "scales", {rows, cols}, dtype,
+                                      [&](const detail::Backend& backend, Tensor& out) {
+                                        backend.expand_nvfp4(data, scales, nullptr, kE4M3Max, out);
+                                      });
 }
 
 Tensor dequantize_nvfp4(const Tensor& data, const Tensor& scales, const Tensor& amax, int64_t rows,
@@ -155,21 +155,17 @@ Tensor stored_values(const NVFP4Tensor& t, const Stored& s) {
   return rht128(values, t.layout().rht128_seed, t.layout().rht128_offset, true);
 }
 
-class NVFP4Format final : public QuantizedFormat {
+class NVFP4Format final : public MultipleRuleFormat {
  public:
-  std::string_view name() const override { return kNVFP4Format; }
-  std::string layout() const override {
-    return "e2m1 values packed two to a byte (element 2j in the low nibble), one e4m3 scale per "
-           "16 values (weights: per 16x16 tile) and one f32 amax per direction giving the tensor "
-           "scale amax / 2688 (amax / 1536 under 4over6's 256 bound); column-wise data of "
-           "activations and gradients after a 16-point "
-           "random Hadamard transform";
-  }
-  std::string shape_violation(const Shape& shape) const override {
-    return multiple_rule_violation(shape, 16, 16, "NVFP4");
-  }
-  int64_t row_multiple() const override { return 16; }
-
+  NVFP4Format()
+      : MultipleRuleFormat(
+            kNVFP4Format,
+            "e2m1 values packed two to a byte (element 2j in the low nibble), one e4m3 scale per "
+            "16 values (weights: per 16x16 tile) and one f32 amax per direction giving the tensor "
+            "scale amax / 2688 (amax / 1536 under 4over6's 256 bound); column-wise data of "
+            "activations and gradients after a 16-point "
+            "random Hadamard transform",
+            16, 16, "NVFP4") {}
   Tensor dequantize(const QuantizedTensor& q, DType dtype) const override {
     const NVFP4Tensor& t = as_format<NVFP4Tensor>(q);
     const Usage d = t.has(Usage::kRowwise) ? Usage::kRowwise : Usage::kColumnwise;

@@ -4,18 +4,16 @@
 #include <cmath>
 
 #include "kernels/device_policy.h"
+#include "kernels/op_checks.h"
 #include "runtime/memory.h"
 
 namespace octet::ops {
 namespace {
 
 using detail::BinaryOp;
+using detail::check_defined;
 using detail::on_device;
 using detail::op_device;
-
-void check_defined(const char* op, const Tensor& t, const char* name) {
-  OCTET_CHECK(t.defined(), op, ": ", name, " is an undefined tensor");
-}
 
 void check_arith_dtype(const char* op, const Tensor& t) {
   const DType d = t.dtype();
@@ -32,12 +30,27 @@ void check_scalar(const char* op, const Tensor* t, const char* name) {
 // A reduction's one-element f32 result, on x's device: a GPU's result stays there, no wait.
 Tensor scalar_result(const Tensor& x) { return Tensor::empty({1}, DType::kF32, x.device()); }
 
+// The device of an op on two defined f32/bf16/f16 tensors, named `a_name` and `b_name`.
+Device check_pair(const char* op, const Tensor& a, const char* a_name, const Tensor& b,
+                  const char* b_name) {
+  check_defined(op, a, a_name);
+  check_defined(op, b, b_name);
+  const Device device = op_device(op, {{a, a_name}, {b, b_name}});
+  check_arith_dtype(op, a);
+  check_arith_dtype(op, b);
+  return device;
+}
+
+// check_pair of an in-place op writing dst from src, which must have dst's shape.
+Device check_dst_src(const char* op, const Tensor& dst, const Tensor& src) {
+  const Device device = check_pair(op, dst, "dst", src, "src");
+  OCTET_CHECK(dst.shape() == src.shape(), op, ": shapes ", shape_str(dst.shape()), " and ",
+              shape_str(src.shape()), " differ");
+  return device;
+}
+
 Tensor binary(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
-  check_defined(name, a, "a");
-  check_defined(name, b, "b");
-  const Device device = op_device(name, {{a, "a"}, {b, "b"}});
-  check_arith_dtype(name, a);
-  check_arith_dtype(name, b);
+  const Device device = check_pair(name, a, "a", b, "b");
   const bool row = b.dim() == 1 && a.dim() >= 1 && b.numel() == a.cols();
   OCTET_CHECK(a.shape() == b.shape() || row, name, ": shapes ", shape_str(a.shape()), " and ",
               shape_str(b.shape()), " do not match (b must have a's shape or be a row of ",
@@ -63,13 +76,7 @@ Tensor scale(const Tensor& x, float s) {
 }
 
 void add_(Tensor& dst, const Tensor& src, float alpha) {
-  check_defined("add_", dst, "dst");
-  check_defined("add_", src, "src");
-  const Device device = op_device("add_", {{dst, "dst"}, {src, "src"}});
-  check_arith_dtype("add_", dst);
-  check_arith_dtype("add_", src);
-  OCTET_CHECK(dst.shape() == src.shape(), "add_: shapes ", shape_str(dst.shape()), " and ",
-              shape_str(src.shape()), " differ");
+  const Device device = check_dst_src("add_", dst, src);
   on_device(device)->axpy(dst, src, alpha);
   dst.bump_version();
 }
@@ -98,13 +105,7 @@ void fill_from_(Tensor& dst, const Tensor& value) {
 }
 
 void copy_(Tensor& dst, const Tensor& src) {
-  check_defined("copy_", dst, "dst");
-  check_defined("copy_", src, "src");
-  const Device device = op_device("copy_", {{dst, "dst"}, {src, "src"}});
-  check_arith_dtype("copy_", dst);
-  check_arith_dtype("copy_", src);
-  OCTET_CHECK(dst.shape() == src.shape(), "copy_: shapes ", shape_str(dst.shape()), " and ",
-              shape_str(src.shape()), " differ");
+  const Device device = check_dst_src("copy_", dst, src);
   on_device(device)->convert(src, dst);
   dst.bump_version();
 }
@@ -119,38 +120,35 @@ Tensor cast(const Tensor& x, DType dtype) {
   return out;
 }
 
+namespace {
+
+// Whether a reduction is defined on an empty tensor (sum and amax: 0) or not (mean, max).
+enum class Empty { kAllowed, kRejected };
+
+// The one-element f32 reduction `op` of x by the backend's `run`.
+Tensor reduce_to_scalar(const char* op, const Tensor& x, Empty empty,
+                        void (detail::Backend::*run)(const Tensor&, Tensor&) const) {
+  check_defined(op, x, "x");
+  OCTET_CHECK(empty == Empty::kAllowed || x.numel() > 0, op, " of an empty tensor ", x);
+  check_arith_dtype(op, x);
+  Tensor out = scalar_result(x);
+  ((*on_device(x.device())).*run)(x, out);
+  return out;
+}
+
+}  // namespace
+
 Tensor sum(const Tensor& x) {
-  check_defined("sum", x, "x");
-  check_arith_dtype("sum", x);
-  Tensor out = scalar_result(x);
-  on_device(x.device())->sum(x, out);
-  return out;
+  return reduce_to_scalar("sum", x, Empty::kAllowed, &detail::Backend::sum);
 }
-
 Tensor mean(const Tensor& x) {
-  check_defined("mean", x, "x");
-  OCTET_CHECK(x.numel() > 0, "mean of an empty tensor ", x);
-  check_arith_dtype("mean", x);
-  Tensor out = scalar_result(x);
-  on_device(x.device())->mean(x, out);
-  return out;
+  return reduce_to_scalar("mean", x, Empty::kRejected, &detail::Backend::mean);
 }
-
 Tensor max(const Tensor& x) {
-  check_defined("max", x, "x");
-  OCTET_CHECK(x.numel() > 0, "max of an empty tensor ", x);
-  check_arith_dtype("max", x);
-  Tensor out = scalar_result(x);
-  on_device(x.device())->max(x, out);
-  return out;
+  return reduce_to_scalar("max", x, Empty::kRejected, &detail::Backend::max);
 }
-
 Tensor amax(const Tensor& x) {
-  check_defined("amax", x, "x");
-  check_arith_dtype("amax", x);
-  Tensor out = scalar_result(x);
-  on_device(x.device())->amax(x, out);
-  return out;
+  return reduce_to_scalar("amax", x, Empty::kAllowed, &detail::Backend::amax);
 }
 
 Tensor sum_rows(const Tensor& x) {

@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "kernels/quantized_format.h"
+#include "runtime/named.h"
 
 namespace octet::ops {
 namespace {
@@ -98,17 +99,9 @@ void quantize_into(QuantizedTensor& dst, const Tensor& src, AmaxRecording amax) 
   dst.quantizer()->quantize_into(dst, src, amax);
 }
 
-std::string_view gemm_layout_name(GemmLayout layout) {
-  switch (layout) {
-    case GemmLayout::kFprop:
-      return "fprop";
-    case GemmLayout::kDgrad:
-      return "dgrad";
-    case GemmLayout::kWgrad:
-      return "wgrad";
-  }
-  OCTET_FAIL("unknown GEMM layout ", static_cast<int>(layout));
-}
+constexpr Named<GemmLayout> kGemmLayouts[] = {
+    {GemmLayout::kFprop, "fprop"}, {GemmLayout::kDgrad, "dgrad"}, {GemmLayout::kWgrad, "wgrad"}};
+std::string_view gemm_layout_name(GemmLayout layout) { return name_in(kGemmLayouts, layout); }
 
 Usage gemm_a_usage(GemmLayout layout) {
   return layout == GemmLayout::kWgrad ? Usage::kColumnwise : Usage::kRowwise;

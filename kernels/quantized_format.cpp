@@ -5,6 +5,7 @@
 
 #include "kernels/rowwise.h"
 #include "runtime/error.h"
+#include "runtime/fp8.h"
 #include "runtime/memory.h"
 
 namespace octet::ops {
@@ -133,6 +134,12 @@ void check_fp8_data(const char* who, const Tensor& data) {
               data);
 }
 
+void check_dequantize_scales(const char* who, const Tensor& data, const Tensor& scales,
+                             const char* name, DType dtype, const Shape& want) {
+  OCTET_CHECK(scales.defined() && scales.dtype() == dtype && scales.shape() == want, who, ": ",
+              name, " for data ", data, " must be ", dtype, shape_str(want), ", got ", scales);
+}
+
 void check_fp8_data_2d(const char* who, const Tensor& data, const Tensor& x) {
   OCTET_CHECK(
       data.defined() && is_fp8(data.dtype()) && data.rows() == x.rows() && data.cols() == x.cols(),
@@ -171,6 +178,16 @@ ScaledTensorQuantizer::ScaledTensorQuantizer(const char* name, const char* kind,
                                              std::shared_ptr<SlotStats> stats)
     : dtype_(dtype), stats_(std::move(stats)), name_(name), kind_(kind) {
   OCTET_CHECK(is_fp8(dtype_), name_, ": dtype must be e4m3 or e5m2, got ", dtype_);
+}
+
+void ScaledTensorQuantizer::add_scale_spread(SlotStats* stats, const Tensor& scales) {
+  if (stats == nullptr || !scales.device().is_cpu()) return;
+  const uint8_t* e = scales.dtype() == DType::kE8M0 ? scales.data_as<uint8_t>() : nullptr;
+  const float* f = e == nullptr ? scales.data_as<float>() : nullptr;
+  for (int64_t i = 0; i < scales.numel(); ++i) {
+    const float s = e != nullptr ? from_e8m0(e[i]) : f[i];
+    if (s != 0.f) stats->scales.add(s);
+  }
 }
 
 std::shared_ptr<QuantizedTensor> ScaledTensorQuantizer::quantize(const Tensor& x, Usage usage,

@@ -79,6 +79,33 @@ std::string multiple_rule_violation(const Shape& shape, int64_t row_multiple, in
                                     std::string_view what);
 
 // ---- for formats' entries ----
+// The base of an entry whose GEMM shape rule is multiple_rule_violation's with these multiples
+// (`what` names the format in the rule's message); `name` and `layout` are its name() and
+// layout().
+class MultipleRuleFormat : public QuantizedFormat {
+ public:
+  std::string_view name() const final { return name_; }
+  std::string layout() const final { return std::string(layout_); }
+  std::string shape_violation(const Shape& shape) const final {
+    return multiple_rule_violation(shape, row_multiple_, col_multiple_, what_);
+  }
+  int64_t row_multiple() const final { return row_multiple_; }
+
+ protected:
+  MultipleRuleFormat(std::string_view name, std::string_view layout, int64_t row_multiple,
+                     int64_t col_multiple, std::string_view what)
+      : name_(name),
+        layout_(layout),
+        row_multiple_(row_multiple),
+        col_multiple_(col_multiple),
+        what_(what) {}
+
+ private:
+  std::string_view name_, layout_;
+  int64_t row_multiple_, col_multiple_;
+  std::string_view what_;
+};
+
 // `t` as its format's tensor class T: a tensor that names the format but is of another class is
 // a bug.
 template <class T>
@@ -118,9 +145,34 @@ void expanded_gemm(const ScaledTensor& a, Usage a_usage, const ScaledTensor& b, 
                    GemmLayout layout, Tensor& out_2d, const FP8GemmOptions& options,
                    Tensor (*expand)(const Tensor& data, const Tensor& scales, DType dtype));
 
+// The base of an entry for tensors of class T whose stored data expand to their values by
+// kExpand(data, scales, dtype) (dequantize_mxfp8, dequantize_rowwise): dequantize is
+// dequantize_directions and gemm expanded_gemm with it.
+template <class T, Tensor (*kExpand)(const Tensor&, const Tensor&, DType)>
+class ExpandedFormat : public MultipleRuleFormat {
+ public:
+  Tensor dequantize(const QuantizedTensor& t, DType dtype) const final {
+    return dequantize_directions(as_format<T>(t), [&](const Tensor& data, const Tensor& scales) {
+      return kExpand(data, scales, dtype);
+    });
+  }
+  void gemm(const QuantizedTensor& a, Usage a_usage, const QuantizedTensor& b, Usage b_usage,
+            GemmLayout layout, Tensor& out_2d, const FP8GemmOptions& options) const final {
+    expanded_gemm(as_format<T>(a), a_usage, as_format<T>(b), b_usage, layout, out_2d, options,
+                  kExpand);
+  }
+
+ protected:
+  using MultipleRuleFormat::MultipleRuleFormat;
+};
+
 // ---- for formats' ops ----
 // data is defined and e4m3 or e5m2.
 void check_fp8_data(const char* who, const Tensor& data);
+// The scales of a dequantization's data (`name`: "scale_inv", "exponents"): defined, of `dtype`
+// and of shape `want`.
+void check_dequantize_scales(const char* who, const Tensor& data, const Tensor& scales,
+                             const char* name, DType dtype, const Shape& want);
 // data is e4m3 or e5m2 of x's 2-D shape (rows, cols).
 void check_fp8_data_2d(const char* who, const Tensor& data, const Tensor& x);
 // What a dequantization makes: f32 or bf16.
@@ -174,6 +226,11 @@ class ScaledTensorQuantizer : public Quantizer {
   SlotStats* recording(AmaxRecording amax) const {
     return amax == AmaxRecording::kRecord ? stats_.get() : nullptr;
   }
+  // The spread of the scales a cast chose (f32 scale_inv, or e8m0 exponents as their powers of
+  // two) added to stats->scales; nothing when stats is null or the scales are not on the host
+  // (a GPU cast never waits for them). Zeros are skipped: blockwise FP8's layout padding (no
+  // cast chooses a zero scale).
+  static void add_scale_spread(SlotStats* stats, const Tensor& scales);
 
   DType dtype_;
 

@@ -55,9 +55,6 @@ std::vector<std::pair<std::string, Tensor>> RowwiseFP8Tensor::rowwise_state() co
 
 namespace ops {
 
-using detail::on_device;
-using detail::op_device;
-
 void quantize_rowwise(const Tensor& x, const RowwiseCast& cast, Tensor& data, Tensor& scale_inv,
                       FP8CastCounts* counts) {
   constexpr const char* op = "quantize_rowwise";
@@ -66,10 +63,10 @@ void quantize_rowwise(const Tensor& x, const RowwiseCast& cast, Tensor& data, Te
   OCTET_CHECK(scale_inv.defined() && scale_inv.dtype() == DType::kF32 &&
                   scale_inv.shape() == Shape{x.rows()},
               op, ": scale_inv must be f32(", x.rows(), ") (one per row), got ", scale_inv);
-  const Device device = op_device(op, {{x, "x"}, {data, "data"}, {scale_inv, "scale_inv"}});
-  on_device(device)->quantize_rowwise(x, cast, data, scale_inv, counts);
-  data.bump_version();
-  scale_inv.bump_version();
+  detail::quantize_on_device(op, x, data, scale_inv, "scale_inv",
+                             [&](const detail::Backend& backend) {
+                               backend.quantize_rowwise(x, cast, data, scale_inv, counts);
+                             });
 }
 
 Tensor dequantize_rowwise(const Tensor& data, const Tensor& scale_inv, DType dtype) {
@@ -80,45 +77,29 @@ Tensor dequantize_rowwise(const Tensor& data, const Tensor& scale_inv, DType dty
               op, ": scale_inv for data ", data, " must be f32(", data.rows(),
               ") (one per row), got ", scale_inv);
   check_dequantize_dtype(op, dtype);
-  const Device device = op_device(op, {{data, "data"}, {scale_inv, "scale_inv"}});
-  Tensor out = Tensor::empty(data.shape(), dtype, device);
-  on_device(device)->dequantize_rowwise(data, scale_inv, out);
-  return out;
+  return detail::dequantize_on_device(op, data, scale_inv, "scale_inv", data.shape(), dtype,
+                                      [&](const detail::Backend& backend, Tensor& out) {
+                                        backend.dequantize_rowwise(data, scale_inv, out);
+                                      });
 }
 
 namespace {
 
-// One f32 scale per row of each operand along K, each direction cast from high precision.
-class RowwiseFormat final : public QuantizedFormat {
+// One f32 scale per row of each operand along K, each direction cast from high precision; the
+// GEMM takes every value as its FP8 value times its row's scale_inv, the products summed in f32.
+class RowwiseFormat final : public ExpandedFormat<RowwiseFP8Tensor, dequantize_rowwise> {
  public:
-  std::string_view name() const override { return kRowwiseFormat; }
-  std::string layout() const override {
-    return "e4m3/e5m2 values, one f32 scale_inv per row along the last dim (column-wise: per "
-           "column, quantized separately from high precision), power-of-two by default";
-  }
   // The wgrad GEMM reduces over the token rows, so both dims of every operand follow the rule of
   // the FP8 tensor cores' leading dimensions.
-  std::string shape_violation(const Shape& shape) const override {
-    return multiple_rule_violation(shape, 16, 16, "row-wise FP8");
-  }
-  int64_t row_multiple() const override { return 16; }
-
-  Tensor dequantize(const QuantizedTensor& t, DType dtype) const override {
-    return dequantize_directions(as_format<RowwiseFP8Tensor>(t),
-                                 [&](const Tensor& data, const Tensor& scale_inv) {
-                                   return dequantize_rowwise(data, scale_inv, dtype);
-                                 });
-  }
+  RowwiseFormat()
+      : ExpandedFormat(
+            kRowwiseFormat,
+            "e4m3/e5m2 values, one f32 scale_inv per row along the last dim (column-wise: per "
+            "column, quantized separately from high precision), power-of-two by default",
+            16, 16, "row-wise FP8") {}
 
   void make_usage(QuantizedTensor& t, Usage missing, const Tensor* source) const override {
     recast_from_source(as_format<RowwiseFP8Tensor>(t), missing, source, "row-wise FP8");
-  }
-
-  // Every value its FP8 value times its row's scale_inv, the products summed in f32.
-  void gemm(const QuantizedTensor& a, Usage a_usage, const QuantizedTensor& b, Usage b_usage,
-            GemmLayout layout, Tensor& out_2d, const FP8GemmOptions& options) const override {
-    expanded_gemm(as_format<RowwiseFP8Tensor>(a), a_usage, as_format<RowwiseFP8Tensor>(b), b_usage,
-                  layout, out_2d, options, dequantize_rowwise);
   }
 };
 
@@ -146,11 +127,7 @@ void RowwiseQuantizer::cast(const Tensor& x, Usage direction, Tensor& data, Tens
   Tensor data_2d = data.reshape({data.rows(), data.cols()});
   ops::quantize_rowwise(source, cast_, data_2d, scale_inv,
                         stats != nullptr ? &stats->counts : nullptr);
-  // The spread of the scales this cast chose (one per row, read on the host).
-  if (stats != nullptr && scale_inv.device().is_cpu()) {
-    const float* s = scale_inv.data_as<float>();
-    for (int64_t i = 0; i < scale_inv.numel(); ++i) stats->scales.add(s[i]);
-  }
+  add_scale_spread(stats, scale_inv);
 }
 
 std::shared_ptr<ScaledTensor> RowwiseQuantizer::make_tensor(const Shape& shape, Tensor rowwise,

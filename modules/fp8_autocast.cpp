@@ -121,22 +121,17 @@ void FP8Autocast::close() {
   update(live, FP8Direction::kForward);
 }
 
-namespace {
-thread_local bool t_forward_high_precision = false;
-thread_local bool t_backward_high_precision = false;
-}  // namespace
-
-FP8HighPrecisionForward::FP8HighPrecisionForward(bool on) : previous_(t_forward_high_precision) {
-  t_forward_high_precision = on;
+bool& detail::high_precision_flag(HighPrecisionPass pass) {
+  thread_local bool forward = false;
+  thread_local bool backward = false;
+  return pass == HighPrecisionPass::kForward ? forward : backward;
 }
-FP8HighPrecisionForward::~FP8HighPrecisionForward() { t_forward_high_precision = previous_; }
-bool fp8_forward_high_precision() { return t_forward_high_precision; }
-
-FP8HighPrecisionBackward::FP8HighPrecisionBackward(bool on) : previous_(t_backward_high_precision) {
-  t_backward_high_precision = on;
+bool fp8_forward_high_precision() {
+  return detail::high_precision_flag(detail::HighPrecisionPass::kForward);
 }
-FP8HighPrecisionBackward::~FP8HighPrecisionBackward() { t_backward_high_precision = previous_; }
-bool fp8_backward_high_precision() { return t_backward_high_precision; }
+bool fp8_backward_high_precision() {
+  return detail::high_precision_flag(detail::HighPrecisionPass::kBackward);
+}
 
 bool fp8_enabled() { return t_scope.enabled; }
 

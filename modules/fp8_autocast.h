@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "runtime/comm.h"
 #include "runtime/fp8_meta.h"
@@ -50,21 +51,31 @@ class FP8Autocast {
   bool closed_ = false;
 };
 
+namespace detail {
+enum class HighPrecisionPass : uint8_t { kForward, kBackward };
+bool& high_precision_flag(HighPrecisionPass pass);  // the pass's thread-local switch
+
+// Sets the pass's switch to `on` while it lives and gives it back its previous value after.
+template <HighPrecisionPass kPass>
+class HighPrecisionScope {
+ public:
+  explicit HighPrecisionScope(bool on = true)
+      : previous_(std::exchange(high_precision_flag(kPass), on)) {}
+  ~HighPrecisionScope() { high_precision_flag(kPass) = previous_; }
+  HighPrecisionScope(const HighPrecisionScope&) = delete;
+  HighPrecisionScope& operator=(const HighPrecisionScope&) = delete;
+
+ private:
+  bool previous_;
+};
+}  // namespace detail
+
 // The forward GEMMs in high precision while this lives (fp8.high_precision_after: NVIDIA's switch
 // for the last steps of a run): FP8 modules whose forward runs inside cast nothing forward and
 // multiply the high-precision input and weight; their backward still casts, under the scope's
 // recipe, dY and the input and weight the forward kept. Thread-local, nestable; `on` false turns
 // it off inside. FP8 primary weights cannot take it (no high-precision weight to multiply).
-class FP8HighPrecisionForward {
- public:
-  explicit FP8HighPrecisionForward(bool on = true);
-  ~FP8HighPrecisionForward();
-  FP8HighPrecisionForward(const FP8HighPrecisionForward&) = delete;
-  FP8HighPrecisionForward& operator=(const FP8HighPrecisionForward&) = delete;
-
- private:
-  bool previous_;
-};
+using FP8HighPrecisionForward = detail::HighPrecisionScope<detail::HighPrecisionPass::kForward>;
 bool fp8_forward_high_precision();
 
 // The backward GEMMs in high precision while this lives (fp8.high_precision_backward: the
@@ -72,16 +83,7 @@ bool fp8_forward_high_precision();
 // input and weight for the forward GEMM only, keep the high-precision input and weight for
 // backward, and multiply dY by them without casting. Exclusive with FP8HighPrecisionForward;
 // FP8 primary weights and recomputed MLPs cannot take it.
-class FP8HighPrecisionBackward {
- public:
-  explicit FP8HighPrecisionBackward(bool on = true);
-  ~FP8HighPrecisionBackward();
-  FP8HighPrecisionBackward(const FP8HighPrecisionBackward&) = delete;
-  FP8HighPrecisionBackward& operator=(const FP8HighPrecisionBackward&) = delete;
-
- private:
-  bool previous_;
-};
+using FP8HighPrecisionBackward = detail::HighPrecisionScope<detail::HighPrecisionPass::kBackward>;
 bool fp8_backward_high_precision();
 
 bool fp8_enabled();          // inside a scope with FP8 on

@@ -17,27 +17,28 @@ namespace {
 using autograd::Context;
 using autograd::Tensors;
 
+// Each MLP activation: its model.activation name, the elementwise activation it applies (to the
+// gate half when gated) and whether it is gated.
 struct ActivationKind {
+  MLPActivation mlp;
+  std::string_view name;
   ops::Activation act;
   bool gated;
 };
 
+constexpr ActivationKind kActivationKinds[] = {
+    {MLPActivation::kGelu, "gelu", ops::Activation::kGelu, false},
+    {MLPActivation::kRelu, "relu", ops::Activation::kRelu, false},
+    {MLPActivation::kSquaredRelu, "srelu", ops::Activation::kSquaredRelu, false},
+    {MLPActivation::kSilu, "silu", ops::Activation::kSilu, false},
+    {MLPActivation::kSwiglu, "swiglu", ops::Activation::kSilu, true},
+    {MLPActivation::kGeglu, "geglu", ops::Activation::kGelu, true},
+    {MLPActivation::kReglu, "reglu", ops::Activation::kRelu, true},
+};
+
 ActivationKind kind_of(MLPActivation a) {
-  switch (a) {
-    case MLPActivation::kGelu:
-      return {ops::Activation::kGelu, false};
-    case MLPActivation::kRelu:
-      return {ops::Activation::kRelu, false};
-    case MLPActivation::kSquaredRelu:
-      return {ops::Activation::kSquaredRelu, false};
-    case MLPActivation::kSilu:
-      return {ops::Activation::kSilu, false};
-    case MLPActivation::kSwiglu:
-      return {ops::Activation::kSilu, true};
-    case MLPActivation::kGeglu:
-      return {ops::Activation::kGelu, true};
-    case MLPActivation::kReglu:
-      return {ops::Activation::kRelu, true};
+  for (const ActivationKind& k : kActivationKinds) {
+    if (k.mlp == a) return k;
   }
   OCTET_FAIL("unknown MLP activation ", static_cast<int>(a));
 }
@@ -253,17 +254,14 @@ Tensor make_bias(int64_t n, const LinearOptions& options) {
 }  // namespace
 
 MLPActivation mlp_activation_from_name(std::string_view name) {
-  static constexpr std::pair<std::string_view, MLPActivation> kNames[] = {
-      {"gelu", MLPActivation::kGelu},         {"relu", MLPActivation::kRelu},
-      {"srelu", MLPActivation::kSquaredRelu}, {"silu", MLPActivation::kSilu},
-      {"swiglu", MLPActivation::kSwiglu},     {"geglu", MLPActivation::kGeglu},
-      {"reglu", MLPActivation::kReglu}};
-  for (const auto& [n, a] : kNames) {
-    if (n == name) return a;
+  for (const ActivationKind& k : kActivationKinds) {
+    if (k.name == name) return k.mlp;
   }
   OCTET_FAIL("unknown MLP activation \"", name,
              "\": expected gelu, relu, srelu, silu, swiglu, geglu or reglu");
 }
+
+std::string_view mlp_activation_name(MLPActivation a) { return kind_of(a).name; }
 
 LayerNormMLP::LayerNormMLP(int64_t hidden, int64_t ffn, LayerNormMLPOptions options)
     : FP8Module("LayerNormMLP", 2, options.linear.recipe, options.linear.seed),

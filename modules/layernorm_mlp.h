@@ -14,6 +14,7 @@ namespace octet::modules {
 
 enum class MLPActivation : uint8_t { kGelu, kRelu, kSquaredRelu, kSilu, kSwiglu, kGeglu, kReglu };
 MLPActivation mlp_activation_from_name(std::string_view name);  // "gelu", ..., "swiglu"
+std::string_view mlp_activation_name(MLPActivation a);          // model.activation's name
 enum class Recompute : uint8_t { kNo, kYes };
 
 struct LayerNormMLPOptions {

@@ -81,20 +81,16 @@ std::vector<Parameter> Module::parameters() {
 }
 
 std::vector<std::pair<std::string, Tensor*>> Module::buffers() {
-  std::vector<std::pair<std::string, Tensor*>> out;
-  visit("", [&](const std::string& prefix, Module& m) {
-    for (auto& [name, t] : m.buffers_) out.emplace_back(join(prefix, name), t);
-    for (auto& [name, t] : m.dynamic_buffers()) out.emplace_back(join(prefix, name), t);
-    for (auto& [name, t] : m.dynamic_host_buffers()) out.emplace_back(join(prefix, name), t);
-  });
-  return out;
+  return collect_buffers(HostBuffers::kKeep);
 }
 
-std::vector<std::pair<std::string, Tensor*>> Module::device_buffers() {
+std::vector<std::pair<std::string, Tensor*>> Module::collect_buffers(HostBuffers host) {
   std::vector<std::pair<std::string, Tensor*>> out;
   visit("", [&](const std::string& prefix, Module& m) {
     for (auto& [name, t] : m.buffers_) out.emplace_back(join(prefix, name), t);
     for (auto& [name, t] : m.dynamic_buffers()) out.emplace_back(join(prefix, name), t);
+    if (host == HostBuffers::kSkip) return;
+    for (auto& [name, t] : m.dynamic_host_buffers()) out.emplace_back(join(prefix, name), t);
   });
   return out;
 }
@@ -143,7 +139,7 @@ void Module::to(Device device) {
     const Tensor& g = autograd::grad(*p.tensor);
     if (g.defined()) g.move_storage_to(device);
   }
-  for (auto& [name, t] : device_buffers()) {
+  for (auto& [name, t] : collect_buffers(HostBuffers::kSkip)) {
     if (t->defined()) t->move_storage_to(device);
   }
   visit("", [device](const std::string&, Module& m) { m.device_ = device; });

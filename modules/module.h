@@ -118,8 +118,9 @@ class Module {
   virtual FP8State* own_fp8_state() { return nullptr; }
 
  private:
-  // buffers() without the host-only ones: what to() moves.
-  std::vector<std::pair<std::string, Tensor*>> device_buffers();
+  enum class HostBuffers : uint8_t { kSkip, kKeep };
+  // buffers(); with kSkip without the host-only ones: what to() moves.
+  std::vector<std::pair<std::string, Tensor*>> collect_buffers(HostBuffers host);
   void visit(const std::string& prefix, const std::function<void(const std::string&, Module&)>& f);
 
   std::string type_;

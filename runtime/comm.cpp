@@ -11,6 +11,7 @@
 #include "runtime/comm_mpi.h"
 #include "runtime/comm_nccl.h"
 #include "runtime/error.h"
+#include "runtime/named.h"
 
 namespace octet {
 namespace {
@@ -54,17 +55,9 @@ std::pair<std::string, std::string> item_at(
 
 }  // namespace
 
-std::string_view reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kAvg:
-      return "avg";
-    case ReduceOp::kMax:
-      return "max";
-  }
-  OCTET_FAIL("unknown ReduceOp ", static_cast<int>(op));
-}
+constexpr Named<ReduceOp> kReduceOps[] = {
+    {ReduceOp::kSum, "sum"}, {ReduceOp::kAvg, "avg"}, {ReduceOp::kMax, "max"}};
+std::string_view reduce_op_name(ReduceOp op) { return name_in(kReduceOps, op); }
 
 std::unique_ptr<PendingCollective> Communicator::start_all_reduce(Tensor t, ReduceOp op) {
   all_reduce(t, op);

@@ -13,24 +13,6 @@
 namespace octet {
 namespace {
 
-struct DTypeInfo {
-  DType dtype;
-  size_t size;
-  std::string_view name;
-};
-
-constexpr DTypeInfo kInfo[] = {
-    {DType::kF32, 4, "f32"},   {DType::kBF16, 2, "bf16"}, {DType::kF16, 2, "f16"},
-    {DType::kE4M3, 1, "e4m3"}, {DType::kE5M2, 1, "e5m2"}, {DType::kE8M0, 1, "e8m0"},
-    {DType::kI32, 4, "i32"},   {DType::kI64, 8, "i64"},   {DType::kU8, 1, "u8"},
-};
-
-const DTypeInfo& info(DType dtype) {
-  const auto index = static_cast<size_t>(dtype);
-  OCTET_CHECK(index < std::size(kInfo), "unknown dtype code ", index);
-  return kInfo[index];
-}
-
 template <typename Int>
 Int saturate_round(float value) {
   if (std::isnan(value)) return 0;
@@ -42,6 +24,48 @@ Int saturate_round(float value) {
     return std::numeric_limits<Int>::max();
   }
   return static_cast<Int>(rounded);
+}
+
+float same(float v) { return v; }
+template <typename Int>
+float widen(Int v) {
+  return static_cast<float>(v);
+}
+
+// Element i of a buffer of T as f32, and a store from f32.
+template <typename T, float (*kLoad)(T)>
+float load(const void* data, size_t i) {
+  return kLoad(static_cast<const T*>(data)[i]);
+}
+template <typename T, T (*kStore)(float)>
+void store(void* data, size_t i, float v) {
+  static_cast<T*>(data)[i] = kStore(v);
+}
+
+struct DTypeInfo {
+  DType dtype;
+  size_t size;
+  std::string_view name;
+  float (*load)(const void* data, size_t i);
+  void (*store)(void* data, size_t i, float v);  // integers: nearest even, saturated
+};
+
+constexpr DTypeInfo kInfo[] = {
+    {DType::kF32, 4, "f32", load<float, same>, store<float, same>},
+    {DType::kBF16, 2, "bf16", load<uint16_t, from_bf16>, store<uint16_t, to_bf16>},
+    {DType::kF16, 2, "f16", load<uint16_t, from_f16>, store<uint16_t, to_f16>},
+    {DType::kE4M3, 1, "e4m3", load<uint8_t, from_e4m3>, store<uint8_t, to_e4m3>},
+    {DType::kE5M2, 1, "e5m2", load<uint8_t, from_e5m2>, store<uint8_t, to_e5m2>},
+    {DType::kE8M0, 1, "e8m0", load<uint8_t, from_e8m0>, store<uint8_t, to_e8m0>},
+    {DType::kI32, 4, "i32", load<int32_t, widen>, store<int32_t, saturate_round>},
+    {DType::kI64, 8, "i64", load<int64_t, widen>, store<int64_t, saturate_round>},
+    {DType::kU8, 1, "u8", load<uint8_t, widen>, store<uint8_t, saturate_round>},
+};
+
+const DTypeInfo& info(DType dtype) {
+  const auto index = static_cast<size_t>(dtype);
+  OCTET_CHECK(index < std::size(kInfo), "unknown dtype code ", index);
+  return kInfo[index];
 }
 
 }  // namespace
@@ -69,60 +93,11 @@ float fp8_max(DType dtype) {
 }
 
 float load_as_f32(DType dtype, const void* data, size_t index) {
-  switch (dtype) {
-    case DType::kF32:
-      return static_cast<const float*>(data)[index];
-    case DType::kBF16:
-      return from_bf16(static_cast<const uint16_t*>(data)[index]);
-    case DType::kF16:
-      return from_f16(static_cast<const uint16_t*>(data)[index]);
-    case DType::kE4M3:
-      return from_e4m3(static_cast<const uint8_t*>(data)[index]);
-    case DType::kE5M2:
-      return from_e5m2(static_cast<const uint8_t*>(data)[index]);
-    case DType::kE8M0:
-      return from_e8m0(static_cast<const uint8_t*>(data)[index]);
-    case DType::kI32:
-      return static_cast<float>(static_cast<const int32_t*>(data)[index]);
-    case DType::kI64:
-      return static_cast<float>(static_cast<const int64_t*>(data)[index]);
-    case DType::kU8:
-      return static_cast<float>(static_cast<const uint8_t*>(data)[index]);
-  }
-  OCTET_FAIL("load_as_f32: unhandled dtype ", dtype);
+  return info(dtype).load(data, index);
 }
 
 void store_from_f32(DType dtype, void* data, size_t index, float value) {
-  switch (dtype) {
-    case DType::kF32:
-      static_cast<float*>(data)[index] = value;
-      return;
-    case DType::kBF16:
-      static_cast<uint16_t*>(data)[index] = to_bf16(value);
-      return;
-    case DType::kF16:
-      static_cast<uint16_t*>(data)[index] = to_f16(value);
-      return;
-    case DType::kE4M3:
-      static_cast<uint8_t*>(data)[index] = to_e4m3(value);
-      return;
-    case DType::kE5M2:
-      static_cast<uint8_t*>(data)[index] = to_e5m2(value);
-      return;
-    case DType::kE8M0:
-      static_cast<uint8_t*>(data)[index] = to_e8m0(value);
-      return;
-    case DType::kI32:
-      static_cast<int32_t*>(data)[index] = saturate_round<int32_t>(value);
-      return;
-    case DType::kI64:
-      static_cast<int64_t*>(data)[index] = saturate_round<int64_t>(value);
-      return;
-    case DType::kU8:
-      static_cast<uint8_t*>(data)[index] = saturate_round<uint8_t>(value);
-      return;
-  }
-  OCTET_FAIL("store_from_f32: unhandled dtype ", dtype);
+  info(dtype).store(data, index, value);
 }
 
 std::ostream& operator<<(std::ostream& out, DType dtype) { return out << dtype_name(dtype); }

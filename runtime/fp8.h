@@ -103,24 +103,20 @@ OCTET_HD float from_e8m0(uint8_t e) {
 // host functions, deliberately not hidden behind !__CUDA_ARCH__: nvcc's device pass also parses
 // the host code of a .cu file, so hiding them would break host callers there, while a device
 // caller still gets a clear "host function called from device" error.
-inline const float* e4m3_to_float_table() {
+namespace detail {
+template <float (*kDecode)(uint8_t)>
+const float* decode_table() {
   static const struct Table {
     float values[256];
     Table() {
-      for (int i = 0; i < 256; ++i) values[i] = from_e4m3(static_cast<uint8_t>(i));
+      for (int i = 0; i < 256; ++i) values[i] = kDecode(static_cast<uint8_t>(i));
     }
   } table;
   return table.values;
 }
+}  // namespace detail
 
-inline const float* e5m2_to_float_table() {
-  static const struct Table {
-    float values[256];
-    Table() {
-      for (int i = 0; i < 256; ++i) values[i] = from_e5m2(static_cast<uint8_t>(i));
-    }
-  } table;
-  return table.values;
-}
+inline const float* e4m3_to_float_table() { return detail::decode_table<from_e4m3>(); }
+inline const float* e5m2_to_float_table() { return detail::decode_table<from_e5m2>(); }
 
 }  // namespace octet

@@ -3,6 +3,8 @@
 
 #include <sstream>
 
+#include "runtime/named.h"
+
 namespace octet {
 
 Quantizer::BackwardOperands Quantizer::backward_operands(const Tensor&, const QuantizedTensor*,
@@ -11,19 +13,11 @@ Quantizer::BackwardOperands Quantizer::backward_operands(const Tensor&, const Qu
              " quantizer does not re-cast a GEMM's operands for its backward");
 }
 
-std::string_view usage_name(Usage usage) {
-  switch (usage) {
-    case Usage::kNone:
-      return "none";
-    case Usage::kRowwise:
-      return "row-wise";
-    case Usage::kColumnwise:
-      return "column-wise";
-    case Usage::kBoth:
-      return "row-wise+column-wise";
-  }
-  OCTET_FAIL("unknown usage set ", static_cast<int>(usage));
-}
+constexpr Named<Usage> kUsages[] = {{Usage::kNone, "none"},
+                                    {Usage::kRowwise, "row-wise"},
+                                    {Usage::kColumnwise, "column-wise"},
+                                    {Usage::kBoth, "row-wise+column-wise"}};
+std::string_view usage_name(Usage usage) { return name_in(kUsages, usage); }
 
 QuantizedTensor::QuantizedTensor(Shape shape, DType dtype, Usage usage, Ownership ownership,
                                  Device device)

@@ -173,6 +173,16 @@ std::string_view amax_compute_algo_name(AmaxComputeAlgo algo) { return name_of(k
 std::string_view nvfp4_scope_name(NVFP4Scope scope) { return name_of(kScopes, scope); }
 std::string_view nvfp4_method_name(NVFP4Method method) { return name_of(kMethods, method); }
 
+namespace {
+// A recipe of `kind` in `format`, every other field at its default.
+Recipe recipe_of(RecipeKind kind, FP8Format format) {
+  Recipe r;
+  r.kind = kind;
+  r.fp8_format = format;
+  return r;
+}
+}  // namespace
+
 Recipe Recipe::delayed(FP8Format format, int margin, int64_t amax_history_len,
                        AmaxComputeAlgo algo) {
   OCTET_CHECK(margin >= 0 && margin <= kMaxMargin, "delayed recipe: margin ", margin,
@@ -180,48 +190,28 @@ Recipe Recipe::delayed(FP8Format format, int margin, int64_t amax_history_len,
   OCTET_CHECK(amax_history_len >= 1 && amax_history_len <= kMaxHistoryLen,
               "delayed recipe: amax_history_len ", amax_history_len, " outside [1, ",
               kMaxHistoryLen, "]");
-  Recipe r;
-  r.kind = RecipeKind::kDelayed;
-  r.fp8_format = format;
+  Recipe r = recipe_of(RecipeKind::kDelayed, format);
   r.margin = margin;
   r.amax_history_len = amax_history_len;
   r.amax_compute_algo = algo;
   return r;
 }
 
-Recipe Recipe::current(FP8Format format) {
-  Recipe r;
-  r.kind = RecipeKind::kCurrent;
-  r.fp8_format = format;
-  return r;
-}
+Recipe Recipe::current(FP8Format format) { return recipe_of(RecipeKind::kCurrent, format); }
 
-Recipe Recipe::mxfp8() {
-  Recipe r;
-  r.kind = RecipeKind::kMXFP8;
-  r.fp8_format = FP8Format::kE4M3;
-  return r;
-}
+Recipe Recipe::mxfp8() { return recipe_of(RecipeKind::kMXFP8, FP8Format::kE4M3); }
 
 Recipe Recipe::blockwise(FP8Format format) {
-  Recipe r;
-  r.kind = RecipeKind::kBlockwise;
-  r.fp8_format = format;
+  Recipe r = recipe_of(RecipeKind::kBlockwise, format);
   r.power_2_scale = true;
   return r;
 }
 
-Recipe Recipe::nvfp4() {
-  Recipe r;
-  r.kind = RecipeKind::kNVFP4;
-  r.fp8_format = FP8Format::kE4M3;  // the format of the block scales
-  return r;
-}
+// fp8_format: the format of the block scales.
+Recipe Recipe::nvfp4() { return recipe_of(RecipeKind::kNVFP4, FP8Format::kE4M3); }
 
 Recipe Recipe::rowwise(FP8Format format) {
-  Recipe r;
-  r.kind = RecipeKind::kRowwise;
-  r.fp8_format = format;
+  Recipe r = recipe_of(RecipeKind::kRowwise, format);
   r.power_2_scale = true;
   return r;
 }

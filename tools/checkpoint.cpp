@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "autograd/grad_mode.h"
+#include "modules/layernorm_mlp.h"
 #include "runtime/error.h"
 #include "tools/run.h"
 
@@ -129,24 +130,6 @@ class NoData final : public data::Dataset {
   int64_t vocab_;
 };
 
-// transformers' GPT-2 activations are octet's gelu (tanh form), relu and silu; Llama's MLP is
-// swiglu.
-std::string activation_key(modules::MLPActivation a, const std::string& source) {
-  switch (a) {
-    case modules::MLPActivation::kGelu:
-      return "gelu";
-    case modules::MLPActivation::kRelu:
-      return "relu";
-    case modules::MLPActivation::kSilu:
-      return "silu";
-    case modules::MLPActivation::kSwiglu:
-      return "swiglu";
-    default:
-      break;
-  }
-  OCTET_FAIL(source, ": its activation has no model.activation value");
-}
-
 std::mutex init_mutex;
 NamedTensors init_values;  // guarded by init_mutex
 
@@ -173,7 +156,9 @@ config::RunConfig imported_run_config(const train::HfModel& hf, const std::strin
       {"ffn_hidden", g.ffn},
       {"vocab", g.vocab_size},
       {"seq_len", g.max_seq_len},
-      {"activation", activation_key(g.activation, source)},
+      // transformers' GPT-2 activations are octet's gelu (tanh form), relu and silu; Llama's
+      // MLP is swiglu.
+      {"activation", std::string(modules::mlp_activation_name(g.activation))},
       {"norm", g.norm == modules::NormKind::kRMSNorm ? "rmsnorm" : "layernorm"},
       // The f32 epsilon as the shortest decimal that reads back as it (1e-06, as config.json).
       {"norm_eps", std::stod(fmt::format("{}", g.norm_eps))},

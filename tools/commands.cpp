@@ -29,6 +29,7 @@
 #include "tools/checkpoint.h"
 #include "tools/inspect.h"
 #include "tools/metrics.h"
+#include "tools/number_args.h"
 #include "tools/run.h"
 
 namespace octet::cli {
@@ -92,25 +93,11 @@ Parsed parse(const Args& args, std::string_view command, std::initializer_list<O
   return parsed;
 }
 
-int64_t parse_int(const std::string& text, std::string_view option, int64_t min) {
-  int64_t v = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  OCTET_CHECK(ec == std::errc() && end == text.data() + text.size() && v >= min, option,
-              ": expected an integer >= ", min, ", got \"", text, "\"");
-  return v;
-}
-
-double parse_double(const std::string& text, std::string_view option) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  OCTET_CHECK(used == text.size() && used > 0 && std::isfinite(v), option,
-              ": expected a number, got \"", text, "\"");
-  return v;
+// Prints the command's help when --help was given: then the command has nothing else to do.
+bool printed_help(const Parsed& p, std::string_view command, std::ostream& out) {
+  if (!p.has("--help")) return false;
+  out << help_text(command);
+  return true;
 }
 
 void no_positional(const Parsed& p, std::string_view command) {
@@ -325,10 +312,7 @@ int run_train(const Args& args, std::ostream& out) {
                           {"--resume", Takes::kFlag},
                           {"--overwrite", Takes::kFlag},
                           {"--quiet", Takes::kFlag}});
-  if (p.has("--help")) {
-    out << help_text("train");
-    return 0;
-  }
+  if (printed_help(p, "train", out)) return 0;
   no_positional(p, "train");
   const std::vector<std::string> sets = p.values("--set");
   const cli::Resume resume = p.has("--resume") ? cli::Resume::kYes : cli::Resume::kNo;
@@ -384,10 +368,7 @@ int run_eval(const Args& args, std::ostream& out) {
                           {"--set", Takes::kValue},
                           {"--examples", Takes::kValue},
                           {"--json", Takes::kFlag}});
-  if (p.has("--help")) {
-    out << help_text("eval");
-    return 0;
-  }
+  if (printed_help(p, "eval", out)) return 0;
   no_positional(p, "eval");
   const std::string path = required(p, "--checkpoint", "eval");
   std::vector<std::string> sets = p.values("--set");
@@ -499,10 +480,7 @@ int run_generate(const Args& args, std::ostream& out, std::ostream& err) {
                           {"--eos-id", Takes::kValue},
                           {"--no-cache", Takes::kFlag},
                           {"--seed", Takes::kValue}});
-  if (p.has("--help")) {
-    out << help_text("generate");
-    return 0;
-  }
+  if (printed_help(p, "generate", out)) return 0;
   no_positional(p, "generate");
   const std::string path = required(p, "--checkpoint", "generate");
   const std::optional<std::string> prompt_ids = p.value("--prompt-ids");
@@ -548,10 +526,7 @@ int run_tokenize(const Args& args, std::ostream& out) {
   namespace fs = std::filesystem;
   const Parsed p =
       parse(args, "tokenize", {{"--tokenizer", Takes::kValue}, {"--out", Takes::kValue}});
-  if (p.has("--help")) {
-    out << help_text("tokenize");
-    return 0;
-  }
+  if (printed_help(p, "tokenize", out)) return 0;
   const std::string tokenizer_path = required(p, "--tokenizer", "tokenize");
   const std::string path = required(p, "--out", "tokenize");
   OCTET_CHECK(!p.positional.empty(),
@@ -603,10 +578,7 @@ int run_tokenize(const Args& args, std::ostream& out) {
 
 int run_inspect(const Args& args, std::ostream& out) {
   const Parsed p = parse(args, "inspect", {{"--json", Takes::kFlag}});
-  if (p.has("--help")) {
-    out << help_text("inspect");
-    return 0;
-  }
+  if (printed_help(p, "inspect", out)) return 0;
   OCTET_CHECK(p.positional.size() == 1, "octet inspect: expected one checkpoint path, got ",
               p.positional.size(), " (see octet inspect --help)");
   const cli::Checkpoint ckpt = cli::read_checkpoint(p.positional.front());
@@ -620,10 +592,7 @@ int run_inspect(const Args& args, std::ostream& out) {
 
 int run_import(const Args& args, std::ostream& out) {
   const Parsed p = parse(args, "import", {{"--out", Takes::kValue}});
-  if (p.has("--help")) {
-    out << help_text("import");
-    return 0;
-  }
+  if (printed_help(p, "import", out)) return 0;
   OCTET_CHECK(p.positional.size() == 1, "octet import: expected one Hugging Face folder, got ",
               p.positional.size(), " (see octet import --help)");
   const std::string& folder = p.positional.front();
@@ -646,10 +615,7 @@ int run_import(const Args& args, std::ostream& out) {
 
 int run_export(const Args& args, std::ostream& out) {
   const Parsed p = parse(args, "export", {{"--to", Takes::kValue}});
-  if (p.has("--help")) {
-    out << help_text("export");
-    return 0;
-  }
+  if (printed_help(p, "export", out)) return 0;
   OCTET_CHECK(p.positional.size() == 1, "octet export: expected one checkpoint path, got ",
               p.positional.size(), " (see octet export --help)");
   const std::string& path = p.positional.front();

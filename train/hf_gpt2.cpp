@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/named.h"
 #include "train/hf_architecture.h"
 
 namespace octet::train::detail {
@@ -43,20 +44,15 @@ MLPActivation read_activation(const Json& config, const std::string& where) {
              "is the tanh form, so the exact (erf) \"gelu\" is not taken");
 }
 
+constexpr Named<MLPActivation> kActivationNames[] = {{MLPActivation::kGelu, "gelu_new"},
+                                                     {MLPActivation::kRelu, "relu"},
+                                                     {MLPActivation::kSilu, "silu"}};
 std::string_view activation_name(MLPActivation a) {
-  switch (a) {
-    case MLPActivation::kGelu:
-      return "gelu_new";
-    case MLPActivation::kRelu:
-      return "relu";
-    case MLPActivation::kSilu:
-      return "silu";
-    default:
-      break;
-  }
-  OCTET_FAIL(
-      "cannot export to GPT2LMHeadModel: config key \"model.activation\" is a gated or squared "
-      "activation, which GPT-2's MLP cannot express (gelu, relu or silu only)");
+  const std::string_view name = name_or_empty(kActivationNames, a);
+  OCTET_CHECK(!name.empty(),
+              "cannot export to GPT2LMHeadModel: config key \"model.activation\" is a gated or "
+              "squared activation, which GPT-2's MLP cannot express (gelu, relu or silu only)");
+  return name;
 }
 
 // A key whose only supported value is transformers' default: refused, naming it, otherwise.

@@ -9,8 +9,13 @@ namespace {
 
 using ops::Transpose;
 
-// Mixed-precision operands (a bf16 weight, an f32 activation) meet in f32:
-// ops::gemm_operand_for.
+// op(a)·op(b) through ops::gemm. Mixed-precision operands (a bf16 weight, an f32 activation) meet
+// in f32: ops::gemm_operand_for.
+Tensor mixed_gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, DType out_dtype,
+                  const ops::GemmOptions& options = {}) {
+  return ops::gemm(ops::gemm_operand_for(a, b), ta, ops::gemm_operand_for(b, a), tb, out_dtype,
+                   options);
+}
 
 Shape with_last(const Shape& shape, int64_t last) {
   Shape out = shape;
@@ -25,18 +30,14 @@ struct MatmulFn {
     OCTET_CHECK(a.dim() >= 1 && a.cols() == b.size(0), "matmul: a ", a, " and b ", b,
                 " do not chain (a's last dim must equal b's rows)");
     ctx.save(a, b);
-    Tensor y = ops::gemm(ops::gemm_operand_for(a, b), Transpose::kNo, ops::gemm_operand_for(b, a),
-                         Transpose::kNo, a.dtype());
+    Tensor y = mixed_gemm(a, Transpose::kNo, b, Transpose::kNo, a.dtype());
     return y.reshape(with_last(a.shape(), b.size(1)));
   }
   Tensors backward(Context& ctx, const Tensors& dy) {
     auto [a, b] = ctx.restore<2>();
     const Tensor& g = dy[0];
-    Tensor da = ops::gemm(ops::gemm_operand_for(g, b), Transpose::kNo, ops::gemm_operand_for(b, g),
-                          Transpose::kYes, a.dtype())
-                    .reshape(a.shape());
-    Tensor db = ops::gemm(ops::gemm_operand_for(a, g), Transpose::kYes, ops::gemm_operand_for(g, a),
-                          Transpose::kNo, b.dtype());
+    Tensor da = mixed_gemm(g, Transpose::kNo, b, Transpose::kYes, a.dtype()).reshape(a.shape());
+    Tensor db = mixed_gemm(a, Transpose::kYes, g, Transpose::kNo, b.dtype());
     return {da, db};
   }
 };
@@ -51,18 +52,14 @@ struct LinearFn {
     ctx.save(x, w);
     ops::GemmOptions options;
     options.bias = has_bias ? &bias : nullptr;
-    Tensor y = ops::gemm(ops::gemm_operand_for(x, w), Transpose::kNo, ops::gemm_operand_for(w, x),
-                         Transpose::kYes, x.dtype(), options);
+    Tensor y = mixed_gemm(x, Transpose::kNo, w, Transpose::kYes, x.dtype(), options);
     return y.reshape(with_last(x.shape(), w.size(0)));
   }
   Tensors backward(Context& ctx, const Tensors& dy) {
     auto [x, w] = ctx.restore<2>();
     const Tensor& g = dy[0];
-    Tensor dx = ops::gemm(ops::gemm_operand_for(g, w), Transpose::kNo, ops::gemm_operand_for(w, g),
-                          Transpose::kNo, x.dtype())
-                    .reshape(x.shape());
-    Tensor dw = ops::gemm(ops::gemm_operand_for(g, x), Transpose::kYes, ops::gemm_operand_for(x, g),
-                          Transpose::kNo, w.dtype());
+    Tensor dx = mixed_gemm(g, Transpose::kNo, w, Transpose::kNo, x.dtype()).reshape(x.shape());
+    Tensor dw = mixed_gemm(g, Transpose::kYes, x, Transpose::kNo, w.dtype());
     Tensor db = has_bias ? ops::sum_rows(g) : Tensor();
     return {dx, dw, db};
   }

@@ -115,29 +115,22 @@ struct AttentionFn {
   }
 };
 
-struct PackHeadsFn {
-  static constexpr const char* kName = "pack_heads";
+// pack_heads and rope_heads: the same arguments, and a backward that takes them too.
+using HeadsOp = Tensor (*)(const Tensor&, int64_t, int64_t, const Tensor&);
+template <const char* kOpName, HeadsOp kForward, HeadsOp kBackward>
+struct HeadsFn {
+  static constexpr const char* kName = kOpName;
   int64_t heads, kv_heads;
   Tensor rope;  // owned by the model: not saved, never released by the graph
-  Tensor forward(Context&, const Tensor& qkv) {
-    return ops::pack_heads(qkv, heads, kv_heads, rope);
-  }
+  Tensor forward(Context&, const Tensor& qkv) { return kForward(qkv, heads, kv_heads, rope); }
   Tensors backward(Context&, const Tensors& dy) {
-    return {ops::pack_heads_backward(dy[0], heads, kv_heads, rope)};
+    return {kBackward(dy[0], heads, kv_heads, rope)};
   }
 };
-
-struct RopeHeadsFn {
-  static constexpr const char* kName = "rope_heads";
-  int64_t heads, kv_heads;
-  Tensor rope;  // owned by the model, as above
-  Tensor forward(Context&, const Tensor& qkv) {
-    return ops::rope_heads(qkv, heads, kv_heads, rope);
-  }
-  Tensors backward(Context&, const Tensors& dy) {
-    return {ops::rope_heads_backward(dy[0], heads, kv_heads, rope)};
-  }
-};
+constexpr char kPackHeads[] = "pack_heads";
+constexpr char kRopeHeads[] = "rope_heads";
+using PackHeadsFn = HeadsFn<kPackHeads, ops::pack_heads, ops::pack_heads_backward>;
+using RopeHeadsFn = HeadsFn<kRopeHeads, ops::rope_heads, ops::rope_heads_backward>;
 
 struct CrossEntropyFn {
   static constexpr const char* kName = "cross_entropy";

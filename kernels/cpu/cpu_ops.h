@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -27,6 +28,15 @@ void count_fp8_block(const float* x, const uint8_t* q, int64_t n, float scale, f
 // as count_fp8_block does.
 void cast_fp8_block(DType fp8, const float* x, int64_t n, float scale, float block_amax, uint8_t* q,
                     FP8CastCounts* counts);
+// max |x| over n values, NaN ignored (a NaN compares false and never wins).
+inline float amax_f32(const float* x, int64_t n) {
+  float m = 0.f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::fabs(x[i]);
+    m = v > m ? v : m;
+  }
+  return m;
+}
 // The threads' counts (one per parallel_chunk) and the element total added to *counts (nullable).
 void add_partial_counts(const std::vector<FP8CastCounts>& partial, int64_t total,
                         FP8CastCounts* counts);

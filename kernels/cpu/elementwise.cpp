@@ -53,6 +53,22 @@ void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
 // Non-f32 tensors go through f32 buffers of this many elements.
 constexpr int64_t kBlock = 1024;
 
+// out = x with `f(buf, m)` applied in place to each f32 block of m values on the way.
+template <typename F>
+void map_blocks(const Tensor& x, Tensor& out, F f) {
+  const auto* px = static_cast<const uint8_t*>(x.data());
+  auto* po = static_cast<uint8_t*>(out.data());
+  parallel_for(0, x.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+    float buf[kBlock];
+    for (int64_t i = lo; i < hi; i += kBlock) {
+      const int64_t m = std::min(kBlock, hi - i);
+      to_f32(x.dtype(), px + i * x.element_size(), buf, m);
+      f(buf, m);
+      from_f32(buf, out.dtype(), po + i * out.element_size(), m);
+    }
+  });
+}
+
 }  // namespace
 
 void to_f32(DType dtype, const void* src, float* dst, int64_t n) {
@@ -142,17 +158,7 @@ void CpuBackend::axpy(Tensor& dst, const Tensor& src, float alpha) const {
 }
 
 void CpuBackend::scale(const Tensor& x, float s, Tensor& out) const {
-  const auto* px = static_cast<const uint8_t*>(x.data());
-  auto* po = static_cast<uint8_t*>(out.data());
-  parallel_for(0, x.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
-    float buf[kBlock];
-    for (int64_t i = lo; i < hi; i += kBlock) {
-      const int64_t m = std::min(kBlock, hi - i);
-      to_f32(x.dtype(), px + i * x.element_size(), buf, m);
-      scale_f32(buf, s, buf, m);
-      from_f32(buf, out.dtype(), po + i * out.element_size(), m);
-    }
-  });
+  map_blocks(x, out, [s](float* buf, int64_t m) { scale_f32(buf, s, buf, m); });
 }
 
 void CpuBackend::fill(Tensor& dst, float value) const {
@@ -172,16 +178,7 @@ void CpuBackend::fill_from(const Tensor& value, Tensor& dst) const {
 }
 
 void CpuBackend::convert(const Tensor& src, Tensor& dst) const {
-  const auto* ps = static_cast<const uint8_t*>(src.data());
-  auto* pd = static_cast<uint8_t*>(dst.data());
-  parallel_for(0, src.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
-    float buf[kBlock];
-    for (int64_t i = lo; i < hi; i += kBlock) {
-      const int64_t m = std::min(kBlock, hi - i);
-      to_f32(src.dtype(), ps + i * src.element_size(), buf, m);
-      from_f32(buf, dst.dtype(), pd + i * dst.element_size(), m);
-    }
-  });
+  map_blocks(src, dst, [](float*, int64_t) {});
 }
 
 }  // namespace octet::cpu

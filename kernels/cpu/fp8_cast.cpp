@@ -100,6 +100,24 @@ void merge_amax(const std::vector<float>& partial, float* amax) {
   for (float m : partial) *amax = m > *amax ? m : *amax;
 }
 
+// The threaded frame of a cast of `rows` x `cols`: each chunk of whole kTileRows tiles, rows
+// [begin, end), is cast by cast_rows(begin, end, its counts or null), which returns the max |.|
+// of what it cast; the chunks' maxima go into *amax and their counts into *counts (nullable).
+template <typename CastRows>
+void cast_row_tiles(int64_t rows, int64_t cols, float* amax, FP8CastCounts* counts,
+                    CastRows cast_rows) {
+  std::vector<float> partial(static_cast<size_t>(num_threads()), 0.f);
+  std::vector<FP8CastCounts> partial_counts(static_cast<size_t>(num_threads()));
+  const int64_t row_tiles = (rows + kTileRows - 1) / kTileRows;
+  parallel_for(0, row_tiles, 1, [&](int64_t t0, int64_t t1) {
+    const auto chunk = static_cast<size_t>(parallel_chunk());
+    partial[chunk] = cast_rows(t0 * kTileRows, std::min(rows, t1 * kTileRows),
+                               counts ? &partial_counts[chunk] : nullptr);
+  });
+  merge_amax(partial, amax);
+  add_partial_counts(partial_counts, rows * cols, counts);
+}
+
 }  // namespace
 
 void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnwise, float* amax,
@@ -112,16 +130,11 @@ void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnw
   uint8_t* row_out = rowwise ? static_cast<uint8_t*>(rowwise->data()) : nullptr;
   uint8_t* col_out = columnwise ? static_cast<uint8_t*>(columnwise->data()) : nullptr;
 
-  std::vector<float> partial(static_cast<size_t>(num_threads()), 0.f);
-  std::vector<FP8CastCounts> partial_counts(static_cast<size_t>(num_threads()));
-  const int64_t row_tiles = (rows + kTileRows - 1) / kTileRows;
-  parallel_for(0, row_tiles, 1, [&](int64_t t0, int64_t t1) {
-    FP8CastCounts* thread_counts =
-        counts ? &partial_counts[static_cast<size_t>(parallel_chunk())] : nullptr;
+  const auto cast_rows = [&](int64_t begin, int64_t end, FP8CastCounts* thread_counts) {
     std::vector<float> buf(static_cast<size_t>(kTileCols));
     std::vector<uint8_t> q(row_out ? 0 : static_cast<size_t>(kTileRows * kTileCols));
     float m = 0.f;
-    for (int64_t r0 = t0 * kTileRows; r0 < std::min(rows, t1 * kTileRows); r0 += kTileRows) {
+    for (int64_t r0 = begin; r0 < end; r0 += kTileRows) {
       const int64_t r1 = std::min(rows, r0 + kTileRows);
       for (int64_t c0 = 0; c0 < cols; c0 += kTileCols) {
         const int64_t w = std::min(kTileCols, cols - c0);
@@ -144,10 +157,9 @@ void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnw
         }
       }
     }
-    partial[static_cast<size_t>(parallel_chunk())] = m;
-  });
-  merge_amax(partial, amax);
-  add_partial_counts(partial_counts, rows * cols, counts);
+    return m;
+  };
+  cast_row_tiles(rows, cols, amax, counts, cast_rows);
 }
 
 void CpuBackend::quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise,
@@ -174,16 +186,11 @@ void CpuBackend::norm_quantize_fp8(ops::NormKind kind, const Tensor& x, const Te
   const float* px = x.data_as<float>();  // (rows, C)
   uint8_t* row_out = rowwise ? static_cast<uint8_t*>(rowwise->data()) : nullptr;
   uint8_t* col_out = columnwise ? static_cast<uint8_t*>(columnwise->data()) : nullptr;
-  std::vector<float> partial(static_cast<size_t>(num_threads()), 0.f);
-  std::vector<FP8CastCounts> partial_counts(static_cast<size_t>(num_threads()));
-  const int64_t row_tiles = (rows + kTileRows - 1) / kTileRows;
-  parallel_for(0, row_tiles, 1, [&](int64_t t0, int64_t t1) {
-    FP8CastCounts* thread_counts =
-        counts ? &partial_counts[static_cast<size_t>(parallel_chunk())] : nullptr;
+  const auto cast_rows = [&](int64_t begin, int64_t end, FP8CastCounts* thread_counts) {
     std::vector<float> y(static_cast<size_t>(cols));  // (C,): one normalized row at a time
     std::vector<uint8_t> q(row_out ? 0 : static_cast<size_t>(kTileRows * cols));
     float m = 0.f;
-    for (int64_t r0 = t0 * kTileRows; r0 < std::min(rows, t1 * kTileRows); r0 += kTileRows) {
+    for (int64_t r0 = begin; r0 < end; r0 += kTileRows) {
       const int64_t r1 = std::min(rows, r0 + kTileRows);
       for (int64_t r = r0; r < r1; ++r) {
         norm(px + r * cols, y.data(), mean ? mean + r : nullptr, rsigma + r);
@@ -196,10 +203,9 @@ void CpuBackend::norm_quantize_fp8(ops::NormKind kind, const Tensor& x, const Te
         write_columnwise_tile(tile, cols, r1 - r0, cols, r0, 0, rows, col_out);
       }
     }
-    partial[static_cast<size_t>(parallel_chunk())] = m;
-  });
-  merge_amax(partial, amax);
-  add_partial_counts(partial_counts, rows * cols, counts);
+    return m;
+  };
+  cast_row_tiles(rows, cols, amax, counts, cast_rows);
 }
 
 void CpuBackend::transpose_2d(const Tensor& x, Tensor& out) const {

@@ -19,6 +19,7 @@
 
 #include "runtime/error.h"
 #include "runtime/fp8.h"
+#include "runtime/named.h"
 
 namespace octet::cpu {
 namespace {
@@ -401,17 +402,9 @@ float cast_dispatch(const float* x, int64_t n, float scale, uint8_t* q) {
 
 }  // namespace
 
-const char* simd_path_name(SimdPath path) {
-  switch (path) {
-    case SimdPath::kScalar:
-      return "scalar";
-    case SimdPath::kAvx2:
-      return "avx2";
-    case SimdPath::kAvx512:
-      return "avx512";
-  }
-  OCTET_FAIL("unknown SimdPath ", static_cast<int>(path));
-}
+constexpr Named<SimdPath> kSimdPaths[] = {
+    {SimdPath::kScalar, "scalar"}, {SimdPath::kAvx2, "avx2"}, {SimdPath::kAvx512, "avx512"}};
+const char* simd_path_name(SimdPath path) { return name_in(kSimdPaths, path).data(); }
 
 bool simd_path_available(SimdPath path) {
   return static_cast<int>(path) <= static_cast<int>(widest_available());

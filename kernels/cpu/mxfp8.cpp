@@ -29,15 +29,32 @@ BlockScale block_scale(float block_amax, float fp8_max) {
   return {e, from_e8m0(static_cast<uint8_t>(254 - e))};
 }
 
-// max |x| over n values, NaN ignored (a NaN compares false and never wins).
-float block_amax(const float* x, int64_t n) {
-  float m = 0.f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = std::fabs(x[i]);
-    m = v > m ? v : m;
+// The operands of a cast in either direction: x's bytes, the codes and the exponents.
+struct CastBuffers {
+  CastBuffers(const Tensor& x, Tensor& data, Tensor& scales)
+      : fp8(data.dtype()),
+        max(fp8_max(fp8)),
+        px(static_cast<const uint8_t*>(x.data())),
+        es(x.element_size()),
+        q(data.data_as<uint8_t>()),
+        e(scales.data_as<uint8_t>()) {}
+
+  // One block of n values x, its exponent into *block_e and its codes into block_q.
+  void cast_block(const float* x, int64_t n, uint8_t* block_e, uint8_t* block_q,
+                  FP8CastCounts* counts) const {
+    const float amax = amax_f32(x, n);
+    const BlockScale s = block_scale(amax, max);
+    *block_e = s.e;
+    cast_fp8_block(fp8, x, n, s.multiplier, amax, block_q, counts);
   }
-  return m;
-}
+
+  DType fp8;
+  float max;
+  const uint8_t* px;
+  size_t es;
+  uint8_t* q;
+  uint8_t* e;
+};
 
 }  // namespace
 
@@ -45,25 +62,17 @@ void CpuBackend::quantize_mxfp8_rowwise(const Tensor& x, Tensor& data, Tensor& s
                                         FP8CastCounts* counts) const {
   const int64_t rows = x.rows(), cols = x.cols();
   const int64_t blocks = (cols + kBlock - 1) / kBlock;
-  const DType fp8 = data.dtype();
-  const float max = fp8_max(fp8);
-  const auto* px = static_cast<const uint8_t*>(x.data());
-  const size_t es = x.element_size();
-  uint8_t* q = data.data_as<uint8_t>();
-  uint8_t* e = scales.data_as<uint8_t>();
+  const CastBuffers io(x, data, scales);
   const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(cols, 1));
   std::vector<FP8CastCounts> partial(static_cast<size_t>(num_threads()));
   parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
     FP8CastCounts* mine = counts ? &partial[static_cast<size_t>(parallel_chunk())] : nullptr;
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = r0; r < r1; ++r) {
-      to_f32(x.dtype(), px + r * cols * es, row.data(), cols);
+      to_f32(x.dtype(), io.px + r * cols * io.es, row.data(), cols);
       for (int64_t b = 0; b < blocks; ++b) {
         const int64_t c0 = b * kBlock, n = std::min(kBlock, cols - c0);
-        const float amax = block_amax(row.data() + c0, n);
-        const BlockScale s = block_scale(amax, max);
-        e[r * blocks + b] = s.e;
-        cast_fp8_block(fp8, row.data() + c0, n, s.multiplier, amax, q + r * cols + c0, mine);
+        io.cast_block(row.data() + c0, n, io.e + r * blocks + b, io.q + r * cols + c0, mine);
       }
     }
   });
@@ -74,12 +83,7 @@ void CpuBackend::quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor
                                            FP8CastCounts* counts) const {
   const int64_t rows = x.rows(), cols = x.cols();
   const int64_t blocks = (rows + kBlock - 1) / kBlock;  // per output row (= input column)
-  const DType fp8 = data.dtype();
-  const float max = fp8_max(fp8);
-  const auto* px = static_cast<const uint8_t*>(x.data());
-  const size_t es = x.element_size();
-  uint8_t* q = data.data_as<uint8_t>();
-  uint8_t* e = scales.data_as<uint8_t>();
+  const CastBuffers io(x, data, scales);
   // One task = one block of 32 input rows x a tile of columns, gathered transposed so that each
   // column's block is contiguous: (tile, 32) floats.
   constexpr int64_t kTile = 64;
@@ -94,15 +98,12 @@ void CpuBackend::quantize_mxfp8_columnwise(const Tensor& x, Tensor& data, Tensor
       const int64_t r0 = b * kBlock, nr = std::min(kBlock, rows - r0);
       const int64_t c0 = (t % tiles) * kTile, nc = std::min(kTile, cols - c0);
       for (int64_t r = 0; r < nr; ++r) {
-        to_f32(x.dtype(), px + ((r0 + r) * cols + c0) * es, in.data() + r * kTile, nc);
+        to_f32(x.dtype(), io.px + ((r0 + r) * cols + c0) * io.es, in.data() + r * kTile, nc);
       }
       for (int64_t c = 0; c < nc; ++c) {
         float* column = gathered.data() + c * kBlock;
         for (int64_t r = 0; r < nr; ++r) column[r] = in[static_cast<size_t>(r * kTile + c)];
-        const float amax = block_amax(column, nr);
-        const BlockScale s = block_scale(amax, max);
-        e[(c0 + c) * blocks + b] = s.e;
-        cast_fp8_block(fp8, column, nr, s.multiplier, amax, q + (c0 + c) * rows + r0, mine);
+        io.cast_block(column, nr, io.e + (c0 + c) * blocks + b, io.q + (c0 + c) * rows + r0, mine);
       }
     }
   });

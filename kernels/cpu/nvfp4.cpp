@@ -29,16 +29,6 @@ int hadamard_sign(int i, int j) {
 }
 int sign_of(int i) { return (kHadamardSigns >> i) & 1u ? -1 : 1; }
 
-// max |x| over n values, NaN ignored (a NaN compares false and never wins).
-float amax_of(const float* x, int64_t n) {
-  float m = 0.f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = std::fabs(x[i]);
-    m = v > m ? v : m;
-  }
-  return m;
-}
-
 // The transform's coefficients, +-1/4: kForward[i][j] multiplies x[i] into y[j].
 struct HadamardTable {
   double forward[kBlock][kBlock], inverse[kBlock][kBlock];
@@ -198,7 +188,7 @@ void CpuBackend::quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& c, Tensor
   std::vector<float> partial_amax(static_cast<size_t>(num_threads()), 0.f);
   parallel_for(0, rows, 1, [&](int64_t r0, int64_t r1) {
     float& m = partial_amax[static_cast<size_t>(parallel_chunk())];
-    m = std::fmax(m, amax_of(v.data() + r0 * cols, (r1 - r0) * cols));
+    m = std::fmax(m, amax_f32(v.data() + r0 * cols, (r1 - r0) * cols));
   });
   float tensor_amax = 0.f;
   for (float m : partial_amax) tensor_amax = std::fmax(tensor_amax, m);
@@ -220,7 +210,7 @@ void CpuBackend::quantize_nvfp4(const Tensor& x, const ops::NVFP4Cast& c, Tensor
         const int64_t c0 = cb * kBlock;
         float bamax = 0.f;
         for (int64_t r = r0; r < r0 + band; ++r) {
-          const float m = amax_of(v.data() + r * cols + c0, kBlock);
+          const float m = amax_f32(v.data() + r * cols + c0, kBlock);
           bamax = m > bamax ? m : bamax;
         }
         if (c.four_over_six) {

@@ -47,13 +47,9 @@ __global__ void backward_kernel(ActIn dy, ActIn x, ActOut dx, I n, bool vector) 
 template <Activation kAct, typename I>
 __global__ void gated_forward_kernel(ActIn x, ActOut y, I rows, I h, bool vector) {
   const I w = vector ? kVec : 1, n = rows * h / w;
-  const I first = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
-  if (first >= n) return;
-  auto at = math::BasicGridRowCol<I>::start(first, stride, h / w);
-  for (I i = first; i < n; i += stride, at.advance()) {
-    const ActIn row = x + static_cast<int64_t>(at.row * 2 * h);
-    const I j = at.col * w;
+  grid_stride_rows(n, h / w, [&](I i, I r, I c) {
+    const ActIn row = x + static_cast<int64_t>(r * 2 * h);
+    const I j = c * w;
     if (vector) {
       const Vec<float> a = row.vec(j), g = row.vec(h + j);
       Vec<float> out;
@@ -62,21 +58,17 @@ __global__ void gated_forward_kernel(ActIn x, ActOut y, I rows, I h, bool vector
     } else {
       y.set(i, act<kAct>(row[j]) * row[h + j]);
     }
-  }
+  });
 }
 
 // dx (rows, 2h) = [dy * g * act'(a) | dy * act(a)].
 template <Activation kAct, typename I>
 __global__ void gated_backward_kernel(ActIn dy, ActIn x, ActOut dx, I rows, I h, bool vector) {
   const I w = vector ? kVec : 1, n = rows * h / w;
-  const I first = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
-  if (first >= n) return;
-  auto at = math::BasicGridRowCol<I>::start(first, stride, h / w);
-  for (I i = first; i < n; i += stride, at.advance()) {
-    const ActIn row = x + static_cast<int64_t>(at.row * 2 * h);
-    const ActOut drow = dx + static_cast<int64_t>(at.row * 2 * h);
-    const I j = at.col * w;
+  grid_stride_rows(n, h / w, [&](I i, I r, I c) {
+    const ActIn row = x + static_cast<int64_t>(r * 2 * h);
+    const ActOut drow = dx + static_cast<int64_t>(r * 2 * h);
+    const I j = c * w;
     if (vector) {
       const Vec<float> a = row.vec(j), g = row.vec(h + j), d = dy.vec(i * kVec);
       Vec<float> da, dg;
@@ -91,7 +83,7 @@ __global__ void gated_backward_kernel(ActIn dy, ActIn x, ActOut dx, I rows, I h,
       drow.set(j, d * g * act_grad<kAct>(a));
       drow.set(h + j, d * act<kAct>(a));
     }
-  }
+  });
 }
 
 }  // namespace

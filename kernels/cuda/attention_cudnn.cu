@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "kernels/cuda/cudnn_graph_builder.h"
 #include "runtime/log_plain.h"
 #include "runtime/memory.h"
+#include "runtime/named.h"
 
 namespace octet::cuda::cudnn {
 namespace {
@@ -79,6 +81,12 @@ struct Shape4 {
   Dims rows_strides() const { return {H * T, T, 1, 1}; }
 };
 
+// y = mode(a, b) in f32 over the (B, H, T, T) scores.
+cudnnBackendDescriptor_t scores_op(GraphBuilder& g, const Shape4& s, cudnnPointwiseMode_t mode,
+                                   cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b) {
+  return g.pointwise_to(mode, a, b, CUDNN_DATA_FLOAT, s.scores(), s.scores_strides());
+}
+
 // softmax(scale·QKᵀ, causal) V with the stats (max + ln Σexp) written to Stats.
 std::unique_ptr<Plan> build_forward(cudnnHandle_t handle, const Shape4& s) {
   GraphBuilder g(handle);
@@ -93,16 +101,13 @@ std::unique_ptr<Plan> build_forward(cudnnHandle_t handle, const Shape4& s) {
 
   auto scores = g.virtual_tensor(f32, s.scores(), s.scores_strides());
   g.matmul(q, kt, scores);
-  auto scaled =
-      g.pointwise_to(CUDNN_POINTWISE_MUL, scores, scale, f32, s.scores(), s.scores_strides());
+  auto scaled = scores_op(g, s, CUDNN_POINTWISE_MUL, scores, scale);
   auto masked = g.causal_mask(scaled, neg_inf, s.scores(), s.scores_strides());
   // Softmax with stats, as cudnn-frontend's composite softmax node lowers it.
   auto max = g.virtual_tensor(f32, s.rows(), s.rows_strides());
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, masked, max);
-  auto shifted =
-      g.pointwise_to(CUDNN_POINTWISE_SUB, masked, max, f32, s.scores(), s.scores_strides());
-  auto exps =
-      g.pointwise_to(CUDNN_POINTWISE_EXP, shifted, nullptr, f32, s.scores(), s.scores_strides());
+  auto shifted = scores_op(g, s, CUDNN_POINTWISE_SUB, masked, max);
+  auto exps = scores_op(g, s, CUDNN_POINTWISE_EXP, shifted, nullptr);
   auto sum = g.virtual_tensor(f32, s.rows(), s.rows_strides());
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, exps, sum);
   auto log_sum = g.pointwise_to(CUDNN_POINTWISE_LOG, sum, nullptr, f32, s.rows(), s.rows_strides());
@@ -145,6 +150,14 @@ void matmul_grouped(GraphBuilder& g, const Shape4& s, cudnnBackendDescriptor_t a
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, per_head, grouped);
 }
 
+// matmul_grouped of scores `a` (B, H, T, T) read transposed, in bf16.
+void matmul_transposed_grouped(GraphBuilder& g, const Shape4& s, cudnnBackendDescriptor_t a,
+                               cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t grouped) {
+  auto a_t = g.virtual_tensor(CUDNN_DATA_BFLOAT16, s.scores(), s.scores_t_strides());
+  g.reshape(a, a_t);
+  matmul_grouped(g, s, a_t, b, grouped);
+}
+
 // dQ, dK, dV of the forward above, recomputing P from Q, K and the stats.
 std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape4& s, BackwardForm form) {
   GraphBuilder g(handle);
@@ -178,43 +191,32 @@ std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape4& s, Back
   // P = exp(mask(scale·QKᵀ) - stats).
   auto scores = g.virtual_tensor(f32, s.scores(), s.scores_strides());
   g.matmul(q, kt, scores);
-  auto scaled =
-      g.pointwise_to(CUDNN_POINTWISE_MUL, scores, scale, f32, s.scores(), s.scores_strides());
+  auto scaled = scores_op(g, s, CUDNN_POINTWISE_MUL, scores, scale);
   cudnnBackendDescriptor_t logits = nullptr;  // mask(scale·QKᵀ) - stats
   if (form.legacy_order) {
     auto masked = g.causal_mask(scaled, neg_inf, s.scores(), s.scores_strides());
-    logits =
-        g.pointwise_to(CUDNN_POINTWISE_SUB, masked, stats, f32, s.scores(), s.scores_strides());
+    logits = scores_op(g, s, CUDNN_POINTWISE_SUB, masked, stats);
   } else {
-    auto shifted =
-        g.pointwise_to(CUDNN_POINTWISE_SUB, scaled, stats, f32, s.scores(), s.scores_strides());
+    auto shifted = scores_op(g, s, CUDNN_POINTWISE_SUB, scaled, stats);
     logits = g.causal_mask(shifted, neg_inf, s.scores(), s.scores_strides());
   }
-  auto probs =
-      g.pointwise_to(CUDNN_POINTWISE_EXP, logits, nullptr, f32, s.scores(), s.scores_strides());
+  auto probs = scores_op(g, s, CUDNN_POINTWISE_EXP, logits, nullptr);
 
   // dV = Pᵀ dO (per query head, then summed over each group of H/G heads).
-  auto probs_t = g.virtual_tensor(bf16, s.scores(), s.scores_t_strides());
-  g.reshape(probs, probs_t);
-  matmul_grouped(g, s, probs_t, d_o, dv);
+  matmul_transposed_grouped(g, s, probs, d_o, dv);
 
   // dS = scale · P ∘ (dO Vᵀ - softmax_sum).
   auto dp = g.virtual_tensor(f32, s.scores(), s.scores_strides());
   g.matmul(d_o, vt, dp);
   if (form.legacy_order) {  // × 1: the dropout-mask slot of the older pattern
-    dp = g.pointwise_to(CUDNN_POINTWISE_MUL, dp, one, f32, s.scores(), s.scores_strides());
+    dp = scores_op(g, s, CUDNN_POINTWISE_MUL, dp, one);
   }
-  auto dp_centered =
-      g.pointwise_to(CUDNN_POINTWISE_SUB, dp, softmax_sum, f32, s.scores(), s.scores_strides());
-  auto ds_unscaled =
-      g.pointwise_to(CUDNN_POINTWISE_MUL, dp_centered, probs, f32, s.scores(), s.scores_strides());
-  auto ds =
-      g.pointwise_to(CUDNN_POINTWISE_MUL, ds_unscaled, scale, f32, s.scores(), s.scores_strides());
+  auto dp_centered = scores_op(g, s, CUDNN_POINTWISE_SUB, dp, softmax_sum);
+  auto ds_unscaled = scores_op(g, s, CUDNN_POINTWISE_MUL, dp_centered, probs);
+  auto ds = scores_op(g, s, CUDNN_POINTWISE_MUL, ds_unscaled, scale);
 
   // dK = dSᵀ Q.
-  auto ds_t = g.virtual_tensor(bf16, s.scores(), s.scores_t_strides());
-  g.reshape(ds, ds_t);
-  matmul_grouped(g, s, ds_t, q, dk);
+  matmul_transposed_grouped(g, s, ds, q, dk);
 
   // dQ = dS K, accumulated in f32 and copied out in bf16.
   auto k = g.virtual_tensor(f32, s.kv_dims(), s.qkv_strides());
@@ -397,19 +399,14 @@ bool execute(const PlanKey& key, Plan& plan, cudnnHandle_t handle, cudaStream_t 
   return true;
 }
 
-std::string rule_text(CudnnRule rule) {
-  switch (rule) {
-    case CudnnRule::kUse:
-      return "used";
-    case CudnnRule::kDeclineOldVersion:
-      return "cuDNN older than 9.0";
-    case CudnnRule::kDeclineVersion:
-      return "cuDNN 9.10.0 and 9.10.1 are refused (cudnn-frontend refuses their fused attention)";
-    case CudnnRule::kDeclineBackwardKvLength1:
-      return "backward with key/value length 1 is not supported from cuDNN 9.18";
-  }
-  return "unknown rule";
-}
+constexpr Named<CudnnRule> kRuleTexts[] = {
+    {CudnnRule::kUse, "used"},
+    {CudnnRule::kDeclineOldVersion, "cuDNN older than 9.0"},
+    {CudnnRule::kDeclineVersion,
+     "cuDNN 9.10.0 and 9.10.1 are refused (cudnn-frontend refuses their fused attention)"},
+    {CudnnRule::kDeclineBackwardKvLength1,
+     "backward with key/value length 1 is not supported from cuDNN 9.18"}};
+std::string rule_text(CudnnRule rule) { return std::string(name_in(kRuleTexts, rule)); }
 
 // Successful cuDNN runs in this process (guarded by attention_mutex()).
 AttentionRuns& runs() {
@@ -443,6 +440,30 @@ PlanKey key_for(Device device, const Shape4& s, float scale, Direction direction
   return {device.index, s.B, s.T, s.H, s.G, s.D, bits, direction};
 }
 
+// The start of a forward or backward call: the shapes checked, then, for as long as this lives,
+// the device current and the attention mutex held, and the handle and plan looked up. plan is
+// null where cuDNN does not run the call.
+struct Call {
+  Call(const Tensor& qkv, int64_t heads, int64_t kv_heads, float scale, Direction direction) {
+    if (!supported(qkv, heads, kv_heads, direction, &s)) return;
+    device = qkv.device();
+    guard.emplace(device);
+    lock = std::unique_lock(attention_mutex());
+    handle = handle_for(device);
+    if (handle == nullptr) return;
+    key = key_for(device, s, scale, direction);
+    plan = plan_for(key, handle);
+  }
+
+  Shape4 s{};
+  Device device;
+  std::optional<DeviceGuard> guard;
+  std::unique_lock<std::mutex> lock;  // released before the guard
+  cudnnHandle_t handle = nullptr;
+  PlanKey key{};
+  Plan* plan = nullptr;
+};
+
 }  // namespace
 
 AttentionRuns attention_runs() {
@@ -452,16 +473,9 @@ AttentionRuns attention_runs() {
 
 bool attention_forward(const Tensor& qkv, int64_t heads, int64_t kv_heads, float scale, Tensor& out,
                        Tensor& lse) {
-  Shape4 s{};
-  if (!supported(qkv, heads, kv_heads, Direction::kForward, &s)) return false;
-  const Device device = qkv.device();
-  DeviceGuard guard(device);
-  std::lock_guard lock(attention_mutex());
-  const cudnnHandle_t handle = handle_for(device);
-  if (handle == nullptr) return false;
-  const PlanKey key = key_for(device, s, scale, Direction::kForward);
-  Plan* plan = plan_for(key, handle);
-  if (plan == nullptr) return false;
+  const Call call(qkv, heads, kv_heads, scale, Direction::kForward);
+  if (call.plan == nullptr) return false;
+  const Shape4& s = call.s;
 
   const cudaStream_t stream = stream_of(qkv);
   OCTET_ASSERT(out.numel() == s.B * s.T * s.H * s.D && lse.numel() == s.B * s.H * s.T);
@@ -474,7 +488,9 @@ bool attention_forward(const Tensor& qkv, int64_t heads, int64_t kv_heads, float
   const std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
   const std::vector<void*> pointers = {base,       base + k_at,  base + v_at, o16.data(),
                                        lse.data(), &scale_value, &neg_inf};
-  if (!execute(key, *plan, handle, stream, uids, pointers, device)) return false;
+  if (!execute(call.key, *call.plan, call.handle, stream, uids, pointers, call.device)) {
+    return false;
+  }
   from_bf16_into(o16, out, stream);
   ++runs().forward;
   return true;
@@ -482,16 +498,9 @@ bool attention_forward(const Tensor& qkv, int64_t heads, int64_t kv_heads, float
 
 bool attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         int64_t heads, int64_t kv_heads, float scale, Tensor& dqkv) {
-  Shape4 s{};
-  if (!supported(qkv, heads, kv_heads, Direction::kBackward, &s)) return false;
-  const Device device = qkv.device();
-  DeviceGuard guard(device);
-  std::lock_guard lock(attention_mutex());
-  const cudnnHandle_t handle = handle_for(device);
-  if (handle == nullptr) return false;
-  const PlanKey key = key_for(device, s, scale, Direction::kBackward);
-  Plan* plan = plan_for(key, handle);
-  if (plan == nullptr) return false;
+  const Call call(qkv, heads, kv_heads, scale, Direction::kBackward);
+  if (call.plan == nullptr) return false;
+  const Shape4& s = call.s;
 
   const cudaStream_t stream = stream_of(qkv);
   OCTET_ASSERT(dout.numel() == out.numel() && dqkv.numel() == qkv.numel() &&
@@ -503,11 +512,13 @@ bool attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
   const Tensor do16 = as_bf16(dout, stream);  // (B, T, H, D)
   Tensor dqkv16 = bf16_target(dqkv);          // (B, T, H + 2G, D)
   Tensor dq_accum, softmax_sum;
-  if (plan->dq_accum) {
-    dq_accum = workspace({s.B, s.H, s.T, s.D}, DType::kF32, device);
+  if (call.plan->dq_accum) {
+    dq_accum = workspace({s.B, s.H, s.T, s.D}, DType::kF32, call.device);
     OCTET_CUDA_CHECK(cudaMemsetAsync(dq_accum.data(), 0, dq_accum.nbytes(), stream));
   }
-  if (plan->softmax_sum_in_memory) softmax_sum = workspace({s.B, s.H, s.T}, DType::kF32, device);
+  if (call.plan->softmax_sum_in_memory) {
+    softmax_sum = workspace({s.B, s.H, s.T}, DType::kF32, call.device);
+  }
 
   auto* base = const_cast<uint16_t*>(qkv16.data_as<uint16_t>());
   auto* dbase = dqkv16.data_as<uint16_t>();
@@ -536,7 +547,9 @@ bool attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
     uids.push_back(kSoftmaxSum);
     pointers.push_back(softmax_sum.data());
   }
-  if (!execute(key, *plan, handle, stream, uids, pointers, device)) return false;
+  if (!execute(call.key, *call.plan, call.handle, stream, uids, pointers, call.device)) {
+    return false;
+  }
   from_bf16_into(dqkv16, dqkv, stream);
   ++runs().backward;
   return true;

@@ -174,14 +174,9 @@ void CudaBackend::quantize_blockwise(const Tensor& x, const ops::BlockwiseCast& 
   // The layout's padding stays 0; the kernels write every real block's scale.
   OCTET_CUDA_CHECK(cudaMemsetAsync(scale_inv.data(), 0, scale_inv.nbytes(), stream));
   if (x.numel() == 0) return;
-  const bool e4m3 = data.dtype() == DType::kE4M3;
-  if (x.dtype() == DType::kF32) {
-    e4m3 ? launch_quantize<float, true>(x, cast, data, scale_inv, stats)
-         : launch_quantize<float, false>(x, cast, data, scale_inv, stats);
-  } else {
-    e4m3 ? launch_quantize<uint16_t, true>(x, cast, data, scale_inv, stats)
-         : launch_quantize<uint16_t, false>(x, cast, data, scale_inv, stats);
-  }
+  dispatch_fp8_cast(x.dtype(), data.dtype(), [&]<typename In, bool kE4M3>() {
+    launch_quantize<In, kE4M3>(x, cast, data, scale_inv, stats);
+  });
   // Counts, and the spread of the block scales, on the device (as in quantize_fp8).
   add_flat_block_scale_spread(scale_inv, SpreadScales::kF32, counts);
 }

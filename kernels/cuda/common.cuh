@@ -113,6 +113,18 @@ inline unsigned long long* cast_stats_words(FP8CastCounts* counts, Device device
       device_cast_stats(*counts, device).words.data_as<int64_t>());
 }
 
+// Calls f.template operator()<In, kE4M3>() for an FP8 cast's input dtype (f32: In = float; bf16:
+// In = uint16_t, its bits) and output dtype (e4m3 or e5m2).
+template <typename F>
+void dispatch_fp8_cast(DType in, DType fp8, F&& f) {
+  const bool e4m3 = fp8 == DType::kE4M3;
+  if (in == DType::kF32) {
+    e4m3 ? f.template operator()<float, true>() : f.template operator()<float, false>();
+  } else {
+    e4m3 ? f.template operator()<uint16_t, true>() : f.template operator()<uint16_t, false>();
+  }
+}
+
 // One thread's saturated and flushed elements, by the CPU's rules (kernels/cpu/fp8_cast.cpp,
 // nvfp4.cpp): saturated when |x * scale| > the format's max (NaN never), flushed when x != 0 and
 // not NaN but the code is +-0 (`magnitude`: the code's bits without the sign). Added with one
@@ -382,15 +394,48 @@ __device__ __forceinline__ void grid_stride_vec(I n, bool vector, Group&& group,
   for (I i = done + first; i < n; i += stride) one(i);
 }
 
+// out[i] = f(x[i]) over n elements, loaded and stored as f32 (load_f32 / store_f32), kVec at a
+// time when `vector`. out may be x: each element is read before it is written.
+template <typename I, typename F>
+__device__ __forceinline__ void map_elements(const void* x, DType dx, void* out, DType dout, I n,
+                                             bool vector, F&& f) {
+  grid_stride_vec(
+      n, vector,
+      [&](I i) {
+        float v[kVec];
+        load_f32_vec(x, dx, i, v);
+        for (int k = 0; k < kVec; ++k) v[k] = f(v[k]);
+        store_f32_vec(out, dout, i, v);
+      },
+      [&](I i) { store_f32(out, dout, i, f(load_f32(x, dx, i))); });
+}
+
+// out[i] = f(a[i], b[i]), as map_elements; out may be a or b.
+template <typename I, typename F>
+__device__ __forceinline__ void zip_elements(const void* a, DType da, const void* b, DType db,
+                                             void* out, DType dout, I n, bool vector, F&& f) {
+  grid_stride_vec(
+      n, vector,
+      [&](I i) {
+        float x[kVec], y[kVec];
+        load_f32_vec(a, da, i, x);
+        load_f32_vec(b, db, i, y);
+        for (int k = 0; k < kVec; ++k) x[k] = f(x[k], y[k]);
+        store_f32_vec(out, dout, i, x);
+      },
+      [&](I i) { store_f32(out, dout, i, f(load_f32(a, da, i), load_f32(b, db, i))); });
+}
+
 // A grid-stride loop over n elements in rows of `cols`: body(i, row, col) with the (row, column)
-// walked by math::GridRowCol, so no divide or modulo per element. n > 0 implies cols > 0.
-template <typename Body>
-__device__ __forceinline__ void grid_stride_rows(int64_t n, int64_t cols, Body&& body) {
-  const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+// walked by math::BasicGridRowCol, so no divide or modulo per element. n > 0 implies cols > 0.
+// I: the index type (int64_t, or uint32_t under with_index_type).
+template <typename I, typename Body>
+__device__ __forceinline__ void grid_stride_rows(I n, I cols, Body&& body) {
+  const I first = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
   if (first >= n) return;
-  math::GridRowCol at = math::GridRowCol::start(first, stride, cols);
-  for (int64_t i = first; i < n; i += stride, at.advance()) body(i, at.row, at.col);
+  auto at = math::BasicGridRowCol<I>::start(first, stride, cols);
+  for (I i = first; i < n; i += stride, at.advance()) body(i, at.row, at.col);
 }
 
 // grid_stride_rows kVec columns at a time when `vector` (cols a multiple of kVec, the buffers

@@ -57,19 +57,12 @@ void GraphBuilder::pointwise(cudnnPointwiseMode_t mode, cudnnDataType_t math,
   OCTET_CUDNN_SET(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &math);
   if (axis >= 0) OCTET_CUDNN_SET(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
   OCTET_CUDNN_CHECK(cudnnBackendFinalize(pw));
-  cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-  OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                  1, &pw);
-  OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
-  if (b != nullptr) {
-    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
-  }
-  if (t != nullptr) {
-    OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t);
-  }
-  OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-  OCTET_CUDNN_CHECK(cudnnBackendFinalize(op));
-  ops_.push_back(op);
+  add_operation(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
+                {OCTET_CUDNN_DESC(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw),
+                 OCTET_CUDNN_DESC(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x),
+                 OCTET_CUDNN_DESC(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b),
+                 OCTET_CUDNN_DESC(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t),
+                 OCTET_CUDNN_DESC(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y)});
 }
 
 cudnnBackendDescriptor_t GraphBuilder::pointwise_to(cudnnPointwiseMode_t mode,
@@ -88,13 +81,11 @@ void GraphBuilder::matmul(cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b
   const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
   OCTET_CUDNN_SET(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
   OCTET_CUDNN_CHECK(cudnnBackendFinalize(mm));
-  cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-  OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a);
-  OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
-  OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c);
-  OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm);
-  OCTET_CUDNN_CHECK(cudnnBackendFinalize(op));
-  ops_.push_back(op);
+  add_operation(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR,
+                {OCTET_CUDNN_DESC(CUDNN_ATTR_OPERATION_MATMUL_ADESC, a),
+                 OCTET_CUDNN_DESC(CUDNN_ATTR_OPERATION_MATMUL_BDESC, b),
+                 OCTET_CUDNN_DESC(CUDNN_ATTR_OPERATION_MATMUL_CDESC, c),
+                 OCTET_CUDNN_DESC(CUDNN_ATTR_OPERATION_MATMUL_DESC, mm)});
 }
 
 void GraphBuilder::reduction(cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
@@ -104,18 +95,26 @@ void GraphBuilder::reduction(cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_
   OCTET_CUDNN_SET(red, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode);
   OCTET_CUDNN_SET(red, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
   OCTET_CUDNN_CHECK(cudnnBackendFinalize(red));
-  cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-  OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &red);
-  OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
-  OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-  OCTET_CUDNN_CHECK(cudnnBackendFinalize(op));
-  ops_.push_back(op);
+  add_operation(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR,
+                {OCTET_CUDNN_DESC(CUDNN_ATTR_OPERATION_REDUCTION_DESC, red),
+                 OCTET_CUDNN_DESC(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x),
+                 OCTET_CUDNN_DESC(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y)});
 }
 
 void GraphBuilder::reshape(cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
-  cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
-  OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
-  OCTET_CUDNN_SET(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+  add_operation(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR,
+                {OCTET_CUDNN_DESC(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x),
+                 OCTET_CUDNN_DESC(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y)});
+}
+
+void GraphBuilder::add_operation(cudnnBackendDescriptorType_t type,
+                                 std::initializer_list<DescAttr> attrs) {
+  cudnnBackendDescriptor_t op = make(type);
+  for (const DescAttr& a : attrs) {
+    if (a.desc != nullptr) {
+      set_attribute(op, a.name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a.desc, a.what);
+    }
+  }
   OCTET_CUDNN_CHECK(cudnnBackendFinalize(op));
   ops_.push_back(op);
 }

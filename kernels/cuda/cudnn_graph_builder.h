@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,15 @@ void set_attribute(cudnnBackendDescriptor_t desc, cudnnBackendAttributeName_t na
                    const char* what);
 #define OCTET_CUDNN_SET(desc, name, type, count, values) \
   set_attribute(desc, name, type, count, values, #name)
+
+// One descriptor-valued attribute of an operation, named for set_attribute's message.
+struct DescAttr {
+  cudnnBackendAttributeName_t name;
+  const char* what;
+  cudnnBackendDescriptor_t desc;  // null: left unset
+};
+#define OCTET_CUDNN_DESC(name, desc) \
+  DescAttr { name, #name, desc }
 
 // ---- descriptors ----
 
@@ -118,6 +128,9 @@ class GraphBuilder {
     owned_.push_back(std::make_unique<Desc>(type));
     return owned_.back()->get();
   }
+  // An operation of `type` with `attrs` set (in order, the null ones skipped), finalized and
+  // added to the graph.
+  void add_operation(cudnnBackendDescriptorType_t type, std::initializer_list<DescAttr> attrs);
 
   cudnnHandle_t handle_;
   std::vector<std::unique_ptr<Desc>> owned_;

@@ -30,72 +30,39 @@ __device__ __forceinline__ float apply(float a, float b) {
 template <BinaryOp kOp, typename I>
 __global__ void binary_kernel(const void* a, DType da, const void* b, DType db, void* out,
                               DType dout, I n, I row, bool vector) {
+  const auto op = [](float x, float y) { return apply<kOp>(x, y); };
   if (row == n) {
-    grid_stride_vec(
-        n, vector,
-        [&](I i) {
-          float x[kVec], y[kVec];
-          load_f32_vec(a, da, i, x);
-          load_f32_vec(b, db, i, y);
-          for (int k = 0; k < kVec; ++k) x[k] = apply<kOp>(x[k], y[k]);
-          store_f32_vec(out, dout, i, x);
-        },
-        [&](I i) { store_f32(out, dout, i, apply<kOp>(load_f32(a, da, i), load_f32(b, db, i))); });
+    zip_elements(a, da, b, db, out, dout, n, vector, op);
     return;
   }
-  const I first = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
   if (vector) {  // groups of kVec: n and row are multiples of kVec
-    const I groups = n / kVec;
-    if (first >= groups) return;
-    auto at = math::BasicGridRowCol<I>::start(first, stride, row / kVec);
-    for (I g = first; g < groups; g += stride, at.advance()) {
+    grid_stride_rows(n / kVec, row / kVec, [&](I g, I, I c) {
       float x[kVec], y[kVec];
       load_f32_vec(a, da, g * kVec, x);
-      load_f32_vec(b, db, at.col * kVec, y);
-      for (int k = 0; k < kVec; ++k) x[k] = apply<kOp>(x[k], y[k]);
+      load_f32_vec(b, db, c * kVec, y);
+      for (int k = 0; k < kVec; ++k) x[k] = op(x[k], y[k]);
       store_f32_vec(out, dout, g * kVec, x);
-    }
+    });
     return;
   }
-  if (first >= n) return;  // also keeps row > 0 below (row == 0 means n == 0)
-  auto at = math::BasicGridRowCol<I>::start(first, stride, row);
-  for (I i = first; i < n; i += stride, at.advance()) {
-    store_f32(out, dout, i, apply<kOp>(load_f32(a, da, i), load_f32(b, db, at.col)));
-  }
+  // n > 0 inside, so row > 0 (row == 0 means n == 0).
+  grid_stride_rows(n, row, [&](I i, I, I c) {
+    store_f32(out, dout, i, op(load_f32(a, da, i), load_f32(b, db, c)));
+  });
 }
 
 template <typename I>
 __global__ void axpy_kernel(void* dst, DType dd, const void* src, DType ds, float alpha, I n,
                             bool vector) {
-  grid_stride_vec(
-      n, vector,
-      [&](I i) {
-        float d[kVec], x[kVec];
-        load_f32_vec(dst, dd, i, d);
-        load_f32_vec(src, ds, i, x);
-        for (int k = 0; k < kVec; ++k) d[k] = __fadd_rn(d[k], __fmul_rn(alpha, x[k]));
-        store_f32_vec(dst, dd, i, d);
-      },
-      [&](I i) {
-        const float d = load_f32(dst, dd, i);
-        store_f32(dst, dd, i, __fadd_rn(d, __fmul_rn(alpha, load_f32(src, ds, i))));
-      });
+  zip_elements(dst, dd, src, ds, dst, dd, n, vector,
+               [=](float d, float x) { return __fadd_rn(d, __fmul_rn(alpha, x)); });
 }
 
 // x and out may be the same buffer (scale_): each element is read before it is written.
 template <typename I>
 __global__ void scale_kernel(const void* x, DType dx, float s, void* out, DType dout, I n,
                              bool vector) {
-  grid_stride_vec(
-      n, vector,
-      [&](I i) {
-        float v[kVec];
-        load_f32_vec(x, dx, i, v);
-        for (int k = 0; k < kVec; ++k) v[k] = __fmul_rn(v[k], s);
-        store_f32_vec(out, dout, i, v);
-      },
-      [&](I i) { store_f32(out, dout, i, __fmul_rn(load_f32(x, dx, i), s)); });
+  map_elements(x, dx, out, dout, n, vector, [=](float v) { return __fmul_rn(v, s); });
 }
 
 // dst = value[0] (read once per thread from the device), stored as every kernel stores f32.

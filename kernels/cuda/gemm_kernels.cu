@@ -37,30 +37,10 @@ __global__ void transpose_bytes_kernel(const uint8_t* __restrict__ x, uint8_t* _
 
 // Any floating dtype to bf16 bits (FP8 -> bf16 is exact) or to f32 (bf16 -> f32 is exact), kVec
 // elements per access when `vector` (both buffers aligned).
-template <typename I>
-__global__ void to_bf16_kernel(const void* __restrict__ x, DType dtype, uint16_t* __restrict__ out,
-                               I n, bool vector) {
-  grid_stride_vec(
-      n, vector,
-      [&](I i) {
-        float v[kVec];
-        load_f32_vec(x, dtype, i, v);
-        store_f32_vec(out, DType::kBF16, i, v);
-      },
-      [&](I i) { out[i] = to_bf16(load_f32(x, dtype, i)); });
-}
-
-template <typename I>
-__global__ void to_f32_kernel(const void* __restrict__ x, DType dtype, float* __restrict__ out, I n,
-                              bool vector) {
-  grid_stride_vec(
-      n, vector,
-      [&](I i) {
-        float v[kVec];
-        load_f32_vec(x, dtype, i, v);
-        store_f32_vec(out, DType::kF32, i, v);
-      },
-      [&](I i) { out[i] = load_f32(x, dtype, i); });
+template <DType kOut, typename I>
+__global__ void convert_kernel(const void* __restrict__ x, DType dtype, void* __restrict__ out, I n,
+                               bool vector) {
+  map_elements(x, dtype, out, kOut, n, vector, [](float v) { return v; });
 }
 
 // alpha and beta for the device pointer mode: the FP8 scales folded into alpha in the CPU's order
@@ -124,22 +104,24 @@ void launch_transpose_bytes(const uint8_t* x, uint8_t* out, int64_t rows, int64_
   OCTET_CUDA_LAUNCH_CHECK("transpose_bytes_kernel");
 }
 
-void launch_to_bf16(const void* x, DType dtype, uint16_t* out, int64_t n, cudaStream_t stream) {
-  const bool vector = vec_aligned(x, dtype_size(dtype)) && vec_aligned(out, 2);
+// x (n,) into out (n,) of kOut (bf16 or f32) by convert_kernel; `name` for the launch check.
+template <DType kOut>
+void launch_convert(const void* x, DType dtype, void* out, int64_t n, cudaStream_t stream,
+                    const char* name) {
+  const bool vector = vec_aligned(x, dtype_size(dtype)) && vec_aligned(out, dtype_size(kOut));
   with_index_type(n, [&]<typename I>(I) {
-    to_bf16_kernel<I>
+    convert_kernel<kOut, I>
         <<<vec_blocks_for(n), kThreads, 0, stream>>>(x, dtype, out, static_cast<I>(n), vector);
-    OCTET_CUDA_LAUNCH_CHECK("to_bf16_kernel");
+    OCTET_CUDA_LAUNCH_CHECK(name);
   });
 }
 
+void launch_to_bf16(const void* x, DType dtype, uint16_t* out, int64_t n, cudaStream_t stream) {
+  launch_convert<DType::kBF16>(x, dtype, out, n, stream, "to_bf16_kernel");
+}
+
 void launch_to_f32(const void* x, DType dtype, float* out, int64_t n, cudaStream_t stream) {
-  const bool vector = vec_aligned(x, dtype_size(dtype)) && vec_aligned(out, 4);
-  with_index_type(n, [&]<typename I>(I) {
-    to_f32_kernel<I>
-        <<<vec_blocks_for(n), kThreads, 0, stream>>>(x, dtype, out, static_cast<I>(n), vector);
-    OCTET_CUDA_LAUNCH_CHECK("to_f32_kernel");
-  });
+  launch_convert<DType::kF32>(x, dtype, out, n, stream, "to_f32_kernel");
 }
 
 void launch_scalars(float alpha, const float* a_scale_inv, const float* b_scale_inv, float beta,

@@ -222,14 +222,8 @@ template <template <typename, bool> class Launch>
 void dispatch(const Tensor& x, Tensor& data, Tensor& scales, FP8CastCounts* counts) {
   unsigned long long* s = cast_stats_words(counts, x.device(), x.numel());
   if (x.numel() == 0) return;
-  const bool e4m3 = data.dtype() == DType::kE4M3;
-  if (x.dtype() == DType::kF32) {
-    e4m3 ? Launch<float, true>::run(x, data, scales, s)
-         : Launch<float, false>::run(x, data, scales, s);
-  } else {
-    e4m3 ? Launch<uint16_t, true>::run(x, data, scales, s)
-         : Launch<uint16_t, false>::run(x, data, scales, s);
-  }
+  dispatch_fp8_cast(x.dtype(), data.dtype(),
+                    [&]<typename In, bool kE4M3>() { Launch<In, kE4M3>::run(x, data, scales, s); });
 }
 
 template <typename In, bool kE4M3>

@@ -97,14 +97,10 @@ __global__ void norm_apply_kernel(ActIn x, const float* shift_dmean, const float
                                   const float* gamma, float offset, const float* beta, ActOut y,
                                   I rows, I cols, bool vector) {
   const I w = vector ? kVec : 1, n = rows * cols / w;
-  const I first = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
-  if (first >= n) return;
-  auto at = math::BasicGridRowCol<I>::start(first, stride, cols / w);
-  for (I i = first; i < n; i += stride, at.advance()) {
-    const RowStats st = row_stats(shift_dmean, rsigma, at.row);
+  grid_stride_rows(n, cols / w, [&](I i, I r, I col) {
+    const RowStats st = row_stats(shift_dmean, rsigma, r);
     if (vector) {
-      const I c = at.col * kVec;
+      const I c = col * kVec;
       const Vec<float> xv = x.vec(i * kVec), g = load_vec(gamma, c);
       const Vec<float> b = beta != nullptr ? load_vec(beta, c) : Vec<float>{};
       Vec<float> out;
@@ -113,11 +109,10 @@ __global__ void norm_apply_kernel(ActIn x, const float* shift_dmean, const float
       }
       y.set_vec(i * kVec, out);
     } else {
-      const I c = at.col;
-      const float b = beta != nullptr ? beta[c] : 0.f;
-      y.set(i, normalize(x[i], st, scale_of(gamma, offset, c), b));
+      const float b = beta != nullptr ? beta[col] : 0.f;
+      y.set(i, normalize(x[i], st, scale_of(gamma, offset, col), b));
     }
-  }
+  });
 }
 
 // The normalization of norm_apply_kernel cast to FP8 (q = fp8(y * scale[0]), the rule of

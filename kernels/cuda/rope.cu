@@ -80,16 +80,24 @@ __global__ void pack_heads_backward_kernel(ActIn dpacked, const float* rope, Hea
   }
 }
 
+// The launch's shapes: `grouped` (B, T, H + 2G, D) and `packed` (B, T, H + 2K, D).
+HeadShape head_shape(const Tensor& grouped, const Tensor& packed, int64_t heads, int64_t kv_heads) {
+  const int64_t D = grouped.size(2) / (heads + 2 * kv_heads);
+  return {grouped.size(1), heads, kv_heads, (packed.size(2) / D - heads) / 2, D};
+}
+
+const float* rope_table(const Tensor& rope) {
+  return rope.defined() ? rope.data_as<float>() : nullptr;
+}
+
 }  // namespace
 
 void CudaBackend::pack_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& rope,
                              Tensor& packed) const {
   const int64_t n = packed.numel();
   if (n == 0) return;
-  const int64_t D = qkv.size(2) / (heads + 2 * kv_heads);
-  const HeadShape s{qkv.size(1), heads, kv_heads, (packed.size(2) / D - heads) / 2, D};
   pack_heads_kernel<<<blocks_for(n), kThreads, 0, stream_of(qkv)>>>(
-      act_in(qkv), rope.defined() ? rope.data_as<float>() : nullptr, s, act_out(packed), n);
+      act_in(qkv), rope_table(rope), head_shape(qkv, packed, heads, kv_heads), act_out(packed), n);
   OCTET_CUDA_LAUNCH_CHECK("pack_heads");
 }
 
@@ -97,10 +105,9 @@ void CudaBackend::pack_heads_backward(const Tensor& dpacked, int64_t heads, int6
                                       const Tensor& rope, Tensor& dqkv) const {
   const int64_t n = dqkv.numel();
   if (n == 0) return;
-  const int64_t D = dqkv.size(2) / (heads + 2 * kv_heads);
-  const HeadShape s{dpacked.size(1), heads, kv_heads, (dpacked.size(2) / D - heads) / 2, D};
   pack_heads_backward_kernel<<<blocks_for(n), kThreads, 0, stream_of(dpacked)>>>(
-      act_in(dpacked), rope.defined() ? rope.data_as<float>() : nullptr, s, act_out(dqkv), n);
+      act_in(dpacked), rope_table(rope), head_shape(dqkv, dpacked, heads, kv_heads), act_out(dqkv),
+      n);
   OCTET_CUDA_LAUNCH_CHECK("pack_heads_backward");
 }
 

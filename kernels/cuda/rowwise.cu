@@ -73,14 +73,9 @@ void CudaBackend::quantize_rowwise(const Tensor& x, const ops::RowwiseCast& cast
   // The largest finite value of the input dtype: a scale that overflows becomes it.
   const float inf_value = x.dtype() == DType::kBF16 ? from_bf16(0x7F7Fu) : FLT_MAX;
   const RowCast p{cast.fp8_max, cast.amax_epsilon, inf_value, cast.power_2_scale};
-  const bool e4m3 = data.dtype() == DType::kE4M3;
-  if (x.dtype() == DType::kF32) {
-    e4m3 ? launch_rowwise<float, true>(x, p, data, scale_inv, stats)
-         : launch_rowwise<float, false>(x, p, data, scale_inv, stats);
-  } else {
-    e4m3 ? launch_rowwise<uint16_t, true>(x, p, data, scale_inv, stats)
-         : launch_rowwise<uint16_t, false>(x, p, data, scale_inv, stats);
-  }
+  dispatch_fp8_cast(x.dtype(), data.dtype(), [&]<typename In, bool kE4M3>() {
+    launch_rowwise<In, kE4M3>(x, p, data, scale_inv, stats);
+  });
   add_flat_block_scale_spread(scale_inv, SpreadScales::kF32, counts);
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "runtime/dtype.h"
+#include "runtime/named.h"
 #include "tests/support/test_util.h"
 
 namespace octet::test {
@@ -67,22 +68,15 @@ enum class OpClass : uint8_t {
   kF64Sum,
 };
 
+inline constexpr Named<OpClass> kOpClassNames[] = {
+    {OpClass::kPointwise, "pointwise"},
+    {OpClass::kCancelling, "cancelling"},
+    {OpClass::kAttentionBackward, "attention backward"},
+    {OpClass::kCudnnAttention, "cuDNN attention"},
+    {OpClass::kSmallGradient, "small gradient"},
+    {OpClass::kF64Sum, "f64 sum"}};
 inline const char* op_class_name(OpClass op_class) {
-  switch (op_class) {
-    case OpClass::kPointwise:
-      return "pointwise";
-    case OpClass::kCancelling:
-      return "cancelling";
-    case OpClass::kAttentionBackward:
-      return "attention backward";
-    case OpClass::kCudnnAttention:
-      return "cuDNN attention";
-    case OpClass::kSmallGradient:
-      return "small gradient";
-    case OpClass::kF64Sum:
-      return "f64 sum";
-  }
-  return "?";
+  return name_in(kOpClassNames, op_class).data();
 }
 
 // One step of `dtype` relative to a value (two roundings of f32 values a few ulps apart land at
