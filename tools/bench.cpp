@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -29,10 +31,12 @@
 #include "runtime/error.h"
 #include "runtime/fp8_meta.h"
 #include "runtime/memory.h"
+#include "runtime/named.h"
 #include "runtime/parallel.h"
 #include "runtime/recipe.h"
 #include "runtime/rng.h"
 #include "tools/bench_common.h"
+#include "tools/number_args.h"
 
 #if OCTET_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -71,42 +75,39 @@ constexpr const char* kUsage =
     "  --precision  run only these of f32 (bf16 on cuda), delayed, current, mxfp8, blockwise,\n"
     "               nvfp4, quartet2, rowwise\n"
     "               (not for cuda gemm, which always runs bf16 and fp8)\n"
-    "  --d-model N, --heads N, --seq N, --batch N  the layer bench's shape\n";
+    "  --d-model N, --heads N, --seq N, --batch N  the layer bench's shape\n"
+    "  --traffic    (cuda, layer; the CUDA emulation build) instead of timing, record one step's\n"
+    "               device traffic: launches, bytes by kernel (4 KiB pages), GEMM FLOPs, and the\n"
+    "               time predicted from them with --bf16-tflops X --fp8-tflops X (defaults 730,\n"
+    "               1350), --bandwidth-gbs X (4800) and --launch-us X (4) (docs/cuda.md); use a\n"
+    "               small shape (--quick, or the shape flags)\n";
 
 // The groups a bare `octet bench` runs; `generate` runs only when named.
 constexpr Group kAllGroups[] = {Group::kGemm, Group::kBlock, Group::kLayer, Group::kModel};
-constexpr Group kNamedGroups[] = {Group::kGemm, Group::kBlock, Group::kLayer, Group::kModel,
-                                  Group::kGenerate};
+// Every group, by the name the command line gives it.
+constexpr Named<Group> kGroups[] = {{Group::kGemm, "gemm"},
+                                    {Group::kBlock, "block"},
+                                    {Group::kLayer, "layer"},
+                                    {Group::kModel, "model"},
+                                    {Group::kGenerate, "generate"}};
+const char* group_name(Group g) { return name_in(kGroups, g).data(); }
 
-const char* group_name(Group g) {
-  switch (g) {
-    case Group::kGemm:
-      return "gemm";
-    case Group::kBlock:
-      return "block";
-    case Group::kLayer:
-      return "layer";
-    case Group::kModel:
-      return "model";
-    case Group::kGenerate:
-      return "generate";
-  }
-  OCTET_FAIL("unknown bench group ", static_cast<int>(g));
-}
-
-int parse_count(const std::vector<std::string>& args, size_t& i, int min) {
+// The number after the option args[i] (i then points at it).
+const std::string& option_value(const std::vector<std::string>& args, size_t& i) {
   OCTET_CHECK(i + 1 < args.size(), "bench: ", args[i], " needs a number");
-  const std::string& text = args[++i];
-  size_t used = 0;
-  int value = 0;
-  try {
-    value = std::stoi(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  OCTET_CHECK(used == text.size() && value >= min, "bench: ", args[i - 1],
-              " expects an integer >= ", min, ", got '", text, "'");
-  return value;
+  return args[++i];
+}
+int parse_count(const std::vector<std::string>& args, size_t& i, int min) {
+  const std::string& text = option_value(args, i);
+  const int64_t v = cli::parse_int(text, "bench: " + args[i - 1], min);
+  OCTET_CHECK(v <= std::numeric_limits<int>::max(), "bench: ", args[i - 1], " ", v,
+              " is too large");
+  return static_cast<int>(v);
+}
+// A positive number after a traffic-model flag.
+double parse_rate(const std::vector<std::string>& args, size_t& i) {
+  const std::string& text = option_value(args, i);
+  return cli::parse_double(text, "bench: " + args[i - 1], /*positive=*/true);
 }
 
 std::vector<std::string> split_names(const std::string& text) {
@@ -130,14 +131,11 @@ struct CountsSet {
 
 // Adds the group `a` names to o.groups (once); false when `a` names no group.
 bool take_group(Options& o, const std::string& a) {
-  bool is_group = false;
-  for (Group g : kNamedGroups) {
-    if (a == group_name(g)) {
-      if (std::find(o.groups.begin(), o.groups.end(), g) == o.groups.end()) o.groups.push_back(g);
-      is_group = true;
-    }
+  const Group* g = find_named(kGroups, a);
+  if (g != nullptr && std::find(o.groups.begin(), o.groups.end(), *g) == o.groups.end()) {
+    o.groups.push_back(*g);
   }
-  return is_group;
+  return g != nullptr;
 }
 
 // Reads the option args[i], and its value when it takes one (i then points at the value); false
@@ -171,13 +169,24 @@ bool take_option(Options& o, const std::vector<std::string>& args, size_t& i, Co
     o.layer.seq = parse_count(args, i, 1);
   } else if (a == "--batch") {
     o.layer.batch = parse_count(args, i, 1);
+  } else if (a == "--traffic") {
+    o.traffic = true;
+  } else if (a == "--bf16-tflops") {
+    o.rates.bf16_tflops = parse_rate(args, i);
+  } else if (a == "--fp8-tflops") {
+    o.rates.fp8_tflops = parse_rate(args, i);
+  } else if (a == "--bandwidth-gbs") {
+    o.rates.bandwidth_gbs = parse_rate(args, i);
+  } else if (a == "--launch-us") {
+    o.rates.launch_us = parse_rate(args, i);
   } else if (a == "--help" || a == "-h") {
     return false;
   } else {
     OCTET_FAIL("bench: unknown argument '", a,
                "' (expected gemm, block, layer, model, --json, --reps N, --warmup N, --quick, "
                "--threads N, --device D, --precision NAMES, --d-model N, --heads N, --seq N, "
-               "--batch N)");
+               "--batch N, --traffic, --bf16-tflops X, --fp8-tflops X, --bandwidth-gbs X, "
+               "--launch-us X)");
   }
   return true;
 }
@@ -187,6 +196,13 @@ void apply_cuda_defaults(Options& o, const CountsSet& set) {
   for (Group g : o.groups) {
     OCTET_CHECK(g == Group::kGemm || g == Group::kLayer, "bench: ", group_name(g),
                 " runs on the CPU only (on ", o.device, ": gemm and layer)");
+  }
+  if (o.traffic) {
+    for (Group g : o.groups) {
+      OCTET_CHECK(g == Group::kLayer, "bench: --traffic records the layer step only, not ",
+                  group_name(g));
+    }
+    o.groups = {Group::kLayer};
   }
   if (o.groups.empty()) o.groups = {Group::kGemm, Group::kLayer};
   // GEMMs of a millisecond or less: more runs for a steady median, and clocks that settle.
@@ -215,6 +231,11 @@ std::optional<Options> parse_options(const std::vector<std::string>& args) {
   }
   // Before anything else is judged: without a usable device nothing else matters.
   require_device(o.device);
+  OCTET_CHECK(!o.traffic || o.device.is_cuda(),
+              "bench: --traffic records device traffic: it needs --device cuda");
+  OCTET_CHECK(!o.traffic || device_traffic_available(),
+              "bench: --traffic needs the CUDA emulation build (build-emu), which records each "
+              "launch's device traffic; this build cannot");
   if (o.device.is_cuda()) apply_cuda_defaults(o, set);
   check_precisions(o);
   if (o.groups.empty()) o.groups.assign(std::begin(kAllGroups), std::end(kAllGroups));
@@ -269,6 +290,16 @@ void wait_for(Device device) {
 // what the bench holds throughout (weights, optimizer state, operands).
 void measure(Result& r, const Options& o, const std::function<void()>& run) {
   for (int i = 0; i < o.warmup; ++i) run();
+  if (o.traffic) {
+    // One step after the warm-up (FP8 state, caches and workspaces settled), recorded.
+    wait_for(o.device);
+    TrafficRecording recording;
+    run();
+    wait_for(o.device);
+    r.traffic = recording.stop();
+    r.median_ms = predicted_ms(*r.traffic, o.rates);
+    return;
+  }
   wait_for(o.device);
   reset_peak_memory(o.device);
   std::vector<double> times;
@@ -578,6 +609,7 @@ void print_row(std::ostream& out, const Result& r, const Options& o) {
                   *r.speedup_vs_bf16);
     out << line;
   }
+  if (r.traffic) print_traffic(out, *r.traffic, o.rates);
   out << std::flush;
 }
 
@@ -607,6 +639,7 @@ nlohmann::json to_json(const Result& r, const Options& o) {
   j["tokens_per_s"] = r.tokens > 0 ? nlohmann::json(r.tokens_per_s()) : nlohmann::json();
   j["peak_bytes"] = r.peak_bytes;
   if (r.speedup_vs_bf16) j["speedup_vs_bf16"] = *r.speedup_vs_bf16;
+  if (r.traffic) j["traffic"] = traffic_json(*r.traffic, o.rates);
   if (r.group == Group::kLayer) {
     const LayerSetup s = layer_setup(o);
     j["shape"] = {{"d_model", s.config.d_model},

@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <iosfwd>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "runtime/device.h"
+#include "runtime/device_traffic.h"
 #include "runtime/recipe.h"
 #include "runtime/rng.h"
 #include "runtime/tensor.h"
@@ -33,6 +36,8 @@ struct Options {
   Device device = Device::cpu();
   std::vector<std::string> precisions;  // --precision; empty: every precision
   LayerShape layer;
+  bool traffic = false;  // --traffic: record one step's device traffic instead of timing
+  TrafficRates rates;    // the traffic model's constants
 };
 
 struct Result {
@@ -44,6 +49,7 @@ struct Result {
   int64_t tokens = 0;  // 0: not a token-processing bench (a bare GEMM)
   int64_t peak_bytes = 0;
   std::optional<double> speedup_vs_bf16;  // CUDA FP8 GEMMs: bf16 time / this time
+  std::optional<DeviceTraffic> traffic;   // --traffic: median_ms is then the predicted time
   double gflops() const { return flops / (median_ms * 1e6); }
   double tokens_per_s() const { return tokens / (median_ms * 1e-3); }
 };
@@ -67,6 +73,10 @@ inline Tensor random_tensor(const Shape& shape, Generator& gen, float std = 1.f)
 // (precision name, recipe).
 void bench_generate(const Options& o, const Emit& emit,
                     const std::vector<std::pair<std::string, std::optional<Recipe>>>& precisions);
+
+// One step's traffic as rows of text, and as JSON (tools/bench_traffic.cpp).
+void print_traffic(std::ostream& out, const DeviceTraffic& traffic, const TrafficRates& rates);
+nlohmann::json traffic_json(const DeviceTraffic& traffic, const TrafficRates& rates);
 
 // bf16 against e4m3 x e4m3 GEMMs on CUDA, CUDA-event timed (tools/bench_cuda.cpp).
 void bench_gemm_cuda(const Options& o, const Emit& emit);

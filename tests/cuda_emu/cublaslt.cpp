@@ -705,6 +705,22 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     }
   }
   if (desc->amax_d != nullptr) *static_cast<float*>(desc->amax_d) = amax;
+  if (traffic_on()) {
+    const auto bytes = [](uint64_t count, int type) {
+      return static_cast<int64_t>(count * element_size(static_cast<cudaDataType>(type)));
+    };
+    int64_t read = bytes(m * k, ad.type) + bytes(n * k, bd.type);
+    if (beta_v != 0.f) read += bytes(m * n, cd.type);
+    if (has_bias(*desc)) read += bytes(m, bias_type);
+    for (int i = 0; i < 4; ++i) {
+      const uint64_t count =
+          blocks && i < 2 ? scale_count(desc->scale_mode[i], i == 0 ? m : n, k) : 1;
+      if (desc->scale[i] != nullptr) read += static_cast<int64_t>(4 * count);
+    }
+    const int64_t written = bytes(m * n, dd.type) + (desc->amax_d != nullptr ? 4 : 0);
+    const bool fp8 = ad.type == CUDA_R_8F_E4M3 || ad.type == CUDA_R_8F_E5M2;
+    record_gemm_traffic(static_cast<int64_t>(2 * m * n * k), fp8, read, written);
+  }
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -8,6 +8,7 @@
 #include <execinfo.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "emu_internal.h"
 
@@ -116,17 +118,65 @@ class Memory {
     return s;
   }
 
-  void open() {
+  // `track`: a kernel launch whose traffic is recorded (TrafficRecorder on, arena mode, device
+  // memory protected, no access already open). Device memory then stays PROT_NONE and the first
+  // load from a page of a live block opens it for reading, the first store for reading and
+  // writing (track_fault), so that close() can count the distinct 4 KiB pages read and written.
+  void open(bool track) {
     std::lock_guard lock(mutex_);
-    if (access_depth_++ == 0 && options().protect && arena_ != 0 && top_ > 0) {
-      mprotect(reinterpret_cast<void*>(arena_), top_, PROT_READ | PROT_WRITE);
+    const bool protect = options().protect && arena_ != 0 && top_ > 0;
+    if (access_depth_++ != 0 || !protect) return;
+    if (track && tracking_supported()) {
+      const size_t pages = top_ / kPage;
+      page_state_.assign(pages, 0);
+      for (const auto& [base, block] : live_) {
+        const size_t first = (base - arena_) / kPage;
+        const size_t last = std::min(pages, first + mapped_size(block.size) / kPage);
+        for (size_t i = first; i < last; ++i) page_state_[i] = kLive;
+      }
+      tracked_pages_ = pages;
+      tracking_.store(true);
+      return;
     }
+    mprotect(reinterpret_cast<void*>(arena_), top_, PROT_READ | PROT_WRITE);
   }
-  void close() {
+  // `pages_read` and `pages_written` get the tracked launch's page counts (0 when untracked).
+  void close(int64_t* pages_read = nullptr, int64_t* pages_written = nullptr) {
     std::lock_guard lock(mutex_);
+    if (tracking_.exchange(false)) {
+      int64_t read = 0, written = 0;
+      for (size_t i = 0; i < tracked_pages_; ++i) {
+        read += (page_state_[i] & kRead) != 0;
+        written += (page_state_[i] & kWritten) != 0;
+      }
+      if (pages_read != nullptr) *pages_read = read;
+      if (pages_written != nullptr) *pages_written = written;
+    }
     if (--access_depth_ == 0 && options().protect && arena_ != 0 && top_ > 0) {
       mprotect(reinterpret_cast<void*>(arena_), top_, PROT_NONE);
     }
+  }
+
+  // From the fault handler, during a tracked launch: opens the page of `a` for the access and
+  // marks it; false when `a` is not in a live block (a real fault) or the page was open already.
+  bool track_fault(uintptr_t a, bool store) {
+    if (!tracking_.load() || a < arena_ || a >= arena_ + tracked_pages_ * kPage) return false;
+    uint8_t& state = page_state_[(a - arena_) / kPage];
+    const uint8_t bit = store ? kWritten : kRead;
+    if ((state & kLive) == 0 || (state & bit) != 0) return false;
+    state |= bit;
+    void* page = reinterpret_cast<void*>(a & ~(kPage - 1));
+    mprotect(page, kPage, (state & kWritten) != 0 ? PROT_READ | PROT_WRITE : PROT_READ);
+    return true;
+  }
+
+  // Tracking reads the store bit of x86-64's page-fault error code.
+  static bool tracking_supported() {
+#if defined(__x86_64__)
+    return !options().malloc_memory && options().protect;
+#else
+    return false;
+#endif
   }
 
   size_t used() {
@@ -228,7 +278,11 @@ class Memory {
   size_t top_ = 0;  // arena offset above every block
   size_t used_ = 0;
   int access_depth_ = 0;
-  std::map<size_t, size_t> free_;  // arena offset -> bytes
+  static constexpr uint8_t kLive = 1, kRead = 2, kWritten = 4;
+  std::atomic<bool> tracking_{false};
+  size_t tracked_pages_ = 0;
+  std::vector<uint8_t> page_state_;  // per arena page while tracking: kLive | kRead | kWritten
+  std::map<size_t, size_t> free_;    // arena offset -> bytes
   std::map<uintptr_t, DeviceBlock> live_;
 };
 
@@ -247,8 +301,19 @@ void write_str(const char* s) {
   (void)rc;
 }
 
+// The store bit (1) of the page-fault error code, on x86-64 Linux.
+bool fault_is_store(void* context) {
+#if defined(__x86_64__)
+  return (static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+#else
+  (void)context;
+  return false;
+#endif
+}
+
 void segv_handler(int sig, siginfo_t* info, void* context) {
   const auto a = reinterpret_cast<uintptr_t>(info->si_addr);
+  if (Memory::get().track_fault(a, fault_is_store(context))) return;  // a traffic-recorded launch
   std::string what;
   const char* kernel = g_running_kernel.load();
   if (Memory::get().in_arena(a)) {
@@ -337,8 +402,15 @@ PointerKind classify(const void* p, DeviceBlock* block) { return Memory::get().c
 
 std::string describe(const void* p) { return Memory::get().describe(p); }
 
-DeviceAccess::DeviceAccess() { Memory::get().open(); }
-DeviceAccess::~DeviceAccess() { Memory::get().close(); }
+DeviceAccess::DeviceAccess(bool track) { Memory::get().open(track); }
+DeviceAccess::~DeviceAccess() {
+  if (open_) Memory::get().close();
+}
+void DeviceAccess::close(int64_t* pages_read, int64_t* pages_written) {
+  open_ = false;
+  Memory::get().close(pages_read, pages_written);
+}
+bool traffic_pages_supported() { return Memory::tracking_supported(); }
 
 cudaError_t device_allocate(void** ptr, size_t size, int device) {
   return Memory::get().allocate(ptr, size, device);

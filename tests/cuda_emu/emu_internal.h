@@ -64,14 +64,30 @@ std::string describe(const void* p);  // for messages: "host pointer 0x..", "dev
 
 // While one is alive, device memory can be read and written by the host thread (kernels, copies,
 // the emulated cuBLASLt). Outside, device memory faults on access (unless OCTET_EMU_PROTECT=0),
-// which is what a GPU's memory looks like to host code.
+// which is what a GPU's memory looks like to host code. `track` (a kernel launch while traffic
+// is recorded, octet_cuda_emu/traffic.h): the first load or store of each 4 KiB page faults once
+// and is counted, and close() gives the counts of distinct pages read and written. Without page
+// tracking (not x86-64, malloc mode, protection off) both counts stay 0.
 class DeviceAccess {
  public:
-  DeviceAccess();
+  explicit DeviceAccess(bool track = false);
   ~DeviceAccess();
   DeviceAccess(const DeviceAccess&) = delete;
   DeviceAccess& operator=(const DeviceAccess&) = delete;
+  void close(int64_t* pages_read, int64_t* pages_written);
+
+ private:
+  bool open_ = true;
 };
+bool traffic_pages_supported();
+
+// The traffic recorder (traffic.cpp): whether it is on, and what the launches, the emulated
+// cuBLASLt and the copies report to it.
+bool traffic_on();
+void record_launch_traffic(const char* kernel, int64_t pages_read, int64_t pages_written);
+void record_gemm_traffic(int64_t flops, bool fp8, int64_t bytes_read, int64_t bytes_written);
+enum class CopyKind : uint8_t { kDeviceToDevice, kHostDevice, kMemset };
+void record_copy_traffic(CopyKind kind, int64_t bytes);
 
 // Checks that `stream` is usable on the current device: 0, cudaStreamLegacy,
 // cudaStreamPerThread or a live stream of this device. `what` names the call in a warning.

@@ -327,7 +327,9 @@ void launch(const LaunchConfig& config, const PointerArg* pointers, int count, v
 
   std::lock_guard lock(launch_mutex());
   ++g_stats.launches;
-  DeviceAccess access;
+  // Device memory opened for the grid; page-tracked when the traffic recorder is on.
+  const bool tracked = traffic_on();
+  DeviceAccess access(tracked);
   thread_local Block b;
   b.config = &config;
   b.nthreads = static_cast<int>(threads);
@@ -373,6 +375,11 @@ void launch(const LaunchConfig& config, const PointerArg* pointers, int count, v
 #endif
   set_running(nullptr, nullptr, 0, 0);
   g_exec = ExecState{};
+  if (tracked) {
+    int64_t pages_read = 0, pages_written = 0;
+    access.close(&pages_read, &pages_written);
+    record_launch_traffic(config.name, pages_read, pages_written);
+  }
 }
 
 }  // namespace octet::emu::detail

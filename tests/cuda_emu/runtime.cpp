@@ -190,6 +190,10 @@ cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind, 
   }
   DeviceAccess access;
   std::memmove(dst, src, count);
+  if (traffic_on() && (dst_dev || src_dev)) {
+    record_copy_traffic(dst_dev && src_dev ? CopyKind::kDeviceToDevice : CopyKind::kHostDevice,
+                        static_cast<int64_t>(count));
+  }
   return cudaSuccess;
 }
 
@@ -198,6 +202,7 @@ cudaError_t set(void* ptr, int value, size_t count, const char* call) {
   if (const cudaError_t e = check_device_range(ptr, count, call, "destination")) return e;
   DeviceAccess access;
   std::memset(ptr, value, count);
+  if (traffic_on()) record_copy_traffic(CopyKind::kMemset, static_cast<int64_t>(count));
   return cudaSuccess;
 }
 

@@ -19,6 +19,7 @@ void shuffle_with_exited_lane(float* out);               // (32,)
 void full_mask_in_partial_warp(float* out);              // (48,)
 void deadlock(float* out);                               // (64,)
 void write_with(float* out, int threads, int blocks);
+void copy_and_bump(const float* in, float* out, float* bump, int n);  // (n,) each
 void dynamic_smem_overrun(float* out);
 cudaError_t big_smem(float* out, size_t bytes, bool opt_in);  // out (32,)
 

@@ -114,6 +114,15 @@ __global__ void big_smem_kernel(float* out) {
   out[threadIdx.x] = dyn[threadIdx.x];
 }
 
+// out[i] = in[i] and bump[i] += 1 for i < n: pages of `in` read, of `out` written, of `bump` both.
+__global__ void copy_and_bump_kernel(const float* in, float* out, float* bump, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    out[i] = in[i];
+    bump[i] += 1.f;
+  }
+}
+
 }  // namespace
 
 void warp_intrinsics(int* out, int warps) { warp_intrinsics_kernel<<<1, 32 * warps>>>(out); }
@@ -133,6 +142,9 @@ void shuffle_with_exited_lane(float* out) { shuffle_with_exited_lane_kernel<<<1,
 void full_mask_in_partial_warp(float* out) { full_mask_in_partial_warp_kernel<<<1, 48>>>(out); }
 void deadlock(float* out) { deadlock_kernel<<<1, 64>>>(out); }
 void write_with(float* out, int threads, int blocks) { write_kernel<<<blocks, threads>>>(out); }
+void copy_and_bump(const float* in, float* out, float* bump, int n) {
+  copy_and_bump_kernel<<<(n + 255) / 256, 256>>>(in, out, bump, n);
+}
 void dynamic_smem_overrun(float* out) {
   dynamic_smem_overrun_kernel<<<1, 1, 64 * sizeof(float)>>>(out, 64);
 }

@@ -75,8 +75,14 @@ TEST(Bench, BadArgumentsAreClearErrors) {
   EXPECT_THAT(test::error_of([&] {
                 run_bench({"--reps", "0"}, out);
               }),
-              HasSubstr("--reps expects an integer >= 1, got '0'"));
-  EXPECT_THAT(test::error_of([&] { run_bench({"--reps", "3x"}, out); }), HasSubstr("got '3x'"));
+              HasSubstr("bench: --reps: expected an integer >= 1, got \"0\""));
+  EXPECT_THAT(test::error_of([&] { run_bench({"--reps", "3x"}, out); }), HasSubstr("got \"3x\""));
+  EXPECT_THAT(test::error_of([&] { run_bench({"--traffic"}, out); }),
+              HasSubstr("--traffic records device traffic: it needs --device cuda"));
+  EXPECT_THAT(test::error_of([&] {
+                run_bench({"--launch-us", "-1"}, out);
+              }),
+              HasSubstr("--launch-us: expected a positive number, got \"-1\""));
   EXPECT_THAT(test::error_of([&] { run_bench({"--reps"}, out); }),
               HasSubstr("--reps needs a number"));
   EXPECT_TRUE(out.str().empty());  // nothing ran

@@ -1,0 +1,62 @@
+// The device traffic of a stretch of work (kernel launches and the bytes they moved, GEMM FLOPs,
+// copies) and the step time a simple model predicts from it. Recorded by the CUDA emulation build,
+// where it needs no GPU; other builds say it is not available.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace octet {
+
+struct KernelTraffic {
+  std::string kernel;  // as written at the launch
+  int64_t launches = 0;
+  int64_t bytes_read = 0;     // distinct 4 KiB pages each launch read, times 4096, summed
+  int64_t bytes_written = 0;  // the same for the pages written
+};
+
+struct DeviceTraffic {
+  std::vector<KernelTraffic> kernels;  // in order of first launch
+  int64_t launches = 0;                // kernel launches (cuBLASLt's own are not counted)
+  int64_t gemm_calls = 0;
+  int64_t gemm_flops = 0;  // 2 m n k per matmul, exact
+  int64_t gemm_fp8_flops = 0;
+  int64_t gemm_bytes = 0;         // operands, scales, bias and output of the matmuls, exact
+  int64_t copy_device_bytes = 0;  // device-to-device copies, read plus written, exact
+  int64_t copy_host_bytes = 0;    // between host and device, exact
+  int64_t memset_bytes = 0;       // exact
+
+  // What the kernels, device copies and memsets moved: everything but the GEMMs and host copies.
+  int64_t non_gemm_bytes() const;
+};
+
+// The model's constants; docs/cuda.md says where the defaults come from.
+struct TrafficRates {
+  double bf16_tflops = 730;
+  double fp8_tflops = 1350;
+  double bandwidth_gbs = 4800;
+  double launch_us = 4;
+};
+
+// GEMM FLOPs at their rate, plus non-GEMM bytes at the bandwidth, plus launches (the cuBLASLt
+// calls too) at the fixed cost, in milliseconds.
+double predicted_ms(const DeviceTraffic& traffic, const TrafficRates& rates);
+
+// Whether this build records device traffic (the CUDA emulation build on x86-64).
+bool device_traffic_available();
+
+// Records the device traffic of its lifetime (every thread's work); one at a time.
+class TrafficRecording {
+ public:
+  TrafficRecording();  // throws where device_traffic_available() is false, or one is running
+  ~TrafficRecording();
+  TrafficRecording(const TrafficRecording&) = delete;
+  TrafficRecording& operator=(const TrafficRecording&) = delete;
+  DeviceTraffic stop();  // what was recorded; once
+
+ private:
+  bool running_ = true;
+};
+
+}  // namespace octet

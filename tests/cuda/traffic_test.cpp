@@ -1,0 +1,139 @@
+// Device traffic of a layer training step as the CUDA emulation build records it
+// (runtime/device_traffic.h): the GEMM FLOPs are exactly the layer's, the FP8 recipes run their
+// GEMMs in FP8 where Hopper has the format, and a step's launches and bytes are the same from one
+// step to the next. These are counts, not timings.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/engine.h"
+#include "autograd/variable.h"
+#include "kernels/ops.h"
+#include "modules/fp8_autocast.h"
+#include "modules/gpt.h"
+#include "modules/optimizer.h"
+#include "runtime/device_traffic.h"
+#include "runtime/recipe.h"
+#include "runtime/rng.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace octet::modules {
+namespace {
+
+constexpr int64_t kD = 128, kHeads = 4, kFfn = 512, kSeq = 64, kBatch = 2;
+constexpr int64_t kTokens = kBatch * kSeq;
+
+struct LayerStep {
+  GPTConfig config;
+  std::unique_ptr<TransformerLayer> layer;
+  std::unique_ptr<Optimizer> optimizer;
+  Tensor x, grad;
+  std::optional<Recipe> recipe;
+
+  explicit LayerStep(std::optional<Recipe> r) : recipe(std::move(r)) {
+    config.d_model = kD;
+    config.n_head = kHeads;
+    config.ffn = kFfn;
+    config.max_seq_len = kSeq;
+    config.dtype = DType::kBF16;
+    config.recipe = recipe;
+    config.seed = 3;
+    layer = std::make_unique<TransformerLayer>(config, config.seed);
+    layer->to(test::gpu());
+    optimizer = std::make_unique<Optimizer>(layer->parameters(), OptimizerOptions{});
+    Generator gen(13);
+    auto random = [&] {
+      Tensor t = Tensor::empty({kBatch, kSeq, kD}, DType::kF32);  // (B, T, C)
+      gen.fill_normal(t, 0.f, 1.f);
+      return ops::cast(t, DType::kBF16).to(test::gpu());
+    };
+    x = random();
+    grad = random();
+    autograd::set_requires_grad(x);
+  }
+
+  void run() {
+    Tensor y;
+    {
+      std::optional<FP8Autocast> scope;
+      if (recipe) scope.emplace(*recipe);
+      y = layer->forward(x, FirstMicrobatch::kUnset);
+    }
+    autograd::backward(y, grad);
+    optimizer->step(1e-4f);
+    optimizer->zero_grad();
+    autograd::zero_grad(x);
+  }
+
+  DeviceTraffic recorded() {
+    TrafficRecording recording;
+    run();
+    return recording.stop();
+  }
+};
+
+struct Case {
+  std::string name;
+  std::optional<Recipe> recipe;
+  bool fp8_gemms;  // every GEMM with FP8 operands (else the recipe expands to bf16 on Hopper)
+};
+
+std::vector<Case> cases() {
+  return {{"bf16", std::nullopt, false},        {"delayed", Recipe::delayed(), true},
+          {"current", Recipe::current(), true}, {"blockwise", Recipe::blockwise(), true},
+          {"mxfp8", Recipe::mxfp8(), false},    {"nvfp4", Recipe::nvfp4(), false},
+          {"rowwise", Recipe::rowwise(), false}};
+}
+
+std::string summary(const DeviceTraffic& t) {
+  std::string s = std::to_string(t.launches) + " launches, " + std::to_string(t.gemm_calls) +
+                  " GEMMs, " + std::to_string(t.non_gemm_bytes()) + " non-GEMM bytes:";
+  for (const KernelTraffic& k : t.kernels) {
+    s += " " + k.kernel + " x" + std::to_string(k.launches) + " (" + std::to_string(k.bytes_read) +
+         " r, " + std::to_string(k.bytes_written) + " w)";
+  }
+  return s;
+}
+
+TEST(CudaTraffic, LayerStepCountsAreTheLayersAndRepeat) {
+  OCTET_REQUIRE_CUDA();
+  if (!device_traffic_available()) GTEST_SKIP() << "device traffic: the CUDA emulation build only";
+  // QKV, projection, fc1 and fc2: forward, dgrad and wgrad, 2 m n k each (attention is not a
+  // cuBLASLt GEMM).
+  const int64_t forward = 2 * kTokens * (3 * kD * kD + kD * kD + 2 * kD * kFfn);
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    LayerStep step(c.recipe);
+    for (int i = 0; i < 4; ++i) step.run();  // FP8 state, caches and workspaces settled
+    const DeviceTraffic first = step.recorded();
+    const DeviceTraffic second = step.recorded();
+    EXPECT_EQ(first.gemm_flops, 3 * forward);
+    EXPECT_EQ(first.gemm_fp8_flops, c.fp8_gemms ? 3 * forward : 0);
+    EXPECT_GT(first.launches, 0);
+    EXPECT_GT(first.non_gemm_bytes(), 0);
+    EXPECT_EQ(first.copy_host_bytes, second.copy_host_bytes);
+    // The same work from one step to the next: the same launches and pages read; the pages
+    // written differ only where a cast's saturation and flush counters are added to, which
+    // happens when a count is not zero (one page a launch at most).
+    EXPECT_EQ(first.gemm_bytes, second.gemm_bytes);
+    EXPECT_EQ(first.launches, second.launches);
+    ASSERT_EQ(first.kernels.size(), second.kernels.size()) << summary(first) << "\n"
+                                                           << summary(second);
+    for (size_t i = 0; i < first.kernels.size(); ++i) {
+      const KernelTraffic &a = first.kernels[i], &b = second.kernels[i];
+      SCOPED_TRACE(a.kernel);
+      EXPECT_EQ(a.kernel, b.kernel);
+      EXPECT_EQ(a.launches, b.launches);
+      EXPECT_EQ(a.bytes_read, b.bytes_read);
+      EXPECT_LE(std::abs(a.bytes_written - b.bytes_written), a.launches * 4096);
+    }
+    RecordProperty(c.name, summary(first));
+  }
+}
+
+}  // namespace
+}  // namespace octet::modules
