@@ -71,12 +71,22 @@ void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h) {
     OCTET_CHECK(t.master && t.grad && t.m && t.v, "adamw_step: a null tensor in the list");
     OCTET_CHECK(check_adamw(*t.master, *t.grad, *t.m, *t.v, h) == device, "adamw_step: tensors on ",
                 device, " and ", t.master->device(), " in one step");
+    if (t.model != nullptr) {
+      OCTET_CHECK(t.model->dtype() == DType::kF32 || t.model->dtype() == DType::kBF16,
+                  "adamw_step: the model weight must be f32 or bf16, got ", *t.model);
+      OCTET_CHECK(t.model->device() == device, "adamw_step: the model weight is on ",
+                  t.model->device(), ", the master on ", device);
+      check_same("adamw_step", *t.master, "master", *t.model, "model");
+      OCTET_CHECK(!t.model->shares_storage(*t.master),
+                  "adamw_step: the model weight shares the master's storage");
+    }
   }
   on_device(device)->adamw_step(tensors, h);
   for (const AdamWTensors& t : tensors) {
     t.master->bump_version();
     t.m->bump_version();
     t.v->bump_version();
+    if (t.model != nullptr) t.model->bump_version();
   }
 }
 

@@ -37,12 +37,16 @@ struct AdamWHyper {
 void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h);
 
 // The same rule for many tensors at once (an optimizer's step): on CUDA one launch updates them
-// all (a multi-tensor kernel); on the CPU each is a pass of adamw_step.
+// all (a multi-tensor kernel); on the CPU each is a pass of adamw_step. `model`, when given,
+// receives the updated master in its own dtype (f32 or bf16, rounded to nearest even) in the same
+// pass: what copy_(model, master) after the step would write, without reading the master again.
+// A shut device gate leaves it as it is, as it leaves the master.
 struct AdamWTensors {
-  Tensor* master;      // f32
-  const Tensor* grad;  // f32 or bf16, master's shape
-  Tensor* m;           // f32
-  Tensor* v;           // f32
+  Tensor* master;           // f32
+  const Tensor* grad;       // f32 or bf16, master's shape
+  Tensor* m;                // f32
+  Tensor* v;                // f32
+  Tensor* model = nullptr;  // f32 or bf16, master's shape; optional
 };
 void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h);
 

@@ -110,6 +110,15 @@ void Optimizer::update(float lr, const ops::DeviceStep& device_step) {
     const Tensor& g = autograd::grad(*params_[i].tensor);
     if (g.defined() && shard(i).size() > 0) grads[i] = part(g, i);
   }
+  // The model-dtype weights a high-precision parameter keeps beside its master: AdamW writes
+  // them in its pass, SGD's step is followed by a copy.
+  std::vector<Tensor> models(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (grads[i].defined() && !params_[i].is_fp8() &&
+        !params_[i].tensor->shares_storage(state_[i].master)) {
+      models[i] = part(*params_[i].tensor, i);
+    }
+  }
   if (options_.kind == OptimizerKind::kAdamW) {
     // One multi-tensor update per device (one launch on CUDA).
     ops::AdamWHyper h;
@@ -124,7 +133,9 @@ void Optimizer::update(float lr, const ops::DeviceStep& device_step) {
     for (size_t i = 0; i < params_.size(); ++i) {
       if (!grads[i].defined()) continue;
       State& s = state_[i];
-      (s.master.device().is_cpu() ? cpu : cuda).push_back({&s.master, &grads[i], &s.m, &s.v});
+      Tensor* model = models[i].defined() ? &models[i] : nullptr;
+      (s.master.device().is_cpu() ? cpu : cuda)
+          .push_back({&s.master, &grads[i], &s.m, &s.v, model});
     }
     ops::adamw_step(cpu, h);
     ops::adamw_step(cuda, h);
@@ -136,14 +147,10 @@ void Optimizer::update(float lr, const ops::DeviceStep& device_step) {
     if (options_.kind != OptimizerKind::kAdamW) {
       ops::sgd_step(s.master, grads[i], s.m, lr, options_.momentum, options_.weight_decay, steps_,
                     device_step);
+      if (models[i].defined()) ops::copy_(models[i], s.master);
     }
-    if (p.is_fp8()) {
-      // A shard alone cannot requantize the whole weight: the caller does (see the constructor).
-      if (!sharded()) ops::quantize_into(**p.fp8, s.master, AmaxRecording::kRecord);
-    } else if (!p.tensor->shares_storage(s.master)) {
-      Tensor dst = part(*p.tensor, i);
-      ops::copy_(dst, s.master);
-    }
+    // A shard alone cannot requantize the whole weight: the caller does (see the constructor).
+    if (p.is_fp8() && !sharded()) ops::quantize_into(**p.fp8, s.master, AmaxRecording::kRecord);
   }
 }
 

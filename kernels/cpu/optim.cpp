@@ -40,34 +40,44 @@ void sgd_block(float* w, const float* g, float* buf, int64_t n, float lr, float 
   }
 }
 
-// Runs body(f32 grad pointer, offset, count) over blocks of `grad`, converting bf16 blocks.
+// Runs body(f32 pointer, offset, count) over blocks of x's elements [lo, hi), converting the
+// blocks of a tensor that is not f32.
 template <typename Body>
-void for_grad_blocks(const Tensor& grad, Body body) {
-  const bool f32 = grad.dtype() == DType::kF32;
-  const auto* pg = static_cast<const uint8_t*>(grad.data());
-  parallel_for(0, grad.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
-    float buf[kBlock];
-    for (int64_t i = lo; i < hi; i += kBlock) {
-      const int64_t n = std::min(kBlock, hi - i);
-      const float* g = reinterpret_cast<const float*>(pg) + i;
-      if (!f32) {
-        to_f32(grad.dtype(), pg + i * grad.element_size(), buf, n);
-        g = buf;
-      }
-      body(g, i, n);
+void for_f32_blocks(const Tensor& x, int64_t lo, int64_t hi, Body body) {
+  const bool f32 = x.dtype() == DType::kF32;
+  const auto* px = static_cast<const uint8_t*>(x.data());
+  float buf[kBlock];
+  for (int64_t i = lo; i < hi; i += kBlock) {
+    const int64_t n = std::min(kBlock, hi - i);
+    const float* p = reinterpret_cast<const float*>(px) + i;
+    if (!f32) {
+      to_f32(x.dtype(), px + i * x.element_size(), buf, n);
+      p = buf;
     }
-  });
+    body(p, i, n);
+  }
 }
 
-void adamw_one(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, const ops::AdamWHyper& h) {
+// for_f32_blocks over all of `grad`, in parallel.
+template <typename Body>
+void for_grad_blocks(const Tensor& grad, Body body) {
+  parallel_for(0, grad.numel(), kElementwiseGrain,
+               [&](int64_t lo, int64_t hi) { for_f32_blocks(grad, lo, hi, body); });
+}
+
+void adamw_one(const ops::AdamWTensors& t, const ops::AdamWHyper& h) {
   const float c1 = math::bias_correction(h.beta1, h.step);
   const float c2 = math::bias_correction(h.beta2, h.step);
   const float decay = 1.f - h.lr * h.weight_decay;
-  float* pw = master.data_as<float>();
-  float* pm = m.data_as<float>();
-  float* pv = v.data_as<float>();
-  for_grad_blocks(grad, [&](const float* g, int64_t i, int64_t n) {
+  float* pw = t.master->data_as<float>();
+  float* pm = t.m->data_as<float>();
+  float* pv = t.v->data_as<float>();
+  auto* model = t.model != nullptr ? static_cast<uint8_t*>(t.model->data()) : nullptr;
+  for_grad_blocks(*t.grad, [&](const float* g, int64_t i, int64_t n) {
     adamw_block(pw + i, g, pm + i, pv + i, n, h.lr, h.beta1, h.beta2, h.eps, decay, c1, c2);
+    if (model != nullptr) {
+      from_f32(pw + i, t.model->dtype(), model + i * t.model->element_size(), n);
+    }
   });
 }
 
@@ -86,7 +96,7 @@ void CpuBackend::adamw_step(const std::vector<ops::AdamWTensors>& tensors,
                             const ops::AdamWHyper& h) const {
   ops::AdamWHyper host = h;
   if (!open_step(h.device_step, &host.step)) return;
-  for (const ops::AdamWTensors& t : tensors) adamw_one(*t.master, *t.grad, *t.m, *t.v, host);
+  for (const ops::AdamWTensors& t : tensors) adamw_one(t, host);
 }
 
 void CpuBackend::sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
@@ -105,20 +115,11 @@ void CpuBackend::sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float
 double CpuBackend::sum_of_squares(const Tensor& x) const {
   std::vector<double> partial(static_cast<size_t>(reduction_chunks(x.numel(), kElementwiseGrain)),
                               0.0);
-  const bool f32 = x.dtype() == DType::kF32;
-  const auto* px = static_cast<const uint8_t*>(x.data());
   parallel_chunks(0, x.numel(), kElementwiseGrain, [&](int64_t chunk, int64_t lo, int64_t hi) {
-    float buf[kBlock];
     double acc = 0;
-    for (int64_t i = lo; i < hi; i += kBlock) {
-      const int64_t n = std::min(kBlock, hi - i);
-      const float* p = reinterpret_cast<const float*>(px) + i;
-      if (!f32) {
-        to_f32(x.dtype(), px + i * x.element_size(), buf, n);
-        p = buf;
-      }
+    for_f32_blocks(x, lo, hi, [&](const float* p, int64_t, int64_t n) {
       for (int64_t j = 0; j < n; ++j) acc += static_cast<double>(p[j]) * p[j];
-    }
+    });
     partial[static_cast<size_t>(chunk)] = acc;
   });
   double total = 0;

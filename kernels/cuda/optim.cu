@@ -25,11 +25,13 @@ struct AdamWEntry {
   const void* g;  // (n,) f32 or bf16
   float* m;       // (n,) f32
   float* v;       // (n,) f32
+  void* model;    // (n,) model_dtype: the updated w, stored again; null: none
   int64_t n;
   int64_t first_chunk;  // blocks before this tensor's first: a prefix sum over the list
   DType g_dtype;
+  DType model_dtype;
   int g_size;   // bytes per element of g
-  bool vector;  // w, g, m and v aligned for kVec-element accesses
+  bool vector;  // w, g, m, v and model aligned for kVec-element accesses
 };
 
 // Host-computed constants, the same values the CPU computes.
@@ -74,6 +76,9 @@ __global__ void adamw_kernel(const AdamWEntry* table, int count, AdamWConstants 
   float* m = e.m + begin;
   float* v = e.v + begin;
   const void* g = static_cast<const char*>(e.g) + begin * e.g_size;
+  void* model = e.model == nullptr
+                    ? nullptr
+                    : static_cast<char*>(e.model) + begin * (e.model_dtype == DType::kF32 ? 4 : 2);
   auto one = [&](float gi, float& wi, float& mi, float& vi) {
     const float wd = __fmul_rn(wi, k.decay);
     mi = __fadd_rn(__fmul_rn(k.beta1, mi), __fmul_rn(k.one_minus_beta1, gi));
@@ -94,6 +99,7 @@ __global__ void adamw_kernel(const AdamWEntry* table, int count, AdamWConstants 
       store_vec(m, i, mv);
       store_vec(v, i, vv);
       store_vec(w, i, wv);
+      if (model != nullptr) store_f32_vec(model, e.model_dtype, i, wv.v);
     }
     done = groups * kVec;
   }
@@ -103,6 +109,7 @@ __global__ void adamw_kernel(const AdamWEntry* table, int count, AdamWConstants 
     m[i] = mi;
     v[i] = vi;
     w[i] = wi;
+    if (model != nullptr) store_f32(model, e.model_dtype, i, wi);
   }
 }
 
@@ -172,11 +179,13 @@ void CudaBackend::adamw_step(const std::vector<AdamWTensors>& tensors,
     if (table.empty()) device = t.master->device();
     OCTET_CHECK(t.master->device() == device, "adamw_step: tensors on different devices (", device,
                 " and ", t.master->device(), ")");
-    const bool vector = vec_aligned(t.master->data(), 4) && vec_aligned(t.m->data(), 4) &&
-                        vec_aligned(t.v->data(), 4) &&
-                        vec_aligned(t.grad->data(), t.grad->element_size());
+    const bool vector =
+        vec_aligned(t.master->data(), 4) && vec_aligned(t.m->data(), 4) &&
+        vec_aligned(t.v->data(), 4) && vec_aligned(t.grad->data(), t.grad->element_size()) &&
+        (t.model == nullptr || vec_aligned(t.model->data(), t.model->element_size()));
     table.push_back({t.master->data_as<float>(), t.grad->data(), t.m->data_as<float>(),
-                     t.v->data_as<float>(), n, chunks, t.grad->dtype(),
+                     t.v->data_as<float>(), t.model != nullptr ? t.model->data() : nullptr, n,
+                     chunks, t.grad->dtype(), t.model != nullptr ? t.model->dtype() : DType::kF32,
                      static_cast<int>(t.grad->element_size()), vector});
     chunks += (n + kChunk - 1) / kChunk;
   }

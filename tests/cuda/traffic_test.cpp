@@ -135,5 +135,25 @@ TEST(CudaTraffic, LayerStepCountsAreTheLayersAndRepeat) {
   }
 }
 
+// An optimizer step over bf16 parameters is one launch: the multi-tensor AdamW kernel, which
+// writes the bf16 weights beside the f32 masters and moments (no second pass over the masters).
+TEST(CudaTraffic, AdamWStepIsOneLaunchThatWritesTheModelWeights) {
+  OCTET_REQUIRE_CUDA();
+  if (!device_traffic_available()) GTEST_SKIP() << "device traffic: the CUDA emulation build only";
+  LayerStep step(std::nullopt);
+  Tensor y = step.layer->forward(step.x, FirstMicrobatch::kUnset);
+  autograd::backward(y, step.grad);
+  const Tensor before = test::on_cpu(step.layer->parameters().front().tensor->clone());
+  TrafficRecording recording;
+  step.optimizer->step(1e-2f);
+  const DeviceTraffic t = recording.stop();
+  ASSERT_EQ(t.kernels.size(), 1u) << summary(t);
+  EXPECT_EQ(t.kernels[0].kernel, "adamw_kernel");
+  EXPECT_EQ(t.launches, 1);
+  EXPECT_EQ(t.copy_device_bytes + t.memset_bytes, 0);
+  // The bf16 weight moved.
+  EXPECT_FALSE(test::same_bits(test::on_cpu(*step.layer->parameters().front().tensor), before));
+}
+
 }  // namespace
 }  // namespace octet::modules

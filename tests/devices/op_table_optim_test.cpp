@@ -60,9 +60,11 @@ void adamw_case(OpRun& r) {
 // worth of blocks, f32 and bf16 gradients.
 void adamw_multi_tensor_case(OpRun& r) {
   const std::vector<Shape> shapes = {{1}, {31}, {64, 48}, {70001}, {3, 1 << 19}, {257}};
-  std::vector<Tensor> w, m, v;
+  std::vector<Tensor> w, m, v, model;
   for (size_t i = 0; i < shapes.size(); ++i) {
     w.push_back(r.random(shapes[i], 100 + i));
+    // Every other tensor writes its model weight in the pass too, bf16 or f32.
+    if (i % 2 == 1) model.push_back(ops::cast(w.back(), i % 4 == 1 ? kBF16 : kF32));
     const Tensor m0 = random_tensor(shapes[i], kF32, 200 + i, 0.1f);
     m.push_back(r.in(m0));
     v.push_back(r.in(ops::mul(m0, m0)));  // second moments are non-negative
@@ -73,7 +75,9 @@ void adamw_multi_tensor_case(OpRun& r) {
     for (size_t i = 0; i < shapes.size(); ++i) {
       grads.push_back(r.random(shapes[i], 300 + 10 * step + i, 1.f, i % 2 == 0 ? kF32 : kBF16));
     }
-    for (size_t i = 0; i < shapes.size(); ++i) list.push_back({&w[i], &grads[i], &m[i], &v[i]});
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      list.push_back({&w[i], &grads[i], &m[i], &v[i], i % 2 == 1 ? &model[i / 2] : nullptr});
+    }
     ops::adamw_step(list, hyper(step));
   }
   for (size_t i = 0; i < shapes.size(); ++i) {
@@ -81,6 +85,7 @@ void adamw_multi_tensor_case(OpRun& r) {
     r.close("master", w[i]);
     r.close("m", m[i]);
     r.close("v", v[i]);
+    if (i % 2 == 1) r.close("model", model[i / 2]);
   }
 }
 

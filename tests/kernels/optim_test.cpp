@@ -211,6 +211,47 @@ TEST(OptimKernels, DeviceStepShutLeavesEverythingOpenIsTheHostsStep) {
   EXPECT_NE(message.find("device step's count"), std::string::npos) << message;
 }
 
+// The model weight AdamW writes in its pass is, bit for bit, the copy of the updated master that
+// copy_ would make after the step: bf16 rounded to nearest even (ties and values whose low bits
+// matter included), f32 as it is; a shut device gate leaves it; the wrong kind of tensor is refused.
+TEST(OptimKernels, AdamWModelWeightIsTheCopyOfTheUpdatedMaster) {
+  ops::AdamWHyper h;
+  h.lr = 0.01f;
+  h.weight_decay = 0.1f;
+  h.step = 3;
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    AdamWCase fused, separate;
+    Tensor model = ops::cast(fused.w, dtype);
+    const Tensor model0 = model.clone();
+    ops::adamw_step({{&fused.w, &fused.g, &fused.m, &fused.v, &model}}, h);
+    ops::adamw_step(separate.w, separate.g, separate.m, separate.v, h);
+    Tensor copied = ops::cast(separate.w, dtype);
+    EXPECT_TRUE(test::same_bits(fused.w, separate.w));
+    EXPECT_TRUE(test::same_bits(model, copied));
+    EXPECT_FALSE(test::same_bits(model, model0));
+    // A shut gate: nothing moves, the model weight neither.
+    const Tensor shut = Tensor::full({1}, 0.f, DType::kF32);
+    Tensor steps = Tensor::zeros({1}, DType::kI64);
+    ops::AdamWHyper dh = h;
+    dh.device_step = {&shut, &steps};
+    const Tensor before = model.clone();
+    ops::adamw_step({{&fused.w, &fused.g, &fused.m, &fused.v, &model}}, dh);
+    EXPECT_TRUE(test::same_bits(model, before));
+  }
+  AdamWCase c;
+  Tensor wrong = Tensor::zeros({2}, DType::kBF16), f16 = ops::cast(c.w, DType::kF16);
+  EXPECT_NE(test::error_of([&] { ops::adamw_step({{&c.w, &c.g, &c.m, &c.v, &wrong}}, h); })
+                .find("differ in shape"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([&] { ops::adamw_step({{&c.w, &c.g, &c.m, &c.v, &f16}}, h); })
+                .find("must be f32 or bf16"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([&] { ops::adamw_step({{&c.w, &c.g, &c.m, &c.v, &c.w}}, h); })
+                .find("shares the master's storage"),
+            std::string::npos);
+}
+
 TEST(OptimKernels, FiniteGateIsOneOnlyWhenEveryValueAndTheNormAre) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
   auto bits_of = [](double d) {
