@@ -213,7 +213,8 @@ TEST(OptimKernels, DeviceStepShutLeavesEverythingOpenIsTheHostsStep) {
 
 // The model weight AdamW writes in its pass is, bit for bit, the copy of the updated master that
 // copy_ would make after the step: bf16 rounded to nearest even (ties and values whose low bits
-// matter included), f32 as it is; a shut device gate leaves it; the wrong kind of tensor is refused.
+// matter included), f32 as it is; a shut device gate leaves it; the wrong kind of tensor is
+// refused.
 TEST(OptimKernels, AdamWModelWeightIsTheCopyOfTheUpdatedMaster) {
   ops::AdamWHyper h;
   h.lr = 0.01f;
@@ -241,14 +242,17 @@ TEST(OptimKernels, AdamWModelWeightIsTheCopyOfTheUpdatedMaster) {
   }
   AdamWCase c;
   Tensor wrong = Tensor::zeros({2}, DType::kBF16), f16 = ops::cast(c.w, DType::kF16);
-  EXPECT_NE(test::error_of([&] { ops::adamw_step({{&c.w, &c.g, &c.m, &c.v, &wrong}}, h); })
-                .find("differ in shape"),
+  EXPECT_NE(test::error_of([&] {
+              ops::adamw_step({{&c.w, &c.g, &c.m, &c.v, &wrong}}, h);
+            }).find("differ in shape"),
             std::string::npos);
-  EXPECT_NE(test::error_of([&] { ops::adamw_step({{&c.w, &c.g, &c.m, &c.v, &f16}}, h); })
-                .find("must be f32 or bf16"),
+  EXPECT_NE(test::error_of([&] {
+              ops::adamw_step({{&c.w, &c.g, &c.m, &c.v, &f16}}, h);
+            }).find("must be f32 or bf16"),
             std::string::npos);
-  EXPECT_NE(test::error_of([&] { ops::adamw_step({{&c.w, &c.g, &c.m, &c.v, &c.w}}, h); })
-                .find("shares the master's storage"),
+  EXPECT_NE(test::error_of([&] {
+              ops::adamw_step({{&c.w, &c.g, &c.m, &c.v, &c.w}}, h);
+            }).find("shares the master's storage"),
             std::string::npos);
 }
 
