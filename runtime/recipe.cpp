@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/named.h"
 #include "runtime/text_file.h"
 
 namespace octet {
@@ -111,11 +112,6 @@ class Reader {
 
 // Each value recipe JSON can name, keyed by the enum value (never by its ordinal); "custom" is
 // made in code only.
-template <typename E>
-struct Named {
-  E value;
-  std::string_view name;
-};
 constexpr Named<RecipeKind> kKinds[] = {
     {RecipeKind::kDelayed, "delayed"}, {RecipeKind::kCurrent, "current"},
     {RecipeKind::kMXFP8, "mxfp8"},     {RecipeKind::kBlockwise, "blockwise"},
@@ -132,23 +128,10 @@ constexpr Named<FP8Format> kE4M3Only[] = {{FP8Format::kE4M3, "e4m3"}};  // MXFP8
 constexpr Named<AmaxComputeAlgo> kAlgos[] = {{AmaxComputeAlgo::kMax, "max"},
                                              {AmaxComputeAlgo::kMostRecent, "most_recent"}};
 
-template <typename E, size_t N>
-std::vector<std::string_view> names_of(const Named<E> (&table)[N]) {
-  std::vector<std::string_view> names;
-  for (const Named<E>& n : table) names.push_back(n.name);
-  return names;
-}
-template <typename E, size_t N>
-std::string_view name_of(const Named<E> (&table)[N], E value) {
-  for (const Named<E>& n : table) {
-    if (n.value == value) return n.name;
-  }
-  OCTET_FAIL("no name for value ", static_cast<int>(value));
-}
 // The value `key` names (table[default_index] when absent), checked as Reader::choice checks.
 template <typename E, size_t N>
 E choose(const Reader& in, std::string_view key, const Named<E> (&table)[N], size_t default_index) {
-  return table[in.choice(key, names_of(table), default_index)].value;
+  return table[in.choice(key, names_in(table), default_index)].value;
 }
 
 }  // namespace
@@ -161,17 +144,17 @@ std::string_view recipe_kind_name(RecipeKind kind) {
     case RecipeKind::kBlockwise:
     case RecipeKind::kNVFP4:
     case RecipeKind::kRowwise:
-      return name_of(kKinds, kind);
+      return name_in(kKinds, kind);
     case RecipeKind::kCustom:
       return "custom";
   }
   OCTET_FAIL("unknown recipe kind ", static_cast<int>(kind));
 }
-std::string_view fp8_format_name(FP8Format format) { return name_of(kFormats, format); }
-std::string_view amax_compute_algo_name(AmaxComputeAlgo algo) { return name_of(kAlgos, algo); }
+std::string_view fp8_format_name(FP8Format format) { return name_in(kFormats, format); }
+std::string_view amax_compute_algo_name(AmaxComputeAlgo algo) { return name_in(kAlgos, algo); }
 
-std::string_view nvfp4_scope_name(NVFP4Scope scope) { return name_of(kScopes, scope); }
-std::string_view nvfp4_method_name(NVFP4Method method) { return name_of(kMethods, method); }
+std::string_view nvfp4_scope_name(NVFP4Scope scope) { return name_in(kScopes, scope); }
+std::string_view nvfp4_method_name(NVFP4Method method) { return name_in(kMethods, method); }
 
 namespace {
 // A recipe of `kind` in `format`, every other field at its default.
@@ -297,7 +280,7 @@ Recipe recipe_from_json(const json& object, std::string_view where) {
   OCTET_CHECK(object.is_object(), where, ": expected a JSON object, got ", shown(object));
   const Reader in(object, where);
   OCTET_CHECK(in.find("recipe") != nullptr, in.key("recipe"), ": missing (one of ",
-              join(names_of(kKinds)), ")");
+              join(names_in(kKinds)), ")");
   Recipe r;
   r.kind = choose(in, "recipe", kKinds, 0);
   switch (r.kind) {
