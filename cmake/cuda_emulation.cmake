@@ -71,7 +71,8 @@ function(octet_cuda_emulation_runtime target)
                                    "${OCTET_CUDA_EMU_DIR}/exec.cpp"
                                    "${OCTET_CUDA_EMU_DIR}/fiber.cpp"
                                    "${OCTET_CUDA_EMU_DIR}/cublaslt.cpp"
-                                   "${OCTET_CUDA_EMU_DIR}/traffic.cpp")
+                                   "${OCTET_CUDA_EMU_DIR}/traffic.cpp"
+                                   "${OCTET_CUDA_EMU_DIR}/graph.cpp")
   target_include_directories(${target} BEFORE PUBLIC
                              "$<BUILD_INTERFACE:${OCTET_CUDA_EMU_DIR}/include>")
   target_compile_definitions(${target} PUBLIC OCTET_CUDA_EMULATION=1)
@@ -90,7 +91,8 @@ function(octet_cuda_emulation_selftest)
                      DEPENDS "${OCTET_CUDA_EMU_DIR}/selftest_kernels.cu" octet_cuda_translate
                      COMMENT "Translating selftest_kernels.cu for the CUDA emulator" VERBATIM)
   add_executable(octet_cuda_emu_selftest "${OCTET_CUDA_EMU_DIR}/selftest.cpp"
-                                         "${OCTET_CUDA_EMU_DIR}/traffic_selftest.cpp" "${g}")
+                                         "${OCTET_CUDA_EMU_DIR}/traffic_selftest.cpp"
+                                         "${OCTET_CUDA_EMU_DIR}/graph_selftest.cpp" "${g}")
   target_include_directories(octet_cuda_emu_selftest PRIVATE "${CMAKE_SOURCE_DIR}")
   target_link_libraries(octet_cuda_emu_selftest PRIVATE octet::octet GTest::gtest GTest::gtest_main)
   gtest_discover_tests(octet_cuda_emu_selftest DISCOVERY_TIMEOUT 60 PROPERTIES LABELS cuda_emu)

@@ -36,6 +36,11 @@ void check_device_step(const char* op, const DeviceStep& d, Device device) {
   OCTET_CHECK(d.gate->device() == device && d.steps->device() == device, op,
               ": the device step's gate (", d.gate->device(), ") and count (", d.steps->device(),
               ") must be on the tensors' device ", device);
+  if (d.lr != nullptr) {
+    check_scalar(op, d.lr, DType::kF32, "the device step's learning rate");
+    OCTET_CHECK(d.lr->device() == device, op, ": the device step's learning rate is on ",
+                d.lr->device(), ", expected the tensors' device ", device);
+  }
 }
 
 // The step's device: the master's, shared by its gradient and moments.

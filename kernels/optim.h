@@ -14,9 +14,12 @@ namespace octet::ops {
 // weight, moment and momentum buffer as it was; `steps` (1,) i64: the updates taken so far,
 // advanced by advance_steps before the update, and the step count the update reads (the host's
 // `step` is then unused). Both on the tensors' device; both null: the step runs as the host says.
+// `lr` (1,) f32 on the tensors' device, with a gate: the learning rate the update reads instead
+// of the host's (a step captured once and replayed, whose rate changes from step to step).
 struct DeviceStep {
   const Tensor* gate = nullptr;
   const Tensor* steps = nullptr;
+  const Tensor* lr = nullptr;
 };
 
 struct AdamWHyper {

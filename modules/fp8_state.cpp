@@ -66,6 +66,20 @@ SlotContext FP8State::context(SlotId slot) const {
   return c;
 }
 
+std::vector<FP8CastCounts*> FP8State::cast_counts() {
+  std::vector<FP8CastCounts*> out;
+  for (const auto* stats : {&forward_stats_, &backward_stats_}) {
+    for (const auto& s : *stats) out.push_back(&s->counts);
+  }
+  if (meta_ != nullptr) {
+    for (FP8Direction d : {FP8Direction::kForward, FP8Direction::kBackward}) {
+      for (int i = 0; i < meta_->num_slots(d); ++i)
+        out.push_back(meta_->slot({d, i}).cast_counts.get());
+    }
+  }
+  return out;
+}
+
 SlotStats FP8State::take_slot_stats(SlotId slot) {
   const auto& stats = slot.direction == FP8Direction::kForward ? forward_stats_ : backward_stats_;
   const auto i = static_cast<size_t>(slot.index);
@@ -74,7 +88,10 @@ SlotStats FP8State::take_slot_stats(SlotId slot) {
               slot.index, " (a recipe with an FP8Meta counts in the meta)");
   SlotStats& s = *stats[i];
   settle_device_stats(s.counts, &s.scales);  // what CUDA casts counted (one copy back)
-  return std::exchange(s, SlotStats{});
+  SlotStats out = std::exchange(s, SlotStats{});
+  s.counts.device = out.counts.device;  // the device words, zeroed by the settle, count on
+  out.counts.device.reset();
+  return out;
 }
 
 void FP8State::begin_forward(const Recipe& recipe, Device device) {

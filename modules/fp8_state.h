@@ -87,6 +87,9 @@ class FP8State {
   // them resets them, so a metrics log reads each cast once.
   bool has_slot_stats() const { return !forward_stats_.empty(); }
   SlotStats take_slot_stats(SlotId slot);
+  // Every cast count this state keeps (its meta's slots' and its own), for a caller that adds
+  // the host's side of replayed casts (train::Trainer under CUDA graphs).
+  std::vector<FP8CastCounts*> cast_counts();
 
  private:
   void adopt(const Recipe& recipe, Device device);

@@ -81,14 +81,14 @@ void Optimizer::step(float lr) {
   update(lr, {});
 }
 
-void Optimizer::step(float lr, const Tensor& gate) {
+void Optimizer::step(float lr, const Tensor& gate, const Tensor* device_lr) {
   if (!device_steps_.defined() || device_steps_.device() != gate.device()) {
     read_device_steps();
     device_steps_ = step_tensor_.to(gate.device());
   }
   ops::advance_steps(gate, device_steps_);
   device_steps_ahead_ = true;
-  update(lr, ops::DeviceStep{&gate, &device_steps_});
+  update(lr, ops::DeviceStep{&gate, &device_steps_, device_lr});
 }
 
 void Optimizer::read_device_steps() const {

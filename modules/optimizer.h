@@ -55,13 +55,16 @@ class Optimizer {
   // shut leaves every weight, moment and the step count as they were, and nothing waits for
   // it. The count then lives on the device: steps() and the state dict copy it back. FP8 primary
   // weights are requantized from their masters, changed or not (sharded: by the caller, as
-  // for step(lr)).
-  void step(float lr, const Tensor& gate);
+  // for step(lr)). `device_lr` ((1,) f32 beside the gate, or null): the kernels read the rate
+  // there instead of `lr` (a step captured into a CUDA graph and replayed).
+  void step(float lr, const Tensor& gate, const Tensor* device_lr = nullptr);
   // Drops every parameter's gradient.
   void zero_grad();
   // Moves the optimizer state (masters, moments) to `device`, after Module::to moved the model.
   void to(Device device);
   int64_t steps() const;  // a copy back after step(lr, gate) on a GPU
+  // A step(lr, gate) replayed from a CUDA graph moved the device's count: steps() reads it.
+  void device_step_replayed() { device_steps_ahead_ = true; }
 
   // "<param>.exp_avg", "<param>.exp_avg_sq", "<param>.momentum", "<param>.master" and
   // "step", for checkpoints; load checks names, shapes and dtypes.

@@ -103,8 +103,9 @@ class CachingAllocator final : public Allocator {
     const size_t size = rounded(bytes);
     {
       std::lock_guard lock(mutex_);
-      auto it = free_.find(size);
-      if (it != free_.end() && !it->second.empty()) {
+      auto& free = capturing_ != 0 ? pool_free_[capturing_] : free_;
+      auto it = free.find(size);
+      if (it != free.end() && !it->second.empty()) {
         void* ptr = it->second.back();
         it->second.pop_back();
         stats_.cached_bytes -= size;
@@ -131,6 +132,7 @@ class CachingAllocator final : public Allocator {
     stats_.reserved_bytes += size;
     ++stats_.cuda_mallocs;
     live_.emplace(ptr, size);
+    if (capturing_ != 0) pool_of_[ptr] = capturing_;
     return ptr;
   }
 
@@ -141,8 +143,39 @@ class CachingAllocator final : public Allocator {
     OCTET_ASSERT(it != live_.end(), "cuda:", index_, " free of a pointer this cache did not give");
     const size_t size = it->second;
     live_.erase(it);
-    free_[size].push_back(ptr);
+    // A graph pool's block, or any block freed while a graph captures (the graph's replays may
+    // still use it), stays in that pool.
+    auto pool = pool_of_.find(ptr);
+    const int id = pool != pool_of_.end() ? pool->second : capturing_;
+    if (id != 0) {
+      pool_of_[ptr] = id;
+      pool_free_[id][size].push_back(ptr);
+    } else {
+      free_[size].push_back(ptr);
+    }
     stats_.cached_bytes += size;
+  }
+
+  // Until end_pool(), allocations come from a new pool and every free goes to it.
+  int begin_pool() {
+    std::lock_guard lock(mutex_);
+    OCTET_CHECK(capturing_ == 0, "cuda:", index_, ": a CUDA graph is already being captured");
+    capturing_ = next_pool_++;
+    return capturing_;
+  }
+  void end_pool() {
+    std::lock_guard lock(mutex_);
+    capturing_ = 0;
+  }
+  // The pool's free blocks go back to the cache; its live blocks become ordinary ones.
+  void release_pool(int id) {
+    std::lock_guard lock(mutex_);
+    for (auto& [size, blocks] : pool_free_[id]) {
+      auto& to = free_[size];
+      to.insert(to.end(), blocks.begin(), blocks.end());
+    }
+    pool_free_.erase(id);
+    std::erase_if(pool_of_, [id](const auto& entry) { return entry.second == id; });
   }
 
   CacheStats stats() {
@@ -182,6 +215,12 @@ class CachingAllocator final : public Allocator {
   std::map<size_t, std::vector<void*>> free_;
   std::map<void*, size_t> live_;
   CacheStats stats_;
+  // CUDA graph pools (Graph): the pool a capture allocates from (0: none), each pooled block's
+  // pool, and each pool's free blocks, never handed to allocations outside their graph.
+  int capturing_ = 0;
+  int next_pool_ = 1;
+  std::map<void*, int> pool_of_;
+  std::map<int, std::map<size_t, std::vector<void*>>> pool_free_;
 };
 
 CachingAllocator& caching_allocator(int index) {
@@ -295,10 +334,115 @@ StagingRing& staging_ring(int index) {
 
 }  // namespace
 
+namespace {
+
+// The graph being captured on each device (at most one), for the uploads it records.
+std::mutex& captures_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<int, Graph*>& captures() {
+  static auto* m = new std::map<int, Graph*>();
+  return *m;
+}
+Graph* capturing_graph(Device device) {
+  std::lock_guard lock(captures_mutex());
+  auto it = captures().find(device.index);
+  return it == captures().end() ? nullptr : it->second;
+}
+
+}  // namespace
+
 void upload_async(Device device, void* dst, const void* src, size_t bytes) {
   OCTET_CHECK(device.is_cuda(), "upload_async to ", device, ": not a CUDA device");
   if (bytes == 0) return;
+  if (Graph* g = capturing_graph(device)) {
+    g->record_upload(dst, src, bytes);
+    return;
+  }
   staging_ring(device.index).upload(dst, src, bytes);
+}
+
+Graph::Graph(Device device) : device_(device) {
+  OCTET_CHECK(device.is_cuda(), "cuda::Graph on ", device, ": not a CUDA device");
+}
+
+Graph::~Graph() {
+  DeviceGuard guard(device_);
+  if (capturing_) {
+    cudaGraph_t g = nullptr;
+    (void)cudaStreamEndCapture(static_cast<cudaStream_t>(stream(device_)), &g);
+    if (g != nullptr) cudaGraphDestroy(g);
+    (void)cudaGetLastError();
+    std::lock_guard lock(captures_mutex());
+    captures().erase(device_.index);
+    detail::caching_allocator(device_.index).end_pool();
+  }
+  if (exec_ != nullptr) {
+    // Replays queued on the stream still use the pool and the host bytes.
+    cudaStreamSynchronize(static_cast<cudaStream_t>(stream(device_)));
+    cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+  }
+  if (pool_ != 0) detail::caching_allocator(device_.index).release_pool(pool_);
+  for (void* p : host_) cudaFreeHost(p);
+}
+
+void Graph::begin_capture() {
+  OCTET_CHECK(exec_ == nullptr && !capturing_, "cuda::Graph: captured already");
+  DeviceGuard guard(device_);
+  {
+    std::lock_guard lock(captures_mutex());
+    OCTET_CHECK(captures().count(device_.index) == 0,
+                "cuda::Graph: another graph is being "
+                "captured on ",
+                device_);
+    captures()[device_.index] = this;
+  }
+  pool_ = detail::caching_allocator(device_.index).begin_pool();
+  capturing_ = true;
+  // Relaxed: the caching allocator may call cudaMalloc and cudaHostAlloc while capturing.
+  OCTET_CUDART_CHECK(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream(device_)),
+                                            cudaStreamCaptureModeRelaxed));
+}
+
+void Graph::end_capture() {
+  OCTET_CHECK(capturing_, "cuda::Graph::end_capture without begin_capture");
+  DeviceGuard guard(device_);
+  capturing_ = false;
+  {
+    std::lock_guard lock(captures_mutex());
+    captures().erase(device_.index);
+  }
+  detail::caching_allocator(device_.index).end_pool();
+  cudaGraph_t g = nullptr;
+  const cudaError_t status = cudaStreamEndCapture(static_cast<cudaStream_t>(stream(device_)), &g);
+  if (status != cudaSuccess) (void)cudaGetLastError();
+  OCTET_CHECK(status == cudaSuccess && g != nullptr, "capturing a CUDA graph on ", device_,
+              " failed: ", cudaGetErrorString(status),
+              " (the captured work synchronised with the host, or used the legacy stream)");
+  size_t count = 0;
+  if (cudaGraphGetNodes(g, nullptr, &count) == cudaSuccess) nodes_ = static_cast<int64_t>(count);
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, g, 0);
+  cudaGraphDestroy(g);
+  OCTET_CUDART_CHECK(made);
+  exec_ = exec;
+}
+
+void Graph::replay() const {
+  OCTET_CHECK(exec_ != nullptr, "cuda::Graph::replay before end_capture");
+  DeviceGuard guard(device_);
+  OCTET_CUDART_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_),
+                                     static_cast<cudaStream_t>(stream(device_))));
+}
+
+void Graph::record_upload(void* dst, const void* src, size_t bytes) {
+  void* p = nullptr;
+  OCTET_CUDART_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+  host_.push_back(p);
+  std::memcpy(p, src, bytes);
+  OCTET_CUDART_CHECK(cudaMemcpyAsync(dst, p, bytes, cudaMemcpyHostToDevice,
+                                     static_cast<cudaStream_t>(stream(device_))));
 }
 
 namespace {
@@ -377,6 +521,16 @@ void copy_bytes(Device dst_device, void* dst, Device src_device, const void* src
     return;
   }
   DeviceGuard guard(dst_device.is_cuda() ? dst_device : src_device);
+  if (capturing_graph(src_device) != nullptr) {
+    // Inside a captured graph: on the stream, and never to the host (the host cannot wait).
+    OCTET_CHECK(dst_device == src_device, "a copy of ", n, " bytes from ", src_device, " to ",
+                dst_device,
+                " inside a captured CUDA graph: only copies within the device can be "
+                "captured");
+    OCTET_CUDART_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice,
+                                       static_cast<cudaStream_t>(stream(src_device))));
+    return;
+  }
   if (dst_device.is_cuda() && dst_device != src_device) synchronize(src_device);
   if (dst_device.is_cpu()) detail::count_device_to_host();
   const cudaError_t status = cudaMemcpy(dst, src, n, cudaMemcpyDefault);
@@ -449,6 +603,12 @@ DeviceGuard::~DeviceGuard() = default;
 CacheStats cache_stats(Device device) { no_cuda(device); }
 void empty_cache(Device device) { no_cuda(device); }
 void upload_async(Device device, void*, const void*, size_t) { no_cuda(device); }
+Graph::Graph(Device device) : device_(device) { no_cuda(device); }
+Graph::~Graph() = default;
+void Graph::begin_capture() { no_cuda(device_); }
+void Graph::end_capture() { no_cuda(device_); }
+void Graph::replay() const { no_cuda(device_); }
+void Graph::record_upload(void*, const void*, size_t) { no_cuda(device_); }
 void copy_bytes(Device dst_device, void*, Device src_device, const void*, size_t) {
   OCTET_FAIL("copy between ", src_device, " and ", dst_device, " needs a CUDA build");
 }

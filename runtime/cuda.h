@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "runtime/device.h"
 
@@ -52,6 +53,35 @@ void empty_cache(Device device);
 // reads when the stream gets there, so `src` may be reused on return. An upload larger than a
 // quarter of the ring goes through a blocking cudaMemcpy instead (counted below).
 void upload_async(Device device, void* dst, const void* src, size_t bytes);
+
+// One piece of work on `device`'s stream captured once and replayed (a CUDA graph). Between
+// begin_capture() and end_capture() what is queued on the stream is recorded, not run: kernels,
+// copies, library calls. Memory allocated meanwhile, and memory freed meanwhile, belongs to a
+// pool of the caching allocator kept for the graph's replays until the graph is destroyed (never
+// handed to other tensors); bytes uploaded meanwhile are kept in page-locked host memory and
+// uploaded again by each replay. The captured work must not wait for the device (a copy to the
+// host, a synchronisation) nor use the legacy stream: end_capture() then throws.
+class Graph {
+ public:
+  explicit Graph(Device device);
+  ~Graph();  // waits for queued replays
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  void begin_capture();
+  void end_capture();                       // instantiates the graph
+  void replay() const;                      // queues one run of the graph on the stream
+  int64_t nodes() const { return nodes_; }  // operations captured
+  // upload_async while this graph captures (runtime/cuda.cpp).
+  void record_upload(void* dst, const void* src, size_t bytes);
+
+ private:
+  Device device_;
+  void* exec_ = nullptr;  // cudaGraphExec_t
+  int pool_ = 0;
+  bool capturing_ = false;
+  int64_t nodes_ = 0;
+  std::vector<void*> host_;  // page-locked copies of the captured uploads
+};
 
 // The device side of runtime's byte copies (runtime/tensor.cpp, storage.cpp); at least one end
 // is a CUDA device, and a build without CUDA says so.

@@ -86,8 +86,10 @@ const FP8Slot& FP8Meta::slot(SlotId id) const {
 FP8CastCounts FP8Meta::take_cast_counts(SlotId id) {
   FP8CastCounts& counts = *slot(id).cast_counts;
   settle_device_stats(counts, nullptr);  // what CUDA casts counted (one copy back)
-  const FP8CastCounts out = counts;
+  FP8CastCounts out = counts;
   counts = {};
+  counts.device = out.device;  // the device words, zeroed by the settle, count on
+  out.device.reset();
   return out;
 }
 

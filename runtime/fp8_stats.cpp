@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "runtime/cuda.h"
 #include "runtime/memory.h"
 
 namespace octet {
@@ -65,8 +66,10 @@ DeviceCastStats& device_cast_stats(FP8CastCounts& counts, Device device) {
 
 void settle_device_stats(FP8CastCounts& counts, BlockScaleSpread* spread) {
   if (counts.device == nullptr) return;
-  const Tensor host = counts.device->words.to(Device::cpu());
-  counts.device.reset();
+  Tensor& words = counts.device->words;
+  const Tensor host = words.to(Device::cpu());
+  // The words stay (a captured CUDA graph's casts keep counting into them), zeroed in stream order.
+  cuda::zero_async(words.device(), words.data(), words.nbytes());
   std::vector<uint64_t> w(DeviceCastStats::kWords);
   std::memcpy(w.data(), host.data(), w.size() * sizeof(uint64_t));
   counts.saturated += static_cast<int64_t>(w[DeviceCastStats::kSaturated]);

@@ -207,6 +207,11 @@ std::vector<Entry> training_keys() {
       int_key(OCTET_KEY(training.grad_bucket_kb), 1, 1 << 20,
               "data parallel: KiB of f32 gradients per bucket, each reduced across the ranks as "
               "soon as the backward has produced it"),
+      bool_key(OCTET_KEY(training.cuda_graphs),
+               "on CUDA: capture the training step once as a CUDA graph and replay it (one launch "
+               "a step, bit-identical results) where the run allows it: one process and a recipe "
+               "without random streams (not NVFP4's stochastic rounding or quartet2); false: "
+               "launch every kernel of every step"),
   };
 }
 

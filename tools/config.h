@@ -102,6 +102,7 @@ struct TrainingConfig {
   bool log_fp8_slots = false;        // metrics.jsonl: every FP8 slot and weight, not a summary
   int64_t zero_stage = 0;            // data parallel: 1 shards the optimizer state (ZeRO-1)
   int64_t grad_bucket_kb = 256;      // data parallel: f32 gradient KiB per reduced bucket
+  bool cuda_graphs = true;           // CUDA: the step captured once and replayed, where it can be
   friend bool operator==(const TrainingConfig&, const TrainingConfig&) = default;
 };
 

@@ -586,6 +586,10 @@ TrainResult train(const config::RunConfig& c, Resume resume, std::ostream& out, 
     options.comm = launch.device.is_cuda() ? make_nccl_communicator(launch.world, launch.device)
                                            : launch.world;
   }
+  // A step that draws host random numbers (NVFP4's stochastic rounding and random signs) or
+  // talks to other ranks runs eagerly.
+  options.cuda_graphs = c.training.cuda_graphs && launch.device.is_cuda() && world.size() == 1 &&
+                        !(options.recipe && options.recipe->uses_rng_streams());
   train::Trainer trainer(model, options);
   Progress progress(out, style, c.training.steps, print_every(c));
   RunDirectory dir(c, progress, trainer, model, *dataset, hooks);

@@ -64,6 +64,10 @@ struct Rates {
 }  // namespace
 
 void Trainer::fit_step(data::Dataset& data, const FitOptions& o, const BatchLoss& loss) {
+  if (options_.cuda_graphs) {
+    fit_step_graphed(data, o, loss);
+    return;
+  }
   const int64_t ranks = world_size(), rows = o.batch_size;
   run_step([&](int64_t, modules::FirstMicrobatch first) {
     // This rank's rows of the global batch; every rank's cursor moves past all of it.
@@ -71,6 +75,93 @@ void Trainer::fit_step(data::Dataset& data, const FitOptions& o, const BatchLoss
         data.next_rows(data::Split::kTrain, rows * ranks, o.seq_len, rank() * rows, rows);
     return loss(batch, first);
   });
+}
+
+void Trainer::fit_step_graphed(data::Dataset& data, const FitOptions& o, const BatchLoss& loss) {
+  if (static_cast<int64_t>(waiting_.size()) == kMaxWaitingSteps) read_waiting();
+  const Device device = params_.front().tensor->device();
+  const int64_t accum = options_.grad_accum;
+  // This step's batches and rate into the tensors the step reads, queued before it.
+  if (graph_batches_.empty()) {
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      graph_batches_.push_back({Tensor::empty({o.batch_size, o.seq_len}, DType::kI32, device),
+                                Tensor::empty({o.batch_size, o.seq_len}, DType::kI32, device)});
+    }
+    graph_lr_ = Tensor::empty({1}, DType::kF32, device);
+    graph_losses_ = Tensor::empty({accum}, DType::kF32, device);
+    graph_norm_ = Tensor::zeros({1}, DType::kI64, device);
+  }
+  for (data::Batch& staged : graph_batches_) {
+    const data::Batch b =
+        data.next_rows(data::Split::kTrain, o.batch_size, o.seq_len, 0, o.batch_size);
+    OCTET_CHECK(
+        b.inputs.shape() == staged.inputs.shape() && b.targets.shape() == staged.targets.shape(),
+        "training.cuda_graphs: the captured step reads batches like ", staged.inputs,
+        " but the data gave ", b.inputs, " (a dynamic shape cannot be replayed)");
+    staged.inputs.copy_bytes_from(b.inputs);
+    staged.targets.copy_bytes_from(b.targets);
+  }
+  Tensor lr = Tensor::empty({1}, DType::kF32);
+  lr.data_as<float>()[0] = options_.schedule.at(step_);
+  graph_lr_.copy_bytes_from(lr);
+
+  const bool high_precision = forward_in_high_precision();
+  if (graph_ != nullptr && high_precision != graph_high_precision_) {
+    graph_.reset();  // another forward: one eager step, then a new capture
+    graph_warmup_left_ = 1;
+  }
+  auto loss_of = [&](int64_t micro, modules::FirstMicrobatch first) {
+    return loss(graph_batches_[static_cast<size_t>(micro)], first);
+  };
+  graph_step_ = true;
+  try {
+    if (graph_ == nullptr && graph_warmup_left_ > 0) {
+      --graph_warmup_left_;
+      run_one(loss_of);
+    } else if (graph_ == nullptr) {
+      // The host counts the elements each FP8 cast takes: what the step adds, each replay adds.
+      std::vector<FP8CastCounts*> counts;
+      for (const auto& [name, state] : model_.fp8_states()) {
+        for (FP8CastCounts* c : state->cast_counts()) counts.push_back(c);
+      }
+      std::vector<int64_t> before;
+      for (const FP8CastCounts* c : counts) before.push_back(c->total);
+      auto graph = std::make_unique<cuda::Graph>(device);
+      graph->begin_capture();
+      run_one(loss_of);  // recorded, not run: the host's side of the step happens here
+      graph->end_capture();
+      graph_cast_totals_.clear();
+      for (size_t i = 0; i < counts.size(); ++i) {
+        graph_cast_totals_.emplace_back(counts[i], counts[i]->total - before[i]);
+      }
+      graph_ = std::move(graph);
+      graph_high_precision_ = high_precision;
+      graph_->replay();
+    } else {
+      // The host's side of run_one for a replayed step.
+      StepResult r;
+      r.step = step_ + 1;
+      r.lr = options_.schedule.at(step_);
+      sync_->begin_step();
+      graph_->replay();
+      optimizer_.device_step_replayed();
+      for (const auto& [counts, total] : graph_cast_totals_) counts->total += total;
+      step_ = r.step;
+      r.comm = sync_->step_bytes();
+      waiting_.push_back(r);
+    }
+  } catch (...) {
+    graph_step_ = false;
+    graph_.reset();
+    throw;
+  }
+  graph_step_ = false;
+  // The step's losses and norm into its waiting slot; checked launches may have run.
+  const auto slot = static_cast<int64_t>(waiting_.size()) - 1;
+  waiting_losses_.slice(slot * accum, (slot + 1) * accum).copy_bytes_from(graph_losses_);
+  Tensor norm = waiting_norms_.slice(slot, slot + 1);
+  norm.copy_bytes_from(graph_norm_);
+  (void)cuda::device_check_record(device);
 }
 
 EvalResult Trainer::fit_evaluate(data::Dataset& data, const FitOptions& o) {

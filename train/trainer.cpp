@@ -67,7 +67,23 @@ Trainer::Trainer(modules::Module& model, TrainerOptions options)
       options_.reads == StepReads::kDeferred || (options_.reads == StepReads::kAuto && on_gpu);
   sync_->attach(optimizer_);
   check_same_on_all_ranks();
+  if (options_.cuda_graphs) {
+    const char* key = "training.cuda_graphs";
+    OCTET_CHECK(on_gpu && !params_.front().tensor->device().is_cpu(), key,
+                ": CUDA graphs need a model on a CUDA device");
+    OCTET_CHECK(deferred_, key,
+                ": CUDA graphs need deferred step reads (a step that reads its "
+                "loss on the host cannot be captured)");
+    OCTET_CHECK(world_size() == 1, key, ": CUDA graphs are not captured with data parallelism (",
+                world_size(), " ranks)");
+    OCTET_CHECK(!options_.recipe || !options_.recipe->uses_rng_streams(), key, ": the recipe ",
+                describe(*options_.recipe),
+                " draws random numbers on the host each step (stochastic rounding or random "
+                "signs), which a replayed step would repeat");
+  }
 }
+
+int64_t Trainer::graph_nodes() const { return graph_ != nullptr ? graph_->nodes() : 0; }
 
 void Trainer::check_same_on_all_ranks() {
   if (world_size() == 1) return;
@@ -197,9 +213,14 @@ void Trainer::run_one(const MicroBatchLoss& loss_of) {
       waiting_losses_ = Tensor::empty({kMaxWaitingSteps * ranks * accum}, DType::kF32, device);
       waiting_norms_ = Tensor::zeros({kMaxWaitingSteps}, DType::kI64, device);
     }
-    losses = waiting_losses_.slice(slot * ranks * accum, (slot + 1) * ranks * accum);
+    if (graph_step_) {  // the same tensors every step; fit_step_graphed copies them to the slot
+      losses = graph_losses_;
+      norm = graph_norm_;
+    } else {
+      losses = waiting_losses_.slice(slot * ranks * accum, (slot + 1) * ranks * accum);
+      norm = waiting_norms_.slice(slot, slot + 1);
+    }
     mine = ranks == 1 ? losses : Tensor::empty({accum}, DType::kF32, device);
-    norm = waiting_norms_.slice(slot, slot + 1);
   }
   double loss_sum = 0.0;
   bool finite = true;  // read every step: no loss nor the norm was NaN/inf
@@ -231,7 +252,7 @@ void Trainer::run_one(const MicroBatchLoss& loss_of) {
                              ? measured.bits()
                              : Tensor::zeros({1}, DType::kI64, norm.device()));
     // Every rank's gate is made from the same bits: all ranks' losses and the global norm.
-    optimizer_.step(r.lr, ops::finite_gate(losses, &norm));
+    optimizer_.step(r.lr, ops::finite_gate(losses, &norm), graph_step_ ? &graph_lr_ : nullptr);
     sync_->gather_parameters(optimizer_);
   } else {
     r.grad_norm = NAN;
@@ -342,6 +363,8 @@ SafetensorsMetadata Trainer::load(const std::string& path) {
 
 void Trainer::load(const Checkpoint& c) {
   read_waiting();  // steps run before the load keep their results; the counts restart below
+  graph_.reset();  // captured from the state before: an eager step, then a new capture
+  graph_warmup_left_ = 1;
   int64_t step = 0, skipped = 0, nonfinite = 0;
   auto restore = [&] {
     step = metadata_int(c, kStepKey);

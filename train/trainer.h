@@ -37,6 +37,7 @@
 #include "modules/module.h"
 #include "modules/optimizer.h"
 #include "runtime/comm.h"
+#include "runtime/cuda.h"
 #include "runtime/recipe.h"
 #include "runtime/safetensors.h"
 #include "train/checkpoint.h"
@@ -87,6 +88,15 @@ struct TrainerOptions {
   ZeroStage zero_stage = ZeroStage::kNone;       // kOptimizerState: ZeRO-1
   int64_t grad_bucket_bytes = int64_t{1} << 20;  // f32 gradient bytes per reduced bucket
   StepReads reads = StepReads::kAuto;
+  // fit()'s steps captured once into a CUDA graph and replayed (cuda::Graph): the host queues a
+  // step with one launch. Each step's batch is uploaded into the same device tensors and its
+  // learning rate into a device scalar before the replay; the first kGraphWarmupSteps steps (and
+  // the first after the forward's switch to high precision) run eagerly, the next is captured.
+  // Needs deferred reads on a CUDA device, one process, and a recipe without random streams
+  // (checked, naming training.cuda_graphs); the model must draw no host randomness per step
+  // (no dropout). Losses, gradients, weights and FP8 state are bit-identical to running without.
+  // Trainer::step() and run_step() with a loss of their own run eagerly.
+  bool cuda_graphs = false;
 };
 
 class Trainer {
@@ -204,6 +214,23 @@ class Trainer {
   std::vector<StepResult> waiting_;
   Tensor waiting_losses_, waiting_norms_;
   std::vector<StepResult> ready_;  // read, not yet returned by results()
+
+  // CUDA graphs (options_.cuda_graphs): fit()'s step reads its batch from graph_batches_ (one per
+  // micro-batch) and its rate from graph_lr_, and writes its losses and norm to graph_losses_
+  // and graph_norm_, copied into the waiting slot after it.
+  void fit_step_graphed(data::Dataset& data, const FitOptions& o, const BatchLoss& loss);
+  std::unique_ptr<cuda::Graph> graph_;
+  bool graph_step_ = false;            // run_one() uses the graph's tensors
+  bool graph_high_precision_ = false;  // forward_in_high_precision() when captured
+  int64_t graph_warmup_left_ = kGraphWarmupSteps;
+  std::vector<data::Batch> graph_batches_;
+  Tensor graph_lr_, graph_losses_, graph_norm_;
+  // The elements each FP8 cast count took in the captured step, added again per replay.
+  std::vector<std::pair<FP8CastCounts*, int64_t>> graph_cast_totals_;
+
+ public:
+  static constexpr int64_t kGraphWarmupSteps = 2;
+  int64_t graph_nodes() const;  // operations in the captured step; 0 before the capture
 };
 
 // How many ranks trained the checkpoint (1 for checkpoints of one process, or written before

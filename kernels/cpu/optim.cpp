@@ -82,11 +82,12 @@ void adamw_one(const ops::AdamWTensors& t, const ops::AdamWHyper& h) {
 }
 
 // A step decided on the device, here on the CPU: its gate and count are host memory, read here.
-// False: the gate is shut (no update); else *step is the count the update uses.
-bool open_step(const ops::DeviceStep& d, int64_t* step) {
+// False: the gate is shut (no update); else *step is the count the update uses and *lr its rate.
+bool open_step(const ops::DeviceStep& d, int64_t* step, float* lr) {
   if (d.gate == nullptr) return true;
   if (*d.gate->data_as<float>() == 0.f) return false;
   *step = *d.steps->data_as<int64_t>();
+  if (d.lr != nullptr) *lr = *d.lr->data_as<float>();
   return true;
 }
 
@@ -95,14 +96,14 @@ bool open_step(const ops::DeviceStep& d, int64_t* step) {
 void CpuBackend::adamw_step(const std::vector<ops::AdamWTensors>& tensors,
                             const ops::AdamWHyper& h) const {
   ops::AdamWHyper host = h;
-  if (!open_step(h.device_step, &host.step)) return;
+  if (!open_step(h.device_step, &host.step, &host.lr)) return;
   for (const ops::AdamWTensors& t : tensors) adamw_one(t, host);
 }
 
 void CpuBackend::sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, float lr, float momentum,
                           float weight_decay, int64_t step,
                           const ops::DeviceStep& device_step) const {
-  if (!open_step(device_step, &step)) return;
+  if (!open_step(device_step, &step, &lr)) return;
   const bool use_buf = momentum != 0.f;
   float* pw = master.data_as<float>();
   float* pb = use_buf ? buf.data_as<float>() : nullptr;

@@ -40,10 +40,13 @@ struct AdamWConstants {
   float one_minus_beta1, one_minus_beta2;  // 1.f - beta, as the CPU loop computes it
   float decay;                             // 1.f - lr * weight_decay
   float c1, c2;                            // bias corrections 1 - beta^step, from f64
+  float weight_decay;
   // A step decided on the device (ops::DeviceStep), else null: a shut gate skips the update,
-  // and c1, c2 come from the count in device memory.
+  // and c1, c2 come from the count in device memory; lr_device, when set, is the rate (and
+  // decay is made from it as the host makes it).
   const float* gate;
   const int64_t* steps;
+  const float* lr_device;
 };
 
 // Block b updates chunk (b - first_chunk) of the tensor whose chunk range holds b. Every
@@ -55,6 +58,10 @@ __global__ void adamw_kernel(const AdamWEntry* table, int count, AdamWConstants 
     if (*k.gate == 0.f) return;
     k.c1 = math::bias_correction(k.beta1, *k.steps);
     k.c2 = math::bias_correction(k.beta2, *k.steps);
+    if (k.lr_device != nullptr) {
+      k.lr = *k.lr_device;
+      k.decay = __fsub_rn(1.f, __fmul_rn(k.lr, k.weight_decay));
+    }
   }
   const int64_t b = blockIdx.x;
   // The last entry whose first chunk is <= b (entries are in chunk order, none empty).
@@ -118,10 +125,11 @@ __global__ void adamw_kernel(const AdamWEntry* table, int count, AdamWConstants 
 template <typename I>
 __global__ void sgd_kernel(float* w, const void* g, DType g_dtype, float* buf, I n, float lr,
                            float momentum, float wd, bool first, bool vector, const float* gate,
-                           const int64_t* steps) {
+                           const int64_t* steps, const float* lr_device) {
   if (gate != nullptr) {  // a step decided on the device (ops::DeviceStep)
     if (*gate == 0.f) return;
     first = *steps <= 1;
+    if (lr_device != nullptr) lr = *lr_device;
   }
   auto one = [&](float gr, float& wi, float& bi) {
     const float gi = __fadd_rn(gr, __fmul_rn(wd, wi));
@@ -204,8 +212,10 @@ void CudaBackend::adamw_step(const std::vector<AdamWTensors>& tensors,
   k.decay = 1.f - h.lr * h.weight_decay;
   k.c1 = math::bias_correction(h.beta1, h.step);
   k.c2 = math::bias_correction(h.beta2, h.step);
+  k.weight_decay = h.weight_decay;
   k.gate = h.device_step.gate != nullptr ? h.device_step.gate->data_as<float>() : nullptr;
   k.steps = h.device_step.steps != nullptr ? h.device_step.steps->data_as<int64_t>() : nullptr;
+  k.lr_device = h.device_step.lr != nullptr ? h.device_step.lr->data_as<float>() : nullptr;
 
   const cudaStream_t stream = stream_of(*tensors.front().master);
   const Tensor device_table = upload_table(table, device, stream);
@@ -230,7 +240,8 @@ void CudaBackend::sgd_step(Tensor& master, const Tensor& grad, Tensor& buf, floa
         master.data_as<float>(), grad.data(), grad.dtype(), pb, static_cast<I>(n), lr, momentum,
         weight_decay, step <= 1, vector,
         device_step.gate != nullptr ? device_step.gate->data_as<float>() : nullptr,
-        device_step.steps != nullptr ? device_step.steps->data_as<int64_t>() : nullptr);
+        device_step.steps != nullptr ? device_step.steps->data_as<int64_t>() : nullptr,
+        device_step.lr != nullptr ? device_step.lr->data_as<float>() : nullptr);
     OCTET_CUDA_LAUNCH_CHECK("sgd_kernel");
   });
 }

@@ -346,6 +346,95 @@ size_t extent(const cublasLtMatrixLayoutOpaque& l) {
 
 using namespace octet::emu::detail;  // NOLINT: this file implements their C API
 
+namespace octet::emu::detail {
+namespace {
+
+// The arithmetic of a checked cublasLtMatmul (run at the call, or at each replay of a graph that
+// captured it).
+cublasStatus_t run_matmul(const cublasLtMatmulDescOpaque& desc, const Problem& p,
+                          const cublasLtMatrixLayoutOpaque& ad,
+                          const cublasLtMatrixLayoutOpaque& bd,
+                          const cublasLtMatrixLayoutOpaque& cd,
+                          const cublasLtMatrixLayoutOpaque& dd, const void* alpha, const void* beta,
+                          const void* a, const void* b, const void* c, void* d) {
+  const int bias_type = desc.bias_type >= 0 ? desc.bias_type : dd.type;
+  const bool blocks = block_scaled(desc);
+  DeviceAccess access;
+  auto scalar = [&](const void* s) { return *static_cast<const float*>(s); };
+  const float alpha_v = scalar(alpha), beta_v = scalar(beta);
+  if (beta_v != 0.f && (c == nullptr || !device_extent(c, extent(cd), "C"))) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  auto scale_of = [&](int i) { return desc.scale[i] != nullptr ? scalar(desc.scale[i]) : 1.f; };
+  const float s = blocks ? alpha_v : alpha_v * scale_of(0) * scale_of(1);
+  const float c_scale = scale_of(2), d_scale = scale_of(3);
+  const bool ta = desc.transa == CUBLAS_OP_T, tb = desc.transb == CUBLAS_OP_T;
+  const uint64_t m = p.m, n = p.n, k = p.k;
+  // op(A) rows and op(B) columns as contiguous f32 runs along K.
+  std::vector<float> ak(m * k), bk(n * k);
+  for (uint64_t i = 0; i < m; ++i) {
+    for (uint64_t l = 0; l < k; ++l) {
+      ak[i * k + l] = load(a, ad.type, ta ? l + i * ad.ld : i + l * ad.ld);
+    }
+  }
+  for (uint64_t j = 0; j < n; ++j) {
+    for (uint64_t l = 0; l < k; ++l) {
+      bk[j * k + l] = load(b, bd.type, tb ? j + l * bd.ld : l + j * bd.ld);
+    }
+  }
+  float amax = 0.f;
+  for (uint64_t j = 0; j < n; ++j) {
+    for (uint64_t i = 0; i < m; ++i) {
+      float acc = 0.f;
+      const float* x = &ak[i * k];
+      const float* y = &bk[j * k];
+      if (blocks) {
+        // Each 128-wide K-block's f32 partial product times its two block scales, summed in f32
+        // (DotGeneral of section 3.1.4.4 with the blocks of 3.1.4.5).
+        const auto* sa = static_cast<const float*>(desc.scale[0]);
+        const auto* sb = static_cast<const float*>(desc.scale[1]);
+        for (uint64_t blk = 0; blk * kScaleBlock < k; ++blk) {
+          float part = 0.f;
+          const uint64_t end = std::min(k, (blk + 1) * kScaleBlock);
+          for (uint64_t l = blk * kScaleBlock; l < end; ++l) part += x[l] * y[l];
+          const float scale_a = sa[scale_index(desc.scale_mode[0], m, k, i, blk)];
+          const float scale_b = sb[scale_index(desc.scale_mode[1], n, k, j, blk)];
+          acc += part * scale_a * scale_b;
+        }
+      } else {
+        for (uint64_t l = 0; l < k; ++l) acc += x[l] * y[l];
+      }
+      float v = s * acc;
+      if (beta_v != 0.f) v += beta_v * (c_scale * load(c, cd.type, i + j * cd.ld));
+      if (has_bias(desc)) v += load(desc.bias, static_cast<cudaDataType>(bias_type), i);
+      const float av = std::fabs(v);
+      if (av > amax) amax = av;  // NaN ignored
+      store(d, dd.type, i + j * dd.ld, v * d_scale);
+    }
+  }
+  if (desc.amax_d != nullptr) *static_cast<float*>(desc.amax_d) = amax;
+  if (traffic_on()) {
+    const auto bytes = [](uint64_t count, int type) {
+      return static_cast<int64_t>(count * element_size(static_cast<cudaDataType>(type)));
+    };
+    int64_t read = bytes(m * k, ad.type) + bytes(n * k, bd.type);
+    if (beta_v != 0.f) read += bytes(m * n, cd.type);
+    if (has_bias(desc)) read += bytes(m, bias_type);
+    for (int i = 0; i < 4; ++i) {
+      const uint64_t count =
+          blocks && i < 2 ? scale_count(desc.scale_mode[i], i == 0 ? m : n, k) : 1;
+      if (desc.scale[i] != nullptr) read += static_cast<int64_t>(4 * count);
+    }
+    const int64_t written = bytes(m * n, dd.type) + (desc.amax_d != nullptr ? 4 : 0);
+    const bool fp8 = ad.type == CUDA_R_8F_E4M3 || ad.type == CUDA_R_8F_E5M2;
+    record_gemm_traffic(static_cast<int64_t>(2 * m * n * k), fp8, read, written);
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace
+}  // namespace octet::emu::detail
+
 extern "C" {
 
 size_t cublasLtGetVersion(void) { return cublaslt_version(); }
@@ -651,77 +740,24 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     }
   }
 
-  DeviceAccess access;
-  auto scalar = [&](const void* s) { return *static_cast<const float*>(s); };
-  const float alpha_v = scalar(alpha), beta_v = scalar(beta);
-  if (beta_v != 0.f && (c == nullptr || !device_extent(c, extent(cd), "C"))) {
-    return CUBLAS_STATUS_INVALID_VALUE;
-  }
-  auto scale_of = [&](int i) { return desc->scale[i] != nullptr ? scalar(desc->scale[i]) : 1.f; };
-  const float s = blocks ? alpha_v : alpha_v * scale_of(0) * scale_of(1);
-  const float c_scale = scale_of(2), d_scale = scale_of(3);
-  const bool ta = desc->transa == CUBLAS_OP_T, tb = desc->transb == CUBLAS_OP_T;
-  const uint64_t m = p.m, n = p.n, k = p.k;
-  // op(A) rows and op(B) columns as contiguous f32 runs along K.
-  std::vector<float> ak(m * k), bk(n * k);
-  for (uint64_t i = 0; i < m; ++i) {
-    for (uint64_t l = 0; l < k; ++l) {
-      ak[i * k + l] = load(a, ad.type, ta ? l + i * ad.ld : i + l * ad.ld);
+  if (capturing(stream)) {
+    // Host-mode alpha and beta are read now, as CUDA records them; device-mode ones at replay.
+    float scalars[2] = {0.f, 0.f};
+    if (!device_mode) {
+      scalars[0] = *static_cast<const float*>(alpha);
+      scalars[1] = *static_cast<const float*>(beta);
     }
-  }
-  for (uint64_t j = 0; j < n; ++j) {
-    for (uint64_t l = 0; l < k; ++l) {
-      bk[j * k + l] = load(b, bd.type, tb ? j + l * bd.ld : l + j * bd.ld);
-    }
-  }
-  float amax = 0.f;
-  for (uint64_t j = 0; j < n; ++j) {
-    for (uint64_t i = 0; i < m; ++i) {
-      float acc = 0.f;
-      const float* x = &ak[i * k];
-      const float* y = &bk[j * k];
-      if (blocks) {
-        // Each 128-wide K-block's f32 partial product times its two block scales, summed in f32
-        // (DotGeneral of section 3.1.4.4 with the blocks of 3.1.4.5).
-        const auto* sa = static_cast<const float*>(desc->scale[0]);
-        const auto* sb = static_cast<const float*>(desc->scale[1]);
-        for (uint64_t blk = 0; blk * kScaleBlock < k; ++blk) {
-          float part = 0.f;
-          const uint64_t end = std::min(k, (blk + 1) * kScaleBlock);
-          for (uint64_t l = blk * kScaleBlock; l < end; ++l) part += x[l] * y[l];
-          const float scale_a = sa[scale_index(desc->scale_mode[0], m, k, i, blk)];
-          const float scale_b = sb[scale_index(desc->scale_mode[1], n, k, j, blk)];
-          acc += part * scale_a * scale_b;
-        }
-      } else {
-        for (uint64_t l = 0; l < k; ++l) acc += x[l] * y[l];
+    auto node = [desc = *desc, p, ad, bd, cd, dd, device_mode, scalars, alpha, beta, a, b, c,
+                 d]() mutable {
+      if (run_matmul(desc, p, ad, bd, cd, dd, device_mode ? alpha : &scalars[0],
+                     device_mode ? beta : &scalars[1], a, b, c, d) != CUBLAS_STATUS_SUCCESS) {
+        fatal("a cublasLtMatmul captured into a graph failed at its replay");
       }
-      float v = s * acc;
-      if (beta_v != 0.f) v += beta_v * (c_scale * load(c, cd.type, i + j * cd.ld));
-      if (has_bias(*desc)) v += load(desc->bias, static_cast<cudaDataType>(bias_type), i);
-      const float av = std::fabs(v);
-      if (av > amax) amax = av;  // NaN ignored
-      store(d, dd.type, i + j * dd.ld, v * d_scale);
-    }
-  }
-  if (desc->amax_d != nullptr) *static_cast<float*>(desc->amax_d) = amax;
-  if (traffic_on()) {
-    const auto bytes = [](uint64_t count, int type) {
-      return static_cast<int64_t>(count * element_size(static_cast<cudaDataType>(type)));
     };
-    int64_t read = bytes(m * k, ad.type) + bytes(n * k, bd.type);
-    if (beta_v != 0.f) read += bytes(m * n, cd.type);
-    if (has_bias(*desc)) read += bytes(m, bias_type);
-    for (int i = 0; i < 4; ++i) {
-      const uint64_t count =
-          blocks && i < 2 ? scale_count(desc->scale_mode[i], i == 0 ? m : n, k) : 1;
-      if (desc->scale[i] != nullptr) read += static_cast<int64_t>(4 * count);
-    }
-    const int64_t written = bytes(m * n, dd.type) + (desc->amax_d != nullptr ? 4 : 0);
-    const bool fp8 = ad.type == CUDA_R_8F_E4M3 || ad.type == CUDA_R_8F_E5M2;
-    record_gemm_traffic(static_cast<int64_t>(2 * m * n * k), fp8, read, written);
+    capture(stream, "cublasLtMatmul", std::move(node));
+    return CUBLAS_STATUS_SUCCESS;
   }
-  return CUBLAS_STATUS_SUCCESS;
+  return run_matmul(*desc, p, ad, bd, cd, dd, alpha, beta, a, b, c, d);
 }
 
 }  // extern "C"

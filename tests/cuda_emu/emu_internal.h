@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace octet::emu::detail {
@@ -92,6 +93,24 @@ void record_copy_traffic(CopyKind kind, int64_t bytes);
 // Checks that `stream` is usable on the current device: 0, cudaStreamLegacy,
 // cudaStreamPerThread or a live stream of this device. `what` names the call in a warning.
 cudaError_t check_stream(cudaStream_t stream, const char* what);
+
+// ---- stream capture (graph.cpp) ----
+// One recorded operation of a capture: what it is (a kernel's name, "cudaMemcpyAsync", ...) and
+// what runs at each replay.
+struct GraphNode {
+  std::string what;
+  std::function<void()> run;
+};
+// Whether `stream` captures (a created stream; the legacy one never does).
+bool capturing(cudaStream_t stream);
+// Appends a node to `stream`'s capture (dropped once the capture is invalidated).
+void capture(cudaStream_t stream, std::string what, std::function<void()> run);
+// `call` on `stream` where CUDA refuses it during a capture: on a capturing stream, or on the
+// legacy stream while a stream of the current device captures. Invalidates those captures and
+// returns their error (cudaSuccess when no capture is involved).
+cudaError_t refuse_in_capture(cudaStream_t stream, const char* call);
+// `call` waits for the whole current device: refused while one of its streams captures.
+cudaError_t refuse_device_wide(const char* call);
 
 // The dynamic shared memory limit of a kernel (cudaFuncSetAttribute), 48 KiB by default.
 size_t max_dynamic_smem(const void* kernel);

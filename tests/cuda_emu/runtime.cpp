@@ -272,7 +272,9 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) {
+  return record(octet::emu::detail::refuse_device_wide("cudaDeviceSynchronize"));
+}
 cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
 
 cudaError_t cudaDriverGetVersion(int* version) {
@@ -334,6 +336,14 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "unspecified launch failure";
     case cudaErrorNotSupported:
       return "operation not supported";
+    case cudaErrorIllegalState:
+      return "the operation cannot be performed in the present state";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
     case cudaErrorUnknown:
       return "unknown error";
   }
@@ -354,6 +364,12 @@ const char* cudaGetErrorName(cudaError_t error) {
       return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle:
       return "cudaErrorInvalidResourceHandle";
+    case cudaErrorStreamCaptureUnsupported:
+      return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated:
+      return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureImplicit:
+      return "cudaErrorStreamCaptureImplicit";
     default:
       return "cudaError";
   }
@@ -380,22 +396,51 @@ cudaError_t cudaFreeHost(void* ptr) {
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
-  return record(octet::emu::detail::copy(dst, src, count, kind, "cudaMemcpy"));
+  namespace d = octet::emu::detail;
+  if (const cudaError_t e = d::refuse_in_capture(nullptr, "cudaMemcpy")) return record(e);
+  return record(d::copy(dst, src, count, kind, "cudaMemcpy"));
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind,
                             cudaStream_t stream) {
+  namespace d = octet::emu::detail;
   if (const cudaError_t e = check_stream(stream, "cudaMemcpyAsync")) return record(e);
-  return record(octet::emu::detail::copy(dst, src, count, kind, "cudaMemcpyAsync"));
+  if (d::capturing(stream)) {
+    // Checked now and again at each replay; a host end is read or written at the replay.
+    for (const auto& [p, role] :
+         {std::pair<const void*, const char*>{dst, "destination"}, {src, "source"}}) {
+      if (!d::is_device(p)) continue;
+      if (const cudaError_t e = d::check_device_range(p, count, "cudaMemcpyAsync", role)) {
+        return record(e);
+      }
+    }
+    d::capture(stream, "cudaMemcpyAsync",
+               [=] { record(d::copy(dst, src, count, kind, "cudaMemcpyAsync")); });
+    return cudaSuccess;
+  }
+  if (const cudaError_t e = d::refuse_in_capture(stream, "cudaMemcpyAsync")) return record(e);
+  return record(d::copy(dst, src, count, kind, "cudaMemcpyAsync"));
 }
 
 cudaError_t cudaMemset(void* ptr, int value, size_t count) {
-  return record(octet::emu::detail::set(ptr, value, count, "cudaMemset"));
+  namespace d = octet::emu::detail;
+  if (const cudaError_t e = d::refuse_in_capture(nullptr, "cudaMemset")) return record(e);
+  return record(d::set(ptr, value, count, "cudaMemset"));
 }
 
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
+  namespace d = octet::emu::detail;
   if (const cudaError_t e = check_stream(stream, "cudaMemsetAsync")) return record(e);
-  return record(octet::emu::detail::set(ptr, value, count, "cudaMemsetAsync"));
+  if (d::capturing(stream)) {
+    if (const cudaError_t e = d::check_device_range(ptr, count, "cudaMemsetAsync", "destination")) {
+      return record(e);
+    }
+    d::capture(stream, "cudaMemsetAsync",
+               [=] { record(d::set(ptr, value, count, "cudaMemsetAsync")); });
+    return cudaSuccess;
+  }
+  if (const cudaError_t e = d::refuse_in_capture(stream, "cudaMemsetAsync")) return record(e);
+  return record(d::set(ptr, value, count, "cudaMemsetAsync"));
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, 0); }
@@ -419,7 +464,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  return record(check_stream(stream, "cudaStreamSynchronize"));
+  if (const cudaError_t e = check_stream(stream, "cudaStreamSynchronize")) return record(e);
+  return record(octet::emu::detail::refuse_in_capture(stream, "cudaStreamSynchronize"));
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
@@ -430,7 +476,11 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   if (event == nullptr || event->magic != octet::emu::detail::kEventMagic || event->destroyed) {
     return record(cudaErrorInvalidResourceHandle);
   }
-  return record(check_stream(stream, "cudaStreamWaitEvent"));
+  if (const cudaError_t e = check_stream(stream, "cudaStreamWaitEvent")) return record(e);
+  if (octet::emu::detail::capturing(stream)) {
+    return record(octet::emu::detail::refuse_in_capture(stream, "cudaStreamWaitEvent"));
+  }
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }

@@ -20,6 +20,7 @@ void full_mask_in_partial_warp(float* out);              // (48,)
 void deadlock(float* out);                               // (64,)
 void write_with(float* out, int threads, int blocks);
 void copy_and_bump(const float* in, float* out, float* bump, int n);  // (n,) each
+void copy_and_bump_on(cudaStream_t stream, const float* in, float* out, float* bump, int n);
 void dynamic_smem_overrun(float* out);
 cudaError_t big_smem(float* out, size_t bytes, bool opt_in);  // out (32,)
 

@@ -145,6 +145,9 @@ void write_with(float* out, int threads, int blocks) { write_kernel<<<blocks, th
 void copy_and_bump(const float* in, float* out, float* bump, int n) {
   copy_and_bump_kernel<<<(n + 255) / 256, 256>>>(in, out, bump, n);
 }
+void copy_and_bump_on(cudaStream_t stream, const float* in, float* out, float* bump, int n) {
+  copy_and_bump_kernel<<<(n + 255) / 256, 256, 0, stream>>>(in, out, bump, n);
+}
 void dynamic_smem_overrun(float* out) {
   dynamic_smem_overrun_kernel<<<1, 1, 64 * sizeof(float)>>>(out, 64);
 }

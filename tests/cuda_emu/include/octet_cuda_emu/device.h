@@ -11,9 +11,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 // Static shared memory: one object per kernel (function-local static), which is exactly one
 // block's shared memory because blocks run one at a time. octet_cuda_translate follows each such
@@ -71,6 +74,11 @@ struct PointerArg {
 // thread). A bad configuration sets the thread's last error, as the real runtime does.
 void launch(const LaunchConfig& config, const PointerArg* pointers, int count, void (*body)(void*),
             void* ctx);
+// Whether `stream` captures (graph.cpp); a launch on it is then recorded by capture_launch, its
+// arguments kept in `body`, and runs (checks included) at each replay of the graph.
+bool capturing(cudaStream_t stream);
+void capture_launch(const LaunchConfig& config, std::vector<PointerArg> pointers,
+                    std::function<void()> body);
 
 template <typename T>
 void collect_pointer(PointerArg* out, int& count, int index, const T& arg) {
@@ -117,9 +125,15 @@ void launch(const void* id, const char* name, const char* file, int line, dim3 g
         (detail::collect_pointer(pointers, count, index++, p), ...);
       },
       params);
+  const detail::LaunchConfig config{id, name, file, line, grid, block, smem, stream};
+  if (detail::capturing(stream)) {
+    auto owned = std::make_shared<std::tuple<std::decay_t<A>...>>(std::move(params));
+    detail::capture_launch(config, {pointers, pointers + count},
+                           [owned, body]() { std::apply(body, *owned); });
+    return;
+  }
   auto run = [&]() { std::apply(body, params); };
-  detail::launch({id, name, file, line, grid, block, smem, stream}, pointers, count,
-                 &detail::invoke<decltype(run)>, &run);
+  detail::launch(config, pointers, count, &detail::invoke<decltype(run)>, &run);
 }
 
 // `extern __shared__ T name[];` after octet_cuda_translate: the block's dynamic shared memory,
