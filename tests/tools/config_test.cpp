@@ -374,6 +374,7 @@ TEST(Config, RoundTripsThroughJson) {
             "training.log_fp8_slots=true",
             "training.zero_stage=1",
             "training.grad_bucket_kb=64",
+            "training.cuda_graphs=false",
             "output.dir=/tmp/run"});
   const Json json = to_json(c);
   size_t keys = 0;
