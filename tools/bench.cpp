@@ -1,6 +1,7 @@
 // `octet bench`: timings of high precision against each FP8 recipe at four sizes of work: single
-// GEMMs, a LayerNormMLP forward+backward, a TransformerLayer training step and a small GPT. On
-// the CPU (f32) all four; on CUDA (bf16) the GEMMs and the layer step.
+// GEMMs, a LayerNormMLP forward+backward, a TransformerLayer training step and a GPT training step
+// (tools/bench_model.cpp). On the CPU (f32) all four; on CUDA (bf16) the GEMMs, the layer step and
+// the model.
 #include "tools/bench.h"
 
 #include <algorithm>
@@ -43,6 +44,50 @@
 #endif
 
 namespace octet::bench {
+
+namespace detail {
+namespace {
+
+// Waits for the work queued on a CUDA device, so that a host clock read after it covers that
+// work; nothing to wait for on the CPU.
+void wait_for(Device device) {
+  if (device.is_cuda()) cuda::synchronize(device);
+}
+
+}  // namespace
+
+// Warm-up runs (first-touch allocations, GEMM workspaces, delayed scales settling), then the
+// timed runs, each a wall-clock time that ends once the device has finished the run. The peak is
+// the highest total of live bytes on the bench's device during the timed runs, so it includes
+// what the bench holds throughout (weights, optimizer state, operands).
+void measure(Result& r, const Options& o, const std::function<void()>& run) {
+  for (int i = 0; i < o.warmup; ++i) run();
+  if (o.traffic) {
+    // One step after the warm-up (FP8 state, caches and workspaces settled), recorded.
+    wait_for(o.device);
+    TrafficRecording recording;
+    run();
+    wait_for(o.device);
+    r.traffic = recording.stop();
+    r.median_ms = predicted_ms(*r.traffic, o.rates);
+    return;
+  }
+  wait_for(o.device);
+  reset_peak_memory(o.device);
+  std::vector<double> times;
+  for (int i = 0; i < o.reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    wait_for(o.device);
+    const auto t1 = std::chrono::steady_clock::now();
+    times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  r.median_ms = median(times);
+  r.peak_bytes = memory_stats(o.device).total_peak;
+}
+
+}  // namespace detail
+
 namespace {
 
 using namespace detail;  // NOLINT: the bench's shared types (tools/bench_common.h)
@@ -51,12 +96,15 @@ constexpr const char* kUsage =
     "usage: octet bench [gemm|layer|block|model|generate ...] [--json] [--reps N] [--warmup N]\n"
     "                   [--quick]\n"
     "                   [--threads N] [--device cpu|cuda|cuda:N] [--precision NAME[,NAME...]]\n"
-    "                   [--d-model N] [--heads N] [--seq N] [--batch N]\n"
+    "                   [--d-model N] [--heads N] [--seq N] [--batch N] [--layers N]\n"
+    "                   [--vocab N] [--data SHARD] [--peak-tflops X]\n"
     "  gemm    FP8 GEMMs (fprop, dgrad, wgrad) on quantized operands and the f32 GEMM\n"
     "  block   LayerNormMLP forward + backward (d 768, ffn 3072, 1024 tokens)\n"
     "  layer   TransformerLayer training step: forward, backward, AdamW (d 768, 12 heads,\n"
     "          seq 256, batch 4)\n"
-    "  model   GPT training step (2 layers, d 128, 4 heads, vocab 256, seq 128, batch 8)\n"
+    "  model   GPT-2 training step: forward, loss, backward, AdamW (2 layers, d 128, 4 heads,\n"
+    "          vocab 256, seq 128, batch 8; on cuda 12 layers, d 768, 12 heads, vocab 50304,\n"
+    "          seq 1024, batch 8), on random tokens or --data's\n"
     "  generate  ms per generated token of a GPT-2 124M-shaped model (12 layers, d 768, vocab\n"
     "          50304, context 1024) at positions 128 and 1024 with the key/value cache, and at\n"
     "          128 re-running the window per token (at most 3 runs each)\n"
@@ -67,15 +115,23 @@ constexpr const char* kUsage =
     "  --warmup N untimed runs first (default 2, cuda 5, --quick 1)\n"
     "  --quick    small shapes, for smoke tests: numbers are not comparable with full runs\n"
     "  --threads N  worker threads (default: the runtime's)\n"
-    "  --device D   where to run (default cpu). On cuda, groups gemm and layer (the default):\n"
+    "  --device D   where to run (default cpu). On cuda, groups gemm and layer (the default)\n"
+    "               and model:\n"
     "               gemm: e4m3 x e4m3 (fast and split accumulation) against bf16, TN, bf16 out,\n"
     "               at 8192x8192x8192 and GPT-2 layer shapes over 8192 tokens, CUDA-event timed;\n"
     "               layer: d 4096, 32 heads, seq 2048, batch 2, bf16 parameters and activations,\n"
-    "               in bf16 and under each recipe; peak is device memory\n"
+    "               in bf16 and under each recipe; peak is device memory; model: bf16\n"
+    "               parameters and activations as layer\n"
     "  --precision  run only these of f32 (bf16 on cuda), delayed, current, mxfp8, blockwise,\n"
     "               nvfp4, quartet2, rowwise\n"
     "               (not for cuda gemm, which always runs bf16 and fp8)\n"
-    "  --d-model N, --heads N, --seq N, --batch N  the layer bench's shape\n"
+    "  --d-model N, --heads N, --seq N, --batch N  the layer and model benches' shape;\n"
+    "  --layers N, --vocab N  the model's too\n"
+    "  --data SHARD  model: tokens from this llm.c shard (the first 4 batches' worth, each\n"
+    "               batch's targets shifted by one; ids below --vocab), else random ones\n"
+    "  --peak-tflops X  the peak MFU is taken against (default on cuda 989, the dense bf16 peak\n"
+    "               of Hopper SXM parts; on the CPU no MFU unless given). Model FLOPs a token:\n"
+    "               6 x the parameters but the position embedding + 12 x layers x d x seq\n"
     "  --traffic    (cuda, layer; the CUDA emulation build) instead of timing, record one step's\n"
     "               device traffic: launches, bytes by kernel (4 KiB pages), GEMM FLOPs, and the\n"
     "               time predicted from them with --bf16-tflops X --fp8-tflops X (defaults 730,\n"
@@ -169,6 +225,15 @@ bool take_option(Options& o, const std::vector<std::string>& args, size_t& i, Co
     o.layer.seq = parse_count(args, i, 1);
   } else if (a == "--batch") {
     o.layer.batch = parse_count(args, i, 1);
+  } else if (a == "--layers") {
+    o.layer.layers = parse_count(args, i, 1);
+  } else if (a == "--vocab") {
+    o.layer.vocab = parse_count(args, i, 1);
+  } else if (a == "--data") {
+    OCTET_CHECK(i + 1 < args.size(), "bench: --data needs an llm.c token shard's path");
+    o.data = args[++i];
+  } else if (a == "--peak-tflops") {
+    o.peak_tflops = parse_rate(args, i);
   } else if (a == "--traffic") {
     o.traffic = true;
   } else if (a == "--bf16-tflops") {
@@ -185,17 +250,19 @@ bool take_option(Options& o, const std::vector<std::string>& args, size_t& i, Co
     OCTET_FAIL("bench: unknown argument '", a,
                "' (expected gemm, block, layer, model, --json, --reps N, --warmup N, --quick, "
                "--threads N, --device D, --precision NAMES, --d-model N, --heads N, --seq N, "
-               "--batch N, --traffic, --bf16-tflops X, --fp8-tflops X, --bandwidth-gbs X, "
-               "--launch-us X)");
+               "--batch N, --layers N, --vocab N, --data SHARD, --peak-tflops X, --traffic, "
+               "--bf16-tflops X, --fp8-tflops X, --bandwidth-gbs X, --launch-us X)");
   }
   return true;
 }
 
-// The CUDA benches are the GEMMs and the layer step; block and model add nothing there.
+// The CUDA benches are the GEMMs, the layer step and the model step (when named); block and
+// generate run on the CPU only.
 void apply_cuda_defaults(Options& o, const CountsSet& set) {
   for (Group g : o.groups) {
-    OCTET_CHECK(g == Group::kGemm || g == Group::kLayer, "bench: ", group_name(g),
-                " runs on the CPU only (on ", o.device, ": gemm and layer)");
+    OCTET_CHECK(g == Group::kGemm || g == Group::kLayer || g == Group::kModel,
+                "bench: ", group_name(g), " runs on the CPU only (on ", o.device,
+                ": gemm, layer and model)");
   }
   if (o.traffic) {
     for (Group g : o.groups) {
@@ -276,42 +343,6 @@ std::vector<Precision> precisions(const Options& o) {
     }
   }
   return chosen;
-}
-
-// Waits for the work queued on a CUDA device, so that a host clock read after it covers that
-// work; nothing to wait for on the CPU.
-void wait_for(Device device) {
-  if (device.is_cuda()) cuda::synchronize(device);
-}
-
-// Warm-up runs (first-touch allocations, GEMM workspaces, delayed scales settling), then the
-// timed runs, each a wall-clock time that ends once the device has finished the run. The peak is
-// the highest total of live bytes on the bench's device during the timed runs, so it includes
-// what the bench holds throughout (weights, optimizer state, operands).
-void measure(Result& r, const Options& o, const std::function<void()>& run) {
-  for (int i = 0; i < o.warmup; ++i) run();
-  if (o.traffic) {
-    // One step after the warm-up (FP8 state, caches and workspaces settled), recorded.
-    wait_for(o.device);
-    TrafficRecording recording;
-    run();
-    wait_for(o.device);
-    r.traffic = recording.stop();
-    r.median_ms = predicted_ms(*r.traffic, o.rates);
-    return;
-  }
-  wait_for(o.device);
-  reset_peak_memory(o.device);
-  std::vector<double> times;
-  for (int i = 0; i < o.reps; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    run();
-    wait_for(o.device);
-    const auto t1 = std::chrono::steady_clock::now();
-    times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-  }
-  r.median_ms = median(times);
-  r.peak_bytes = memory_stats(o.device).total_peak;
 }
 
 // ---- gemm: Y (M, N) = X (M, K) · W (N, K)ᵀ and its two backward GEMMs ----
@@ -536,49 +567,11 @@ void bench_layer(const Options& o, const Emit& emit) {
   ops::release_workspace();
 }
 
-// ---- model: one GPT training step on random tokens ----
-
-void bench_model(const Options& o, const Emit& emit) {
-  modules::GPTConfig config;
-  config.vocab_size = 256;
-  config.n_layer = 2;
-  config.d_model = 128;
-  config.n_head = 4;
-  config.ffn = 4 * config.d_model;
-  config.max_seq_len = o.quick ? 64 : 128;
-  config.seed = 4;
-  const int64_t batch = o.quick ? 2 : 8, seq = config.max_seq_len;
-  const double lm_head = 2.0 * batch * seq * config.d_model * config.vocab_size;
-  const double flops =
-      3 * (config.n_layer * layer_forward_flops(batch, seq, config.d_model, config.ffn) + lm_head);
-  Generator gen(14);
-  Tensor ids = Tensor::empty({batch, seq}, DType::kI32);      // (B, T)
-  Tensor targets = Tensor::empty({batch, seq}, DType::kI32);  // (B, T)
-  for (Tensor* t : {&ids, &targets}) {
-    int32_t* v = t->data_as<int32_t>();
-    for (int64_t i = 0; i < t->numel(); ++i) {
-      v[i] = static_cast<int32_t>(gen.next_u32() % config.vocab_size);
-    }
-  }
-  for (const Precision& p : precisions(o)) {
-    config.recipe = p.recipe;
-    modules::GPT model(config);
-    modules::Optimizer optimizer(model.parameters(), modules::OptimizerOptions{});
-    Result r{"model.gpt_train_step", Group::kModel, p.name, 0, flops, batch * seq, 0, {}};
-    measure(r, o, [&] {
-      Tensor loss;
-      {
-        std::optional<modules::FP8Autocast> scope;
-        if (p.recipe) scope.emplace(*p.recipe);
-        loss = model.loss(ids, targets);
-      }
-      autograd::backward(loss);
-      optimizer.step(1e-4f);
-      optimizer.zero_grad();
-    });
-    emit(r);
-  }
-  ops::release_workspace();
+// The same as (name, recipe) pairs, for the benches in their own files.
+std::vector<std::pair<std::string, std::optional<Recipe>>> chosen_precisions(const Options& o) {
+  std::vector<std::pair<std::string, std::optional<Recipe>>> chosen;
+  for (const Precision& p : precisions(o)) chosen.emplace_back(p.name, p.recipe);
+  return chosen;
 }
 
 // ---- output ----
@@ -594,15 +587,28 @@ double rate(const Result& r, const Options& o) {
   return o.device.is_cuda() ? r.gflops() / 1e3 : r.gflops();
 }
 
+// Model FLOPs utilisation: the FLOPs rate over the peak; nullopt without a peak.
+std::optional<double> mfu(const Result& r, const Options& o) {
+  const double peak = peak_tflops(o);
+  if (peak <= 0 || r.median_ms <= 0) return std::nullopt;
+  return r.gflops() / (peak * 1e3);
+}
+
 // One row per result; an FP8 GEMM on CUDA adds a row with its speed-up over bf16
-// ("<bench> fp8/bf16 1.73x"), which tools/gpu-check reads.
+// ("<bench> fp8/bf16 1.73x"), which tools/gpu-check reads. A model row ends with its MFU when
+// there is a peak.
 void print_row(std::ostream& out, const Result& r, const Options& o) {
   char line[256];
   char tokens[32] = "-";
   if (r.tokens > 0) std::snprintf(tokens, sizeof tokens, "%.0f", r.tokens_per_s());
-  std::snprintf(line, sizeof line, "%-30s %-9s %11.3f %10.1f %12s %12s\n", r.bench.c_str(),
+  std::snprintf(line, sizeof line, "%-30s %-9s %11.3f %10.1f %12s %12s", r.bench.c_str(),
                 r.precision.c_str(), r.median_ms, rate(r, o), tokens, mib(r.peak_bytes).c_str());
   out << line;
+  if (r.group == Group::kModel && mfu(r, o)) {
+    std::snprintf(line, sizeof line, "  MFU %.1f%%", 100 * *mfu(r, o));
+    out << line;
+  }
+  out << "\n";
   if (r.speedup_vs_bf16) {
     const std::string label = r.precision + "/bf16";
     std::snprintf(line, sizeof line, "%-30s %-9s %10.2fx\n", r.bench.c_str(), label.c_str(),
@@ -640,6 +646,23 @@ nlohmann::json to_json(const Result& r, const Options& o) {
   j["peak_bytes"] = r.peak_bytes;
   if (r.speedup_vs_bf16) j["speedup_vs_bf16"] = *r.speedup_vs_bf16;
   if (r.traffic) j["traffic"] = traffic_json(*r.traffic, o.rates);
+  if (r.tokens > 0 && mfu(r, o)) {
+    j["mfu"] = *mfu(r, o);
+    j["peak_tflops"] = peak_tflops(o);
+  }
+  if (r.group == Group::kModel) {
+    const ModelSetup s = model_setup(o);
+    j["shape"] = {{"layers", s.config.n_layer},
+                  {"d_model", s.config.d_model},
+                  {"heads", s.config.n_head},
+                  {"vocab", s.config.vocab_size},
+                  {"seq", s.seq},
+                  {"batch", s.batch},
+                  {"dtype", std::string(dtype_name(s.config.dtype))},
+                  {"params", r.params},
+                  {"flops_per_token", model_flops_per_token(s.config, r.params)}};
+    j["data"] = o.data.empty() ? nlohmann::json("random") : nlohmann::json(o.data);
+  }
   if (r.group == Group::kLayer) {
     const LayerSetup s = layer_setup(o);
     j["shape"] = {{"d_model", s.config.d_model},
@@ -683,6 +706,16 @@ int run_bench(const std::vector<std::string>& args, std::ostream& out) {
           << s.config.ffn << ", seq " << s.seq << ", batch " << s.batch << ", "
           << dtype_name(s.config.dtype) << " parameters and activations\n";
     }
+    if (std::find(o.groups.begin(), o.groups.end(), Group::kModel) != o.groups.end()) {
+      const ModelSetup s = model_setup(o);
+      out << "model: " << s.config.n_layer << " layers, d " << s.config.d_model << ", "
+          << s.config.n_head << " heads, vocab " << s.config.vocab_size << ", seq " << s.seq
+          << ", batch " << s.batch << ", " << dtype_name(s.config.dtype)
+          << " parameters and activations, tokens "
+          << (o.data.empty() ? std::string("random") : "from " + o.data);
+      if (peak_tflops(o) > 0) out << ", MFU against " << peak_tflops(o) << " TFLOP/s";
+      out << "\n";
+    }
     char header[256];
     std::snprintf(header, sizeof header, "%-30s %-9s %11s %10s %12s %12s\n", "bench", "precision",
                   "median ms", cuda ? "TFLOP/s" : "GFLOP/s", "tokens/s", "peak");
@@ -700,14 +733,11 @@ int run_bench(const std::vector<std::string>& args, std::ostream& out) {
         bench_layer(o, emit);
         break;
       case Group::kModel:
-        bench_model(o, emit);
+        bench_model(o, emit, chosen_precisions(o));
         break;
-      case Group::kGenerate: {
-        std::vector<std::pair<std::string, std::optional<Recipe>>> chosen;
-        for (const Precision& p : precisions(o)) chosen.emplace_back(p.name, p.recipe);
-        bench_generate(o, emit, chosen);
+      case Group::kGenerate:
+        bench_generate(o, emit, chosen_precisions(o));
         break;
-      }
     }
   }
   if (o.json) out << results.dump(2) << "\n";

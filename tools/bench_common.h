@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "modules/gpt.h"
 #include "runtime/device.h"
 #include "runtime/device_traffic.h"
 #include "runtime/recipe.h"
@@ -22,9 +23,11 @@ namespace octet::bench::detail {
 
 enum class Group : uint8_t { kGemm, kBlock, kLayer, kModel, kGenerate };
 
-// The layer bench's shape; 0 takes the default for the device (and --quick).
+// The shape flags of the layer and model benches; 0 takes the bench's default for the device
+// (and --quick). layers and vocab are the model's only.
 struct LayerShape {
   int64_t d_model = 0, heads = 0, seq = 0, batch = 0;
+  int64_t layers = 0, vocab = 0;
 };
 
 struct Options {
@@ -36,8 +39,10 @@ struct Options {
   Device device = Device::cpu();
   std::vector<std::string> precisions;  // --precision; empty: every precision
   LayerShape layer;
-  bool traffic = false;  // --traffic: record one step's device traffic instead of timing
-  TrafficRates rates;    // the traffic model's constants
+  bool traffic = false;    // --traffic: record one step's device traffic instead of timing
+  TrafficRates rates;      // the traffic model's constants
+  std::string data;        // --data: the model bench's tokens from this llm.c shard (else random)
+  double peak_tflops = 0;  // --peak-tflops: MFU's denominator; 0: the device's default, if any
 };
 
 struct Result {
@@ -50,6 +55,7 @@ struct Result {
   int64_t peak_bytes = 0;
   std::optional<double> speedup_vs_bf16;  // CUDA FP8 GEMMs: bf16 time / this time
   std::optional<DeviceTraffic> traffic;   // --traffic: median_ms is then the predicted time
+  int64_t params = 0;                     // model: the parameter count
   double gflops() const { return flops / (median_ms * 1e6); }
   double tokens_per_s() const { return tokens / (median_ms * 1e-3); }
 };
@@ -68,6 +74,33 @@ inline Tensor random_tensor(const Shape& shape, Generator& gen, float std = 1.f)
   gen.fill_normal(t, 0.f, std);
   return t;
 }
+
+// Warm-up runs, then o.reps timed runs of `run` (their median into r.median_ms, the device's
+// peak bytes into r.peak_bytes), or with --traffic one recorded run (tools/bench.cpp).
+void measure(Result& r, const Options& o, const std::function<void()>& run);
+
+// The model bench's GPT and batch: the shape flags, else the device's default (GPT-2 124M on
+// CUDA) or --quick's.
+struct ModelSetup {
+  modules::GPTConfig config;
+  int64_t batch = 0, seq = 0;
+};
+ModelSetup model_setup(const Options& o);
+
+// Training FLOPs per token of a GPT-2-architecture model with `params` parameters in all: 6 per
+// parameter a token multiplies (all but the position embedding, whose rows are only added; the
+// tied token embedding counts once, as the LM head), plus the attention scores and weighted sum
+// counted dense, 2 GEMMs of 2 T d a token and layer forward, backward twice that: 12 L d T.
+// bench/torch_gpt2.py counts the same way.
+double model_flops_per_token(const modules::GPTConfig& config, int64_t params);
+
+// The peak MFU is taken against: --peak-tflops, else 989 on CUDA (Hopper's dense bf16 peak,
+// SXM parts), else 0 (no MFU on the CPU unless given).
+double peak_tflops(const Options& o);
+
+// One GPT training step per precision: forward, loss, backward, AdamW (tools/bench_model.cpp).
+void bench_model(const Options& o, const Emit& emit,
+                 const std::vector<std::pair<std::string, std::optional<Recipe>>>& precisions);
 
 // Milliseconds per generated token at two positions (tools/bench_generate.cpp), for each
 // (precision name, recipe).
