@@ -48,10 +48,12 @@ std::unique_ptr<data::Dataset> shards(const std::string& dir) {
   return data::open_dataset(o);
 }
 
-TrainerOptions options(const std::optional<Recipe>& recipe, bool graphs) {
+TrainerOptions options(const std::optional<Recipe>& recipe, bool graphs, int64_t accum = 2,
+                       int64_t high_precision_from = -1) {
   TrainerOptions o;
   o.recipe = recipe;
-  o.grad_accum = 2;
+  o.grad_accum = accum;
+  o.high_precision_forward_from = high_precision_from;
   o.grad_clip = 0.5;
   o.schedule = {3e-3f, 3, 12, 0.1f};  // the rate changes every step: a replay must read it
   o.cuda_graphs = graphs;
@@ -96,10 +98,11 @@ struct EvalRecorder : FitObserver {
 };
 
 FitRun fit_run(const modules::GPTConfig& c, const std::optional<Recipe>& recipe, bool graphs,
-               const std::string& data_dir, const std::string& checkpoint, int64_t steps) {
+               const std::string& data_dir, const std::string& checkpoint, int64_t steps,
+               int64_t accum = 2, int64_t high_precision_from = -1) {
   modules::GPT gpt(c);
   gpt.to(test::gpu());
-  Trainer trainer(gpt, options(recipe, graphs));
+  Trainer trainer(gpt, options(recipe, graphs, accum, high_precision_from));
   auto data = shards(data_dir);
   EvalRecorder seen;
   FitRun r;
@@ -135,24 +138,41 @@ TEST(CudaGraphs, FitIsBitIdenticalToEagerPerRecipe) {
   struct Case {
     std::string name;
     std::optional<Recipe> recipe;
-    DType dtype;
+    DType dtype = DType::kF32;
+    int64_t accum = 2;
+    int64_t high_precision_from = -1;
+    bool llama = false;
+    modules::FP8PrimaryWeights primary = modules::FP8PrimaryWeights::kNo;
   };
-  const std::vector<Case> cases = {{"f32", std::nullopt, DType::kF32},
-                                   {"bf16", std::nullopt, DType::kBF16},
-                                   {"delayed bf16", Recipe::delayed(), DType::kBF16},
-                                   {"current", Recipe::current(), DType::kF32},
-                                   {"blockwise", Recipe::blockwise(), DType::kF32},
-                                   {"mxfp8 bf16", Recipe::mxfp8(), DType::kBF16}};
+  const std::vector<Case> cases = {
+      {"f32", std::nullopt},
+      {"bf16", std::nullopt, DType::kBF16},
+      {"delayed bf16", Recipe::delayed(), DType::kBF16},
+      {"current", Recipe::current()},
+      {"blockwise", Recipe::blockwise()},
+      {"mxfp8 bf16", Recipe::mxfp8(), DType::kBF16},
+      {"rowwise", Recipe::rowwise()},
+      {"delayed, one micro-batch", Recipe::delayed(), DType::kF32, 1},
+      // The forward switches to high precision after step 5: a new capture.
+      {"current, high-precision forward from step 5", Recipe::current(), DType::kF32, 2, 5},
+      {"Llama delayed bf16", Recipe::delayed(), DType::kBF16, 2, -1, true},
+      {"delayed, FP8 primary weights", Recipe::delayed(), DType::kF32, 2, -1, false,
+       modules::FP8PrimaryWeights::kYes},
+  };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.name);
-    modules::GPTConfig c = test::small_gpt(k.recipe, modules::FP8PrimaryWeights::kNo, k.dtype);
+    modules::GPTConfig c =
+        k.llama ? test::small_llama(k.recipe, k.primary) : test::small_gpt(k.recipe, k.primary);
+    c.dtype = k.dtype;
     c.d_model = 64;  // block recipes' widths
     c.n_head = 2;
     const std::string a = dir.file(k.name + "-eager.safetensors");
     const std::string b = dir.file(k.name + "-graphs.safetensors");
-    // 2 eager warm-up steps, the third captured, steps 4 to 7 replayed.
-    const FitRun eager = fit_run(c, k.recipe, false, data_dir, a, 7);
-    const FitRun graphed = fit_run(c, k.recipe, true, data_dir, b, 7);
+    // 2 eager warm-up steps, the third captured, the rest replayed.
+    const FitRun eager =
+        fit_run(c, k.recipe, false, data_dir, a, 7, k.accum, k.high_precision_from);
+    const FitRun graphed =
+        fit_run(c, k.recipe, true, data_dir, b, 7, k.accum, k.high_precision_from);
     EXPECT_EQ(eager.graph_nodes, 0);
     EXPECT_GT(graphed.graph_nodes, 0);
     expect_same_runs(eager, graphed);
