@@ -65,8 +65,10 @@ struct SlotUpdate {
   /* q = fp8(x * scale[0]) row-wise and/or column-wise (the byte transpose) in one pass; max  */  \
   /* |x| max-accumulated into amax[0] (nullable). counts (host memory, nullable): what        */  \
   /* saturated and flushed, and the scale spread (a device backend counts on the device).     */  \
+  /* scale_inv (nullable): scale_inverse(scale[0]) into scale_inv[0] by the same launch.      */  \
   X(void, quantize_fp8, (const Tensor& x, const Tensor& scale, Tensor* rowwise,                   \
-                         Tensor* columnwise, Tensor* amax, FP8CastCounts* counts))                \
+                         Tensor* columnwise, Tensor* amax, FP8CastCounts* counts,                 \
+                         Tensor* scale_inv))                                                      \
   X(void, transpose_2d, (const Tensor& x, Tensor& out)) /* any element size */                    \
   X(void, dequantize_fp8, (const Tensor& data, const Tensor& scale_inv, Tensor& out))             \
   /* ---- MXFP8 (layouts of kernels/mxfp8.h); counts as in quantize_fp8 ---- */                   \

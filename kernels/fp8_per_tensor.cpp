@@ -14,46 +14,43 @@
 namespace octet {
 namespace {
 
-// Per-tensor cast of x into new buffers for `usage`; `amax` (nullable) collects max |x|.
+// Per-tensor cast of x into new buffers for `usage`; `amax` (nullable) collects max |x|;
+// `scale_inv` (nullable, (1,) f32) gets 1 / scale from the same launch.
 struct Cast {
   Tensor rowwise;
   Tensor columnwise;
 };
 Cast cast_per_tensor(const Tensor& x, const Tensor& scale, DType dtype, Usage usage, Tensor* amax,
-                     FP8CastCounts* counts = nullptr) {
+                     FP8CastCounts* counts, Tensor* scale_inv) {
   Cast c;
   if (has_usage(usage, Usage::kRowwise)) c.rowwise = Tensor::empty(x.shape(), dtype, x.device());
   if (has_usage(usage, Usage::kColumnwise)) {
     c.columnwise = Tensor::empty({x.cols(), x.rows()}, dtype, x.device());
   }
   ops::quantize_fp8(x, scale, c.rowwise.defined() ? &c.rowwise : nullptr,
-                    c.columnwise.defined() ? &c.columnwise : nullptr, amax, counts);
+                    c.columnwise.defined() ? &c.columnwise : nullptr, amax, counts, scale_inv);
   return c;
 }
 
-// scale_inv[0] = 1 / scale[0] rounded to nearest, in place, on scale's device (a CUDA scale is
-// never read back by the host: the GPU computes the inverse in-stream).
-void write_inverse(const Tensor& scale, Tensor& scale_inv) {
-  ops::detail::on_device(scale.device())->reciprocal(scale, scale_inv);
-  scale_inv.bump_version();
-}
-
-// 1 / scale as a new (1,) f32 tensor on scale's device (under the caller's tag).
+// 1 / scale rounded to nearest as a new (1,) f32 tensor on scale's device (under the caller's
+// tag), for data a fused kernel cast: a CUDA scale is never read back by the host, the GPU
+// computes the inverse in-stream.
 Tensor inverse_of(const Tensor& scale) {
   Tensor t = Tensor::empty({1}, DType::kF32, scale.device());
-  write_inverse(scale, t);
+  ops::detail::on_device(scale.device())->reciprocal(scale, t);
+  t.bump_version();
   return t;
 }
 
-// Requantizes src into dst's buffers with `scale`; writes dst's scale_inv in place.
+// Requantizes src into dst's buffers with `scale`; the same launch writes dst's scale_inv in
+// place.
 void requantize_per_tensor(Float8Tensor& dst, const Tensor& src, const Tensor& scale, Tensor* amax,
                            FP8CastCounts* counts = nullptr) {
   Tensor row = dst.rowwise_data(), col = dst.columnwise_data(), scale_inv = dst.scale_inv();
   OCTET_CHECK(scale_inv.device() == src.device(), "quantize_into: destination on ",
               scale_inv.device(), " but source on ", src.device());
   ops::quantize_fp8(src, scale, row.defined() ? &row : nullptr, col.defined() ? &col : nullptr,
-                    amax, counts);
-  write_inverse(scale, scale_inv);
+                    amax, counts, &scale_inv);
   dst.bump_version();
 }
 
@@ -111,9 +108,12 @@ std::shared_ptr<QuantizedTensor> DelayedScalingQuantizer::quantize(const Tensor&
   ops::check_quantize_usage("DelayedScalingQuantizer::quantize", usage);
   // history[0] as a one-element view: the cast max-accumulates into it in the same pass.
   Tensor newest = amax_history_.slice(0, 1);
-  Cast c = cast_per_tensor(x, scale_, dtype_, usage,
-                           amax == AmaxRecording::kRecord ? &newest : nullptr, counts_for(amax));
-  return adopt(x.shape(), std::move(c.rowwise), std::move(c.columnwise), ownership);
+  Tensor scale_inv = Tensor::empty({1}, DType::kF32, x.device());
+  Cast c =
+      cast_per_tensor(x, scale_, dtype_, usage, amax == AmaxRecording::kRecord ? &newest : nullptr,
+                      counts_for(amax), &scale_inv);
+  return made_by(*this, x.shape(), std::move(c.rowwise), std::move(c.columnwise),
+                 std::move(scale_inv), ownership);
 }
 
 std::shared_ptr<Float8Tensor> DelayedScalingQuantizer::adopt(const Shape& shape, Tensor rowwise,
@@ -188,7 +188,8 @@ std::shared_ptr<QuantizedTensor> CurrentScalingQuantizer::quantize(const Tensor&
   ops::check_quantize_input("CurrentScalingQuantizer::quantize", x);
   ops::check_quantize_usage("CurrentScalingQuantizer::quantize", usage);
   auto [scale, scale_inv] = scales_for(x);
-  Cast c = cast_per_tensor(x, scale, dtype_, usage, nullptr, counts_for(amax));
+  // scale_inv comes from current_scale with the scale, so the cast does not write it.
+  Cast c = cast_per_tensor(x, scale, dtype_, usage, nullptr, counts_for(amax), nullptr);
   record_scale(scale_inv, amax);
   return made_by(*this, x.shape(), std::move(c.rowwise), std::move(c.columnwise),
                  std::move(scale_inv), ownership);

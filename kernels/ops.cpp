@@ -161,7 +161,7 @@ Tensor sum_rows(const Tensor& x) {
 }
 
 void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor* columnwise,
-                  Tensor* amax, FP8CastCounts* counts) {
+                  Tensor* amax, FP8CastCounts* counts, Tensor* scale_inv) {
   constexpr const char* op = "quantize_fp8";
   check_defined(op, x, "x");
   OCTET_CHECK(x.dtype() == DType::kF32 || x.dtype() == DType::kBF16, op,
@@ -174,7 +174,8 @@ void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor*
                                        {scale, "scale"},
                                        {rowwise, "row-wise output"},
                                        {columnwise, "column-wise output"},
-                                       {amax, "amax"}});
+                                       {amax, "amax"},
+                                       {scale_inv, "scale_inv"}});
   DType fp8 = rowwise ? rowwise->dtype() : columnwise->dtype();
   OCTET_CHECK(is_fp8(fp8), op, ": output dtype must be e4m3 or e5m2, got ", fp8);
   if (rowwise != nullptr) {
@@ -192,8 +193,12 @@ void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor*
     OCTET_CHECK(amax->numel() == 1 && amax->dtype() == DType::kF32, op,
                 ": amax must be a one-element f32 tensor, got ", *amax);
   }
-  on_device(device)->quantize_fp8(x, scale, rowwise, columnwise, amax, counts);
-  for (Tensor* t : {rowwise, columnwise, amax}) {
+  if (scale_inv != nullptr) {
+    OCTET_CHECK(scale_inv->numel() == 1 && scale_inv->dtype() == DType::kF32, op,
+                ": scale_inv must be a one-element f32 tensor, got ", *scale_inv);
+  }
+  on_device(device)->quantize_fp8(x, scale, rowwise, columnwise, amax, counts, scale_inv);
+  for (Tensor* t : {rowwise, columnwise, amax, scale_inv}) {
     if (t != nullptr) t->bump_version();
   }
 }

@@ -44,9 +44,11 @@ Tensor sum_rows(const Tensor& x);
 // is max-accumulated into amax[0]. `scale` and `amax` are one-element f32 tensors; null
 // outputs are skipped. The FP8 dtype is the outputs' dtype. With `counts` (host memory; CPU
 // inputs only), the same pass adds how many elements saturated and flushed to zero, and how many
-// were cast (see FP8CastCounts); null counts nothing and costs nothing.
+// were cast (see FP8CastCounts); null counts nothing and costs nothing. With `scale_inv` (a
+// one-element f32 tensor), the cast also writes scale_inv[0] = 1 / scale[0] rounded to nearest
+// (runtime/fp8_scaling.h's scale_inverse), so the FP8 tensor's scale needs no launch of its own.
 void quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise, Tensor* columnwise,
-                  Tensor* amax, FP8CastCounts* counts = nullptr);
+                  Tensor* amax, FP8CastCounts* counts = nullptr, Tensor* scale_inv = nullptr);
 // (rows, cols) -> (cols, rows) for any element size (FP8 data, f32, ...).
 Tensor transpose_2d(const Tensor& x);
 // q * scale_inv into `dtype` (f32 or bf16), same shape as `data`.

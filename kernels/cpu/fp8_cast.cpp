@@ -163,9 +163,12 @@ void quantize_fp8(const Tensor& x, float scale, Tensor* rowwise, Tensor* columnw
 }
 
 void CpuBackend::quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise,
-                              Tensor* columnwise, Tensor* amax, FP8CastCounts* counts) const {
-  cpu::quantize_fp8(x, scale.item(), rowwise, columnwise,
-                    amax != nullptr ? amax->data_as<float>() : nullptr, counts);
+                              Tensor* columnwise, Tensor* amax, FP8CastCounts* counts,
+                              Tensor* scale_inv) const {
+  const float s = scale.item();
+  cpu::quantize_fp8(x, s, rowwise, columnwise, amax != nullptr ? amax->data_as<float>() : nullptr,
+                    counts);
+  if (scale_inv != nullptr) *scale_inv->data_as<float>() = scale_inverse(s);
 }
 
 // Each row is normalized into a one-row buffer and cast from there, so no high-precision output

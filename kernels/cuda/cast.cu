@@ -1,6 +1,6 @@
-// FP8 per-tensor cast on the GPU: quantize (row-wise and/or column-wise in one pass, amax fused),
-// the tiled transpose, and dequantize. The element rule is runtime/fp8.h, shared with the CPU
-// (kernels/cpu/fp8_cast.cpp), so both produce the same bytes.
+// FP8 per-tensor cast on the GPU: quantize (row-wise and/or column-wise in one pass, amax and
+// scale_inv written by the same launch), the tiled transpose, and dequantize. The element rule is
+// runtime/fp8.h, shared with the CPU (kernels/cpu/fp8_cast.cpp), so both produce the same bytes.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -22,12 +22,14 @@ __device__ __forceinline__ uint8_t cast_fp8(float v) {
 
 // The cast's counts into the device words, and its scale into the slot's spread once (as
 // CurrentScalingQuantizer::record_scale adds scale_inv on the CPU; a delayed slot's spread is
-// never read).
+// never read). The spread goes first: block 0's thread 0 then touches the words the same way in
+// every launch whatever its own counts, so the emulation build's page counts do not depend on the
+// data.
 __device__ __forceinline__ void flush_counts(const CastTally& tally, float scale,
                                              unsigned long long* stats) {
   if (stats == nullptr) return;
-  tally.flush(stats);
   if (blockIdx.x == 0 && threadIdx.x == 0) add_scale_to_spread(stats, scale_inverse(scale));
+  tally.flush(stats);
 }
 
 // Max-accumulates the block's max |x| into *amax (when asked for). Every thread must call it.
@@ -37,93 +39,186 @@ __device__ __forceinline__ void merge_amax(float local, float* amax) {
   if (threadIdx.x == 0) atomic_merge_amax(amax, local);
 }
 
-// Row-wise only: q[i] = fp8(x[i] * scale[0]), a grid-stride loop, kVec elements per access when
-// `vector` (x and rowwise aligned).
-template <typename In, bool kE4M3, typename I>
-__global__ void quantize_rowwise_kernel(const In* x, const float* scale, uint8_t* rowwise,
-                                        float* amax, I n, bool vector, unsigned long long* stats) {
-  const float s = *scale;
+// scale_inv[0] = 1 / scale (runtime/fp8_scaling.h), by one thread of the launch.
+__device__ __forceinline__ void write_scale_inv(float scale, float* scale_inv) {
+  if (scale_inv != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+    *scale_inv = scale_inverse(scale);
+  }
+}
+
+// One element of the cast: q = fp8(v * scale), |v| into the thread's max, the counts into its
+// tally (when the launch counts).
+template <bool kE4M3>
+struct CastOne {
+  __device__ CastOne(float s, bool counts) : scale(s), count(counts) {}
+  float scale;
+  bool count;
   float local = 0.f;
   CastTally tally;
-  auto one = [&](float v) {
+  __device__ __forceinline__ uint8_t operator()(float v) {
     const float a = fabsf(v);
     local = a > local ? a : local;  // NaN compares false: ignored
-    const float scaled = v * s;
+    const float scaled = v * scale;
     const uint8_t q = cast_fp8<kE4M3>(scaled);
-    if (stats != nullptr) tally.add_fp8(v, scaled, q, kE4M3 ? kE4M3Max : kE5M2Max);
+    if (count) tally.add_fp8(v, scaled, q, kE4M3 ? kE4M3Max : kE5M2Max);
     return q;
-  };
-  grid_stride_vec(
-      n, vector,
-      [&](I i) {
-        const Vec<In> v = load_vec(x, i);
-        Vec<uint8_t> q;
-        for (int k = 0; k < kVec; ++k) q.v[k] = one(load_in(v.v, k));
-        store_vec(rowwise, i, q);
-      },
-      [&](I i) { rowwise[i] = one(load_in(x, i)); });
-  flush_counts(tally, s, stats);
-  merge_amax(local, amax);
+  }
+};
+
+// The cast's vector access: 16 bytes of input (4 f32 or 8 bf16) per load, their kCastVec FP8
+// bytes in one store.
+template <typename In>
+constexpr int kCastVec = 16 / static_cast<int>(sizeof(In));
+
+template <typename T, int N>
+struct alignas(N * sizeof(T)) Pack {
+  T v[N];
+};
+
+template <int N, typename T, typename I>
+__device__ __forceinline__ Pack<T, N> load_pack(const T* p, I i) {
+  return *reinterpret_cast<const Pack<T, N>*>(p + i);
+}
+template <int N, typename T, typename I>
+__device__ __forceinline__ void store_pack(T* p, I i, const Pack<T, N>& v) {
+  *reinterpret_cast<Pack<T, N>*>(p + i) = v;
+}
+
+// Elements i .. i + N - 1 of x (i a multiple of N, x aligned) cast into N bytes.
+template <int N, typename In, bool kE4M3, typename I>
+__device__ __forceinline__ Pack<uint8_t, N> cast_pack(const In* x, I i, CastOne<kE4M3>& one) {
+  const Pack<In, N> v = load_pack<N>(x, i);
+  Pack<uint8_t, N> q;
+  for (int k = 0; k < N; ++k) q.v[k] = one(load_in(v.v, k));
+  return q;
+}
+
+// Row-wise only: q[i] = fp8(x[i] * scale[0]), a grid-stride loop over groups of kCastVec<In>
+// elements when `vector` (x 16-byte aligned, rowwise kCastVec-byte aligned), then one element at a
+// time for the n % kCastVec left (all of them when not `vector`).
+template <typename In, bool kE4M3, typename I>
+__global__ void quantize_rowwise_kernel(const In* x, const float* scale, uint8_t* rowwise,
+                                        float* amax, I n, bool vector, unsigned long long* stats,
+                                        float* scale_inv) {
+  constexpr int kV = kCastVec<In>;
+  CastOne<kE4M3> one(*scale, stats != nullptr);
+  write_scale_inv(one.scale, scale_inv);
+  const I first = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
+  I done = 0;
+  if (vector) {
+    const I groups = n / kV;
+    for (I g = first; g < groups; g += stride) {
+      store_pack<kV>(rowwise, g * kV, cast_pack<kV>(x, g * kV, one));
+    }
+    done = groups * kV;
+  }
+  for (I i = done + first; i < n; i += stride) rowwise[i] = one(load_in(x, i));
+  flush_counts(one.tally, one.scale, stats);
+  merge_amax(one.local, amax);
 }
 
 // One block per kTile x kTile tile of x: each element is cast once; its byte goes to the
 // row-wise output directly and through shared memory to the column-wise output (cols, rows), so
-// that both outputs are written along their rows.
+// that both outputs are written along their rows. With `vector_rows` (x 16-byte aligned, cols a
+// multiple of kCastVec<In>, rowwise kCastVec-byte aligned) a thread loads kCastVec elements of a
+// row at once and stores their bytes at once; with `vector_cols` (rows a multiple of kColVec,
+// columnwise kColVec-byte aligned) it stores kColVec column-wise bytes at once. Otherwise one
+// element per access.
 constexpr int kTile = 64;
 constexpr int kTileThreads = 256;
-constexpr int kTileLanes = kTileThreads / kTile;  // rows (then columns) handled per pass
+constexpr int kTileLanes = kTileThreads / kTile;  // rows (then columns) per pass, one element each
+constexpr int kTileStride = kTile + 4;            // bytes per shared row, a whole number of words
+constexpr int kColVec = 8;
 
 template <typename In, bool kE4M3>
 __global__ void quantize_tile_kernel(const In* x, const float* scale, uint8_t* rowwise,
                                      uint8_t* columnwise, float* amax, int64_t rows, int64_t cols,
-                                     int64_t col_tiles, unsigned long long* stats) {
-  // +4 bytes per row: a column read (one byte from each of 32 rows) then hits 32 banks.
-  __shared__ uint8_t tile[kTile][kTile + 4];
+                                     int64_t col_tiles, bool vector_rows, bool vector_cols,
+                                     unsigned long long* stats, float* scale_inv) {
+  constexpr int kV = kCastVec<In>;
+  // +4 bytes per row: a column read (one byte from each of 32 rows) then hits 32 banks. Words,
+  // so that a thread's kV bytes go in as kV / 4 word stores.
+  __shared__ uint32_t tile_words[kTile * kTileStride / 4];
+  uint8_t* tile = reinterpret_cast<uint8_t*>(tile_words);
   const int64_t r0 = (blockIdx.x / col_tiles) * kTile;
   const int64_t c0 = (blockIdx.x % col_tiles) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
-  const float s = *scale;
-  float local = 0.f;
-  CastTally tally;
-  const int64_t c = c0 + tx;
-  for (int rr = ty; rr < kTile; rr += kTileLanes) {
-    const int64_t r = r0 + rr;
-    if (r < rows && c < cols) {
-      const int64_t i = r * cols + c;
-      const float v = load_in(x, i);
-      const float a = fabsf(v);
-      local = a > local ? a : local;  // NaN compares false: ignored
-      const float scaled = v * s;
-      const uint8_t q = cast_fp8<kE4M3>(scaled);
-      if (rowwise != nullptr) rowwise[i] = q;
-      tile[rr][tx] = q;
-      if (stats != nullptr) tally.add_fp8(v, scaled, q, kE4M3 ? kE4M3Max : kE5M2Max);
+  CastOne<kE4M3> one(*scale, stats != nullptr);
+  write_scale_inv(one.scale, scale_inv);
+  if (vector_rows) {
+    constexpr int kGroups = kTile / kV;  // groups of kV elements in a tile row
+    const int gx = threadIdx.x % kGroups;
+    const int64_t c = c0 + gx * kV;
+    for (int rr = threadIdx.x / kGroups; rr < kTile; rr += kTileThreads / kGroups) {
+      const int64_t r = r0 + rr;
+      if (r < rows && c < cols) {  // cols % kV == 0: the whole group is inside
+        const int64_t i = r * cols + c;
+        const Pack<uint8_t, kV> q = cast_pack<kV>(x, i, one);
+        if (rowwise != nullptr) store_pack<kV>(rowwise, i, q);
+        for (int w = 0; w < kV / 4; ++w) {
+          tile_words[(rr * kTileStride + gx * kV) / 4 + w] =
+              q.v[4 * w] | (q.v[4 * w + 1] << 8) | (q.v[4 * w + 2] << 16) |
+              (static_cast<uint32_t>(q.v[4 * w + 3]) << 24);
+        }
+      }
+    }
+  } else {
+    const int tx = threadIdx.x % kTile;
+    const int64_t c = c0 + tx;
+    for (int rr = threadIdx.x / kTile; rr < kTile; rr += kTileLanes) {
+      const int64_t r = r0 + rr;
+      if (r < rows && c < cols) {
+        const int64_t i = r * cols + c;
+        const uint8_t q = one(load_in(x, i));
+        if (rowwise != nullptr) rowwise[i] = q;
+        tile[rr * kTileStride + tx] = q;
+      }
     }
   }
-  flush_counts(tally, s, stats);
+  flush_counts(one.tally, one.scale, stats);
   __syncthreads();
   // Column-wise row c0 + cc holds x's column c0 + cc: bytes r0.. are consecutive there.
-  const int64_t r = r0 + tx;
-  for (int cc = ty; cc < kTile; cc += kTileLanes) {
-    const int64_t cw = c0 + cc;
-    if (r < rows && cw < cols) columnwise[cw * rows + r] = tile[tx][cc];
+  if (vector_cols) {
+    constexpr int kGroups = kTile / kColVec;  // groups of kColVec bytes in a column-wise row
+    const int gx = threadIdx.x % kGroups;
+    const int64_t r = r0 + gx * kColVec;
+    for (int cc = threadIdx.x / kGroups; cc < kTile; cc += kTileThreads / kGroups) {
+      const int64_t cw = c0 + cc;
+      if (r < rows && cw < cols) {  // rows % kColVec == 0: the whole group is inside
+        Pack<uint8_t, kColVec> q;
+        for (int k = 0; k < kColVec; ++k) q.v[k] = tile[(gx * kColVec + k) * kTileStride + cc];
+        store_pack<kColVec>(columnwise, cw * rows + r, q);
+      }
+    }
+  } else {
+    const int tx = threadIdx.x % kTile;
+    const int64_t r = r0 + tx;
+    for (int cc = threadIdx.x / kTile; cc < kTile; cc += kTileLanes) {
+      const int64_t cw = c0 + cc;
+      if (r < rows && cw < cols) columnwise[cw * rows + r] = tile[tx * kTileStride + cc];
+    }
   }
-  merge_amax(local, amax);
+  merge_amax(one.local, amax);
 }
+
+// Whether p is a multiple of `bytes` (host side).
+bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 template <typename In, bool kE4M3>
 void launch_quantize(const Tensor& x, const Tensor& scale, uint8_t* row, uint8_t* col, float* amax,
-                     unsigned long long* stats) {
+                     unsigned long long* stats, float* scale_inv) {
+  constexpr int kV = kCastVec<In>;
   const In* px = static_cast<const In*>(x.data());
   const float* ps = scale.data_as<float>();
   const int64_t rows = x.rows(), cols = x.cols();
   const cudaStream_t stream = stream_of(x);
+  const bool x_vector = aligned_to(px, 16);
   if (col == nullptr) {
     const int64_t n = x.numel();
-    const bool vector = vec_aligned(px, sizeof(In)) && vec_aligned(row, 1);
+    const bool vector = x_vector && aligned_to(row, kV);
     with_index_type(n, [&]<typename I>(I) {
-      quantize_rowwise_kernel<In, kE4M3, I><<<vec_blocks_for(n), kThreads, 0, stream>>>(
-          px, ps, row, amax, static_cast<I>(n), vector, stats);
+      quantize_rowwise_kernel<In, kE4M3, I><<<blocks_for((n + kV - 1) / kV), kThreads, 0, stream>>>(
+          px, ps, row, amax, static_cast<I>(n), vector, stats, scale_inv);
       OCTET_CUDA_LAUNCH_CHECK("quantize_rowwise_kernel");
     });
     return;
@@ -131,18 +226,20 @@ void launch_quantize(const Tensor& x, const Tensor& scale, uint8_t* row, uint8_t
   const int64_t col_tiles = (cols + kTile - 1) / kTile;
   const int64_t tiles = (rows + kTile - 1) / kTile * col_tiles;
   OCTET_CHECK(tiles <= int64_t{0x7FFFFFFF}, "quantize_fp8: ", x, " has too many tiles");
+  const bool vector_rows = x_vector && cols % kV == 0 && (row == nullptr || aligned_to(row, kV));
+  const bool vector_cols = rows % kColVec == 0 && aligned_to(col, kColVec);
   quantize_tile_kernel<In, kE4M3><<<static_cast<unsigned>(tiles), kTileThreads, 0, stream>>>(
-      px, ps, row, col, amax, rows, cols, col_tiles, stats);
+      px, ps, row, col, amax, rows, cols, col_tiles, vector_rows, vector_cols, stats, scale_inv);
   OCTET_CUDA_LAUNCH_CHECK("quantize_tile_kernel");
 }
 
 template <typename In>
 void launch_quantize(const Tensor& x, const Tensor& scale, uint8_t* row, uint8_t* col, float* amax,
-                     bool e4m3, unsigned long long* stats) {
+                     bool e4m3, unsigned long long* stats, float* scale_inv) {
   if (e4m3) {
-    launch_quantize<In, true>(x, scale, row, col, amax, stats);
+    launch_quantize<In, true>(x, scale, row, col, amax, stats, scale_inv);
   } else {
-    launch_quantize<In, false>(x, scale, row, col, amax, stats);
+    launch_quantize<In, false>(x, scale, row, col, amax, stats, scale_inv);
   }
 }
 
@@ -293,19 +390,24 @@ void add_flat_block_scale_spread(const Tensor& scales, SpreadScales kind, FP8Cas
 }
 
 void CudaBackend::quantize_fp8(const Tensor& x, const Tensor& scale, Tensor* rowwise,
-                               Tensor* columnwise, Tensor* amax, FP8CastCounts* counts) const {
+                               Tensor* columnwise, Tensor* amax, FP8CastCounts* counts,
+                               Tensor* scale_inv) const {
   // The counts are kept on the device and read when a metrics log takes them.
   unsigned long long* stats = cast_stats_words(counts, x.device(), x.numel());
-  if (x.numel() == 0) return;
+  if (x.numel() == 0) {
+    if (scale_inv != nullptr) reciprocal(scale, *scale_inv);  // no cast to write it
+    return;
+  }
   const DType fp8 = rowwise ? rowwise->dtype() : columnwise->dtype();
   uint8_t* row = rowwise ? rowwise->data_as<uint8_t>() : nullptr;
   uint8_t* col = columnwise ? columnwise->data_as<uint8_t>() : nullptr;
   float* pa = amax ? amax->data_as<float>() : nullptr;
+  float* pi = scale_inv ? scale_inv->data_as<float>() : nullptr;
   const bool e4m3 = fp8 == DType::kE4M3;
   if (x.dtype() == DType::kF32) {
-    launch_quantize<float>(x, scale, row, col, pa, e4m3, stats);
+    launch_quantize<float>(x, scale, row, col, pa, e4m3, stats, pi);
   } else {
-    launch_quantize<uint16_t>(x, scale, row, col, pa, e4m3, stats);
+    launch_quantize<uint16_t>(x, scale, row, col, pa, e4m3, stats, pi);
   }
 }
 

@@ -121,7 +121,7 @@ void CudaBackend::current_scale(const Tensor& amax, float fp8_max, float amax_ep
   OCTET_CUDA_LAUNCH_CHECK("current_scale_kernel");
 }
 
-// A delayed slot's scale_inv for a new FP8 tensor.
+// The scale_inv of data a kernel other than the per-tensor cast wrote (that cast writes its own).
 void CudaBackend::reciprocal(const Tensor& x, Tensor& out) const {
   reciprocal_kernel<<<1, 1, 0, stream_of(x)>>>(x.data_as<float>(), out.data_as<float>());
   OCTET_CUDA_LAUNCH_CHECK("reciprocal_kernel");

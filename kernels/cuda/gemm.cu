@@ -534,7 +534,7 @@ cublasStatus_t run_plan(const Call& call, Plan& plan) {
                               total, call.stream);
     }
     ops::detail::cuda_backend().quantize_fp8(staged, *call.out_scale, &call.out, nullptr,
-                                             call.out_amax, nullptr);
+                                             call.out_amax, nullptr, nullptr);
   } else if (config.staged) {
     detail::launch_finish(staged.data_as<float>(), call.out.data(), call.out.dtype(), call.keep,
                           bias_ptr, bias_dtype, call.gelu, call.n, total, call.stream);
@@ -639,7 +639,7 @@ void CudaBackend::gemm(const Tensor& a, ops::Transpose ta, const Tensor& b, ops:
                           out_fp8 ? DType::kF32 : out.dtype(), keep,
                           bias != nullptr ? bias->data() : nullptr,
                           bias != nullptr ? bias->dtype() : DType::kF32, gelu, n, m * n, stream);
-    if (out_fp8) quantize_fp8(staged, *out_scale, &out, nullptr, out_amax, nullptr);
+    if (out_fp8) quantize_fp8(staged, *out_scale, &out, nullptr, out_amax, nullptr, nullptr);
     return;
   }
   if (is_fp8(a.dtype())) {

@@ -12,11 +12,14 @@
 
 #include "autograd/engine.h"
 #include "autograd/variable.h"
+#include "kernels/fp8_per_tensor.h"
 #include "kernels/ops.h"
+#include "kernels/quantized.h"
 #include "modules/fp8_autocast.h"
 #include "modules/gpt.h"
 #include "modules/optimizer.h"
 #include "runtime/device_traffic.h"
+#include "runtime/float8_tensor.h"
 #include "runtime/recipe.h"
 #include "runtime/rng.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -89,6 +92,13 @@ std::vector<Case> cases() {
           {"rowwise", Recipe::rowwise(), false}};
 }
 
+int64_t launches_of(const DeviceTraffic& t, const std::string& kernel) {
+  for (const KernelTraffic& k : t.kernels) {
+    if (k.kernel == kernel) return k.launches;
+  }
+  return 0;
+}
+
 std::string summary(const DeviceTraffic& t) {
   std::string s = std::to_string(t.launches) + " launches, " + std::to_string(t.gemm_calls) +
                   " GEMMs, " + std::to_string(t.non_gemm_bytes()) + " non-GEMM bytes:";
@@ -131,7 +141,41 @@ TEST(CudaTraffic, LayerStepCountsAreTheLayersAndRepeat) {
       EXPECT_EQ(a.bytes_read, b.bytes_read);
       EXPECT_LE(std::abs(a.bytes_written - b.bytes_written), a.launches * 4096);
     }
+    // Each per-tensor cast writes its tensor's scale_inv itself; the one-thread reciprocal runs
+    // only for the two LayerNorms' fused casts of delayed scaling.
+    EXPECT_EQ(launches_of(first, "reciprocal_kernel"), c.name == "delayed" ? 2 : 0)
+        << summary(first);
     RecordProperty(c.name, summary(first));
+  }
+}
+
+// A per-tensor cast is one launch, scale_inv included: the cast kernel writes it (no
+// reciprocal_kernel), for a new FP8 tensor and for a requantization in place.
+TEST(CudaTraffic, PerTensorCastIsOneLaunchThatWritesScaleInv) {
+  OCTET_REQUIRE_CUDA();
+  if (!device_traffic_available()) GTEST_SKIP() << "device traffic: the CUDA emulation build only";
+  Generator gen(17);
+  Tensor host = Tensor::empty({kTokens, kD}, DType::kF32);
+  gen.fill_normal(host, 0.f, 1.f);
+  const Tensor x = ops::cast(host, DType::kBF16).to(test::gpu());
+  const auto q = std::make_shared<DelayedScalingQuantizer>(
+      Tensor::full({1}, 4.f, DType::kF32, test::gpu()),
+      Tensor::zeros({4}, DType::kF32, test::gpu()), DType::kE4M3);
+  for (Usage usage : {Usage::kRowwise, Usage::kColumnwise, Usage::kBoth}) {
+    SCOPED_TRACE(std::string(usage_name(usage)));
+    TrafficRecording fresh;
+    const auto t = q->quantize(x, usage, Ownership::kOwned, AmaxRecording::kRecord);
+    const DeviceTraffic made = fresh.stop();
+    ASSERT_EQ(made.kernels.size(), 1u) << summary(made);
+    EXPECT_EQ(made.launches, 1);
+    EXPECT_EQ(made.kernels[0].kernel.rfind("quantize_", 0), 0u) << summary(made);
+    TrafficRecording in_place;
+    ops::quantize_into(*t, x, AmaxRecording::kRecord);
+    const DeviceTraffic requantized = in_place.stop();
+    EXPECT_EQ(requantized.launches, 1) << summary(requantized);
+    EXPECT_EQ(launches_of(requantized, "reciprocal_kernel"), 0);
+    const auto& f = dynamic_cast<const Float8Tensor&>(*t);
+    EXPECT_EQ(test::on_cpu(f.scale_inv()).item(), 0.25f);
   }
 }
 

@@ -1,7 +1,9 @@
 // The op table's FP8 cast cases (tests/devices/op_table_test.cpp runs them): per-tensor,
 // MXFP8, blockwise and row-wise casts, their quantizers and quantized tensors.
 #include <cmath>
+#include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/blockwise.h"
@@ -68,6 +70,92 @@ void expect_same(OpRun& r, const std::string& what, const QuantizedTensor& got,
 
 // ===================================== per-tensor FP8 =====================================
 
+// The values of `host` in a view that starts `k` elements into a new buffer on the run's device.
+Tensor shifted(OpRun& r, const Tensor& host, int64_t k) {
+  const int64_t n = host.numel();
+  Tensor big = Tensor::zeros({n + k}, host.dtype());
+  std::memcpy(static_cast<uint8_t*>(big.data()) + k * host.element_size(), host.data(),
+              host.nbytes());
+  return r.in(big).slice(k, n + k).reshape(host.shape());
+}
+// A poisoned output of `shape` that starts `k` elements into its buffer.
+Tensor shifted_output(OpRun& r, const Shape& shape, DType dtype, int64_t k) {
+  const int64_t n = shape_numel(shape);
+  return r.poisoned({n + k}, dtype).slice(k, n + k).reshape(shape);
+}
+
+// The per-tensor cast's vector loads and stores against its one-element loops: shapes whose
+// rows are and are not multiples of 8 (column-wise stores of 8 bytes), whose cols are and are not
+// multiples of 8 and 4 (a 16-byte load holds 8 bf16 or 4 f32), one-row tensors; the input and
+// the outputs at offsets that break each alignment. Every variant equals the aligned cast, which
+// the table compares with the CPU, and writes scale_inv = 1 / scale.
+void quantize_fp8_vector_paths(OpRun& r) {
+  const Shape shapes[] = {{1, 1},   {1, 8},   {1, 136},  {3, 5},    {8, 36},   {8, 40},
+                          {16, 64}, {24, 72}, {13, 128}, {64, 130}, {72, 200}, {2, 65, 24}};
+  // (input offset in elements, output offset in bytes)
+  const std::pair<int64_t, int64_t> offsets[] = {{1, 0}, {2, 0}, {4, 0}, {0, 1}, {0, 4}, {4, 4}};
+  const float scale = 3.f;
+  for (const Shape& shape : shapes) {
+    auto s = r.scope("vector paths " + shape_str(shape));
+    const Tensor host = with_specials(shape, r.dtype(), 51, 30.f);
+    const Tensor x = r.in(host);
+    const Shape col_shape = {x.cols(), x.rows()};
+    Tensor row = r.poisoned(shape, kE4M3), col = r.poisoned(col_shape, kE4M3);
+    Tensor amax = r.scalar(0.f), inv = r.poisoned({1}, kF32);
+    FP8CastCounts c;
+    ops::quantize_fp8(x, r.scalar(scale), &row, &col, &amax, &c, &inv);
+    r.bits("row-wise", row);
+    r.bits("column-wise", col);
+    r.bits("amax", amax);
+    r.bits("scale_inv", inv);
+    r.same("scale_inv is 1 / scale", inv, Tensor::from_floats({1.f / scale}, {1}));
+    counts(r, c);
+    {
+      Tensor row_only = r.poisoned(shape, kE4M3), col_only = r.poisoned(col_shape, kE4M3);
+      Tensor amax_row = r.scalar(0.f), inv_row = r.poisoned({1}, kF32);
+      FP8CastCounts c_row;
+      ops::quantize_fp8(x, r.scalar(scale), &row_only, nullptr, &amax_row, &c_row, &inv_row);
+      ops::quantize_fp8(x, r.scalar(scale), nullptr, &col_only, nullptr);
+      r.same("row-wise alone", row_only, row);
+      r.same("column-wise alone", col_only, col);
+      r.same("amax, row-wise alone", amax_row, amax);
+      r.same("scale_inv, row-wise alone", inv_row, inv);
+      counts(r, c_row);
+    }
+    for (const auto& [in_k, out_k] : offsets) {
+      auto so = r.scope("input at " + str(in_k) + ", outputs at " + str(out_k));
+      const Tensor xs = shifted(r, host, in_k);
+      Tensor row_s = shifted_output(r, shape, kE4M3, out_k);
+      Tensor col_s = shifted_output(r, col_shape, kE4M3, out_k);
+      Tensor row_only = shifted_output(r, shape, kE4M3, out_k);
+      Tensor amax_s = r.scalar(0.f), amax_row = r.scalar(0.f);
+      FP8CastCounts c_s, c_row;
+      ops::quantize_fp8(xs, r.scalar(scale), &row_s, &col_s, &amax_s, &c_s);
+      ops::quantize_fp8(xs, r.scalar(scale), &row_only, nullptr, &amax_row, &c_row);
+      r.same("row-wise", row_s, row);
+      r.same("column-wise", col_s, col);
+      r.same("row-wise alone", row_only, row);
+      r.same("amax", amax_s, amax);
+      r.same("amax, row-wise alone", amax_row, amax);
+      counts(r, c_s);
+      counts(r, c_row);
+    }
+  }
+  // scale_inv alone is IEEE 1 / scale, inexact ones, a subnormal and an infinite one included;
+  // also for an empty input, where no element is cast.
+  for (float sc : {7.f, 300.f, 1e-3f, 3e38f, 1e-39f, 0.f}) {
+    for (const Shape& shape : {Shape{4, 8}, Shape{0, 8}}) {
+      Tensor row = r.empty(shape, kE5M2), col = r.empty({8, shape[0]}, kE5M2);
+      Tensor inv = r.poisoned({1}, kF32);
+      ops::quantize_fp8(r.in(Tensor::full(shape, 1.f, r.dtype())), r.scalar(sc), &row, &col,
+                        nullptr, nullptr, &inv);
+      const std::string what = "scale_inv of " + hex(test::bits_of(sc)) + " " + shape_str(shape);
+      r.bits(what, inv);
+      r.same(what + " is 1 / scale", inv, Tensor::from_floats({1.f / sc}, {1}));
+    }
+  }
+}
+
 void quantize_fp8_case(OpRun& r) {
   const DType d = r.dtype();
   const Shape shapes[] = {{129, 300}, {1, 16}, {3, 37, 300}, {1024, 3072}, {4097, 33}};
@@ -131,6 +219,7 @@ void quantize_fp8_case(OpRun& r) {
     r.same("row-wise, misaligned", row_m, row);
     r.same("amax, misaligned", amax_m, amax);
   }
+  quantize_fp8_vector_paths(r);
 }
 
 void transpose_2d_case(OpRun& r) {

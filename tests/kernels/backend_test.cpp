@@ -38,7 +38,7 @@ TEST(Backend, AnOpTheBackendLacksSaysNotSupportedOnTheBackendAndNamesTheOp) {
   expect_not_supported("sum", [&] { empty.sum(x, one); });
   expect_not_supported("sum_of_squares", [&] { empty.sum_of_squares(x); });
   expect_not_supported("quantize_fp8",
-                       [&] { empty.quantize_fp8(x, one, &q, nullptr, nullptr, nullptr); });
+                       [&] { empty.quantize_fp8(x, one, &q, nullptr, nullptr, nullptr, nullptr); });
   expect_not_supported("quantize_mxfp8_rowwise",
                        [&] { empty.quantize_mxfp8_rowwise(x, q, y, nullptr); });
   expect_not_supported(

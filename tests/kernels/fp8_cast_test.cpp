@@ -100,6 +100,29 @@ TEST(QuantizeFp8Only, ClearErrorsNameTheShape) {
   }
   Tensor not_fp8 = Tensor::empty({8, 16}, DType::kBF16);
   EXPECT_THROW(ops::quantize_fp8(x, scale, &not_fp8, nullptr, nullptr), Error);
+  Tensor row = Tensor::empty({8, 16}, DType::kE4M3);
+  Tensor two = Tensor::empty({2}, DType::kF32);
+  try {
+    ops::quantize_fp8(x, scale, &row, nullptr, nullptr, nullptr, &two);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("scale_inv must be a one-element f32"), std::string::npos)
+        << e.what();
+  }
+}
+
+// scale_inv from the cast is 1 / scale rounded to nearest (f64 division rounded once to f32
+// gives the same value), and its version moves as the cast's other outputs do.
+TEST(QuantizeFp8Only, WritesScaleInv) {
+  const Tensor x = test::random_tensor({5, 24}, DType::kBF16, 12);
+  for (float s : {3.f, 0.7f, 448.f, 3e38f}) {
+    Tensor row = Tensor::empty(x.shape(), DType::kE4M3);
+    Tensor inv = Tensor::full({1}, -1.f, DType::kF32);
+    const auto version = inv.version();
+    ops::quantize_fp8(x, Tensor::from_floats({s}, {1}), &row, nullptr, nullptr, nullptr, &inv);
+    EXPECT_EQ(inv.item(), static_cast<float>(1.0 / static_cast<double>(s))) << s;
+    EXPECT_GT(inv.version(), version);
+  }
 }
 
 // What the cast must count, from the test's own reference: saturated when |x * scale| (f64)
