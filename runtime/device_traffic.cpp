@@ -41,6 +41,58 @@ int64_t DeviceTraffic::non_gemm_bytes() const {
   return bytes;
 }
 
+OperandFormat operand_format_on_hopper(const std::string& precision) {
+  OperandFormat f;
+  if (precision == "bf16" || precision == "f32") return f;
+  f.quantized = true;
+  if (precision == "delayed" || precision == "current") {
+    f.cast_bytes = 8;
+  } else if (precision == "blockwise") {
+    f.scale_bytes = 4.0 / 128;  // an f32 scale per 1x128 block
+    f.weight_scale_bytes = 4.0 / (128 * 128);
+  } else if (precision == "mxfp8" || precision == "nvfp4" || precision == "quartet2" ||
+             precision == "rowwise") {
+    f.data_bytes = 2;  // expanded to bf16 by the cast itself
+  } else {
+    OCTET_FAIL("traffic floor: unknown precision \"", precision,
+               "\" (expected bf16, delayed, current, blockwise, mxfp8, nvfp4, quartet2, rowwise)");
+  }
+  return f;
+}
+
+double layer_step_floor_bytes(const LayerStepShape& s, const OperandFormat& f) {
+  OCTET_CHECK(s.tokens > 0 && s.d_model > 0 && s.ffn > 0 && s.heads > 0 && s.activation_bytes > 0,
+              "traffic floor: the shape must be positive, got tokens ", s.tokens, ", d_model ",
+              s.d_model, ", ffn ", s.ffn, ", heads ", s.heads);
+  const auto t = static_cast<double>(s.tokens), d = static_cast<double>(s.d_model),
+             ff = static_cast<double>(s.ffn), h = static_cast<double>(s.heads),
+             e = static_cast<double>(s.activation_bytes);
+  // A cast of n elements read once, writing both usages (none in high precision).
+  const auto cast = [&](double n, double scale_bytes) {
+    return f.quantized ? n * e + 2 * n * (f.data_bytes + scale_bytes) + f.cast_bytes : 0.0;
+  };
+  const auto act = [&](double n) { return cast(n, f.scale_bytes); };
+  const double layernorm = (t * d + 2 * d) * e + t * d * e + 8 * t;  // x, gamma, beta; y, stats
+  const double layernorm_backward = 3 * t * d * e + 8 * t + d * e + t * d * e + 2 * d * e;
+  const double gelu =
+      t * ff * e +
+      (f.quantized ? 2 * t * ff * (f.data_bytes + f.scale_bytes) + f.cast_bytes : t * ff * e);
+  const double gelu_backward =
+      2 * t * ff * e +
+      (f.quantized ? 2 * t * ff * (f.data_bytes + f.scale_bytes) + f.cast_bytes : t * ff * e);
+  const double attention = 3 * t * d * e + t * d * e + 4 * t * h;
+  const double attention_backward = 5 * t * d * e + 4 * t * h + 3 * t * d * e + 4 * t * h;
+  double weights = 0;
+  for (const double n : {3 * d * d, d * d, ff * d, d * ff})
+    weights += cast(n, f.weight_scale_bytes);
+  const double params = 3 * d * d + 3 * d + d * d + d + ff * d + ff + d * ff + d + 4 * d;
+  const double optimizer = 2 * params * (12 + e);
+  const double forward = 2 * layernorm + act(t * d) + attention + act(t * d) + act(t * d) + gelu;
+  const double backward = act(t * d) + gelu_backward + 2 * layernorm_backward + act(t * d) +
+                          attention_backward + act(3 * t * d);
+  return forward + backward + weights + optimizer;
+}
+
 double predicted_ms(const DeviceTraffic& traffic, const TrafficRates& rates) {
   OCTET_CHECK(rates.bf16_tflops > 0 && rates.fp8_tflops > 0 && rates.bandwidth_gbs > 0 &&
                   rates.launch_us >= 0,

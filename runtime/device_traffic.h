@@ -43,6 +43,35 @@ struct TrafficRates {
 // calls too) at the fixed cost, in milliseconds.
 double predicted_ms(const DeviceTraffic& traffic, const TrafficRates& rates);
 
+// The non-GEMM bytes one training step of a pre-norm GPT-2 layer (LayerNorm, QKV, causal
+// attention, projection, LayerNorm, GELU MLP, biases, residuals; AdamW with f32 masters and
+// moments) must move in a fused design, to hold a recorded step against. The design: every
+// tensor is written once by its producer and read once by each consumer pass; each
+// high-precision GEMM operand is read once by the cast that writes all its usages (amaxes taken
+// in the producers); GELU + cast and dGELU + dbias + cast are one pass each, as are the other
+// gradients' cast + dbias (high precision: dbias in the GEMM epilogue); residual adds in the GEMM
+// epilogue (forward) and the LayerNorm backward (backward); flash attention (forward reads q, k, v
+// and writes the output and the log-sum-exp; backward reads q, k, v, the output, its gradient and
+// the log-sum-exp, and writes dq, dk, dv and the row deltas); the optimizer one pass over master,
+// moments, gradient and the model-dtype weight; the FP8 weights cast once a step.
+struct LayerStepShape {
+  int64_t tokens = 0, d_model = 0, ffn = 0, heads = 0;
+  int64_t activation_bytes = 2;  // the model dtype's element size
+};
+// How a precision stores a GEMM operand, per element and per usage (row-wise, column-wise).
+struct OperandFormat {
+  bool quantized = false;         // false: the GEMMs read the model-dtype tensors, no casts
+  double data_bytes = 1;          // 1 for FP8; the model dtype's size where Hopper expands
+  double scale_bytes = 0;         // activations and gradients
+  double weight_scale_bytes = 0;  // weights
+  int64_t cast_bytes = 0;         // per cast: a per-tensor scale_inv and amax
+};
+// The format of `octet bench`'s precision names (bf16, delayed, current, blockwise, mxfp8,
+// nvfp4, quartet2, rowwise) on Hopper: MXFP8, NVFP4 and row-wise GEMMs run on operands the cast
+// writes expanded to bf16.
+OperandFormat operand_format_on_hopper(const std::string& precision);
+double layer_step_floor_bytes(const LayerStepShape& shape, const OperandFormat& format);
+
 // Whether this build records device traffic (the CUDA emulation build on x86-64).
 bool device_traffic_available();
 

@@ -550,6 +550,12 @@ void bench_layer(const Options& o, const Emit& emit) {
     Tensor x = x_data.clone();
     autograd::set_requires_grad(x);
     Result r{"layer.transformer_train_step", Group::kLayer, p.name, 0, flops, batch * seq, 0, {}};
+    if (o.traffic) {
+      r.floor_bytes =
+          layer_step_floor_bytes({batch * seq, config.d_model, config.ffn, config.n_head,
+                                  static_cast<int64_t>(dtype_size(config.dtype))},
+                                 operand_format_on_hopper(p.name));
+    }
     measure(r, o, [&] {
       Tensor y;
       {
@@ -615,7 +621,7 @@ void print_row(std::ostream& out, const Result& r, const Options& o) {
                   *r.speedup_vs_bf16);
     out << line;
   }
-  if (r.traffic) print_traffic(out, *r.traffic, o.rates);
+  if (r.traffic) print_traffic(out, *r.traffic, o.rates, r.floor_bytes);
   out << std::flush;
 }
 
@@ -645,7 +651,7 @@ nlohmann::json to_json(const Result& r, const Options& o) {
   j["tokens_per_s"] = r.tokens > 0 ? nlohmann::json(r.tokens_per_s()) : nlohmann::json();
   j["peak_bytes"] = r.peak_bytes;
   if (r.speedup_vs_bf16) j["speedup_vs_bf16"] = *r.speedup_vs_bf16;
-  if (r.traffic) j["traffic"] = traffic_json(*r.traffic, o.rates);
+  if (r.traffic) j["traffic"] = traffic_json(*r.traffic, o.rates, r.floor_bytes);
   if (r.tokens > 0 && mfu(r, o)) {
     j["mfu"] = *mfu(r, o);
     j["peak_tflops"] = peak_tflops(o);

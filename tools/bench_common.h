@@ -56,6 +56,7 @@ struct Result {
   std::optional<double> speedup_vs_bf16;  // CUDA FP8 GEMMs: bf16 time / this time
   std::optional<DeviceTraffic> traffic;   // --traffic: median_ms is then the predicted time
   int64_t params = 0;                     // model: the parameter count
+  std::optional<double> floor_bytes;      // --traffic: the fused design's non-GEMM bytes
   double gflops() const { return flops / (median_ms * 1e6); }
   double tokens_per_s() const { return tokens / (median_ms * 1e-3); }
 };
@@ -107,9 +108,12 @@ void bench_model(const Options& o, const Emit& emit,
 void bench_generate(const Options& o, const Emit& emit,
                     const std::vector<std::pair<std::string, std::optional<Recipe>>>& precisions);
 
-// One step's traffic as rows of text, and as JSON (tools/bench_traffic.cpp).
-void print_traffic(std::ostream& out, const DeviceTraffic& traffic, const TrafficRates& rates);
-nlohmann::json traffic_json(const DeviceTraffic& traffic, const TrafficRates& rates);
+// One step's traffic as rows of text, and as JSON (tools/bench_traffic.cpp), with the fused
+// design's non-GEMM bytes where known (layer_step_floor_bytes).
+void print_traffic(std::ostream& out, const DeviceTraffic& traffic, const TrafficRates& rates,
+                   std::optional<double> floor_bytes);
+nlohmann::json traffic_json(const DeviceTraffic& traffic, const TrafficRates& rates,
+                            std::optional<double> floor_bytes);
 
 // bf16 against e4m3 x e4m3 GEMMs on CUDA, CUDA-event timed (tools/bench_cuda.cpp).
 void bench_gemm_cuda(const Options& o, const Emit& emit);

@@ -15,7 +15,8 @@ double mib_of(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 }  // namespace
 
-void print_traffic(std::ostream& out, const DeviceTraffic& t, const TrafficRates& rates) {
+void print_traffic(std::ostream& out, const DeviceTraffic& t, const TrafficRates& rates,
+                   std::optional<double> floor_bytes) {
   char line[256];
   std::snprintf(line, sizeof line,
                 "  %lld launches, %lld GEMMs (%.3f GFLOP, %.3f FP8), non-GEMM %.2f MiB (copies "
@@ -25,6 +26,12 @@ void print_traffic(std::ostream& out, const DeviceTraffic& t, const TrafficRates
                 mib_of(t.copy_device_bytes), mib_of(t.memset_bytes), mib_of(t.gemm_bytes),
                 mib_of(t.copy_host_bytes));
   out << line;
+  if (floor_bytes) {
+    std::snprintf(line, sizeof line,
+                  "  fused design's non-GEMM floor %.2f MiB: this step moves %.2fx it\n",
+                  *floor_bytes / (1 << 20), static_cast<double>(t.non_gemm_bytes()) / *floor_bytes);
+    out << line;
+  }
   std::snprintf(line, sizeof line,
                 "  predicted %.4f ms at %.0f (bf16) / %.0f (FP8) TFLOP/s, %.0f GB/s, %.1f us a "
                 "launch\n",
@@ -46,7 +53,8 @@ void print_traffic(std::ostream& out, const DeviceTraffic& t, const TrafficRates
   }
 }
 
-nlohmann::json traffic_json(const DeviceTraffic& t, const TrafficRates& rates) {
+nlohmann::json traffic_json(const DeviceTraffic& t, const TrafficRates& rates,
+                            std::optional<double> floor_bytes) {
   nlohmann::json kernels = nlohmann::json::array();
   for (const KernelTraffic& k : t.kernels) {
     kernels.push_back({{"kernel", k.kernel},
@@ -54,7 +62,13 @@ nlohmann::json traffic_json(const DeviceTraffic& t, const TrafficRates& rates) {
                        {"bytes_read", k.bytes_read},
                        {"bytes_written", k.bytes_written}});
   }
+  nlohmann::json floor;  // null where unknown
+  if (floor_bytes) {
+    floor = {{"bytes", *floor_bytes},
+             {"ratio", static_cast<double>(t.non_gemm_bytes()) / *floor_bytes}};
+  }
   return {{"launches", t.launches},
+          {"floor", floor},
           {"gemm_calls", t.gemm_calls},
           {"gemm_flops", t.gemm_flops},
           {"gemm_fp8_flops", t.gemm_fp8_flops},

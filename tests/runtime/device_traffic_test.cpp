@@ -32,6 +32,34 @@ TEST(DeviceTraffic, PredictedTimeAddsGemmsBytesAndLaunches) {
               HasSubstr("0 GB/s"));
 }
 
+// A layer of 4 tokens, d 2, ffn 8, 1 head, bf16 activations, 74 parameters, by hand. bf16:
+// LayerNorm 72 bytes (x 16, gamma and beta 8, y 16, stats 32) and 108 backward; GELU 128 and
+// 256 - 64 = 192 backward; attention 80 and 160; the optimizer 2 * 74 * 14 = 2072; forward
+// 2 * 72 + 80 + 128 = 352, backward 192 + 2 * 108 + 160 = 568.
+TEST(DeviceTraffic, LayerStepFloorByHand) {
+  const LayerStepShape shape{4, 2, 8, 1, 2};
+  EXPECT_DOUBLE_EQ(layer_step_floor_bytes(shape, operand_format_on_hopper("bf16")), 2992);
+  // Delayed: a cast of n elements reads 2n and writes n per usage, plus its 8 scale and amax
+  // bytes: 4n + 8. Activations 8 elements (40) three times forward, twice backward, the QKV
+  // gradient's 24 (104); GELU + cast 64 + 64 + 8, dGELU + cast 128 + 64 + 8; the weights
+  // 12, 4, 16 and 16 elements (56 + 24 + 72 + 72).
+  const double delayed = 2 * 72 + 3 * 40 + 80 + 136 + (40 + 200 + 2 * 108 + 40 + 160 + 104) +
+                         (56 + 24 + 72 + 72) + 2072;
+  EXPECT_DOUBLE_EQ(delayed, 3536);
+  EXPECT_DOUBLE_EQ(layer_step_floor_bytes(shape, operand_format_on_hopper("delayed")), delayed);
+  EXPECT_DOUBLE_EQ(layer_step_floor_bytes(shape, operand_format_on_hopper("current")), delayed);
+  // Expanded to bf16 by the cast: 2 bytes per element and usage, no scale bytes.
+  const OperandFormat mxfp8 = operand_format_on_hopper("mxfp8");
+  EXPECT_TRUE(mxfp8.quantized);
+  EXPECT_EQ(mxfp8.data_bytes, 2);
+  EXPECT_THAT(test::error_of([] { operand_format_on_hopper("fp16"); }),
+              HasSubstr("unknown precision \"fp16\""));
+  EXPECT_THAT(test::error_of([&] {
+                layer_step_floor_bytes({0, 2, 8, 1, 2}, operand_format_on_hopper("bf16"));
+              }),
+              HasSubstr("tokens 0"));
+}
+
 TEST(DeviceTraffic, RecordingWhereTheBuildCannotSaysSo) {
   if (device_traffic_available()) {
     TrafficRecording a;
