@@ -132,6 +132,9 @@ constexpr const char* kUsage =
     "  --peak-tflops X  the peak MFU is taken against (default on cuda 989, the dense bf16 peak\n"
     "               of Hopper SXM parts; on the CPU no MFU unless given). Model FLOPs a token:\n"
     "               6 x the parameters but the position embedding + 12 x layers x d x seq\n"
+    "  --no-cuda-graphs  model on cuda: launch every kernel of every step (by default the step\n"
+    "               is captured once as a CUDA graph and replayed, as octet train does, except\n"
+    "               for recipes with host random streams: NVFP4's stochastic rounding, quartet2)\n"
     "  --traffic    (cuda, layer; the CUDA emulation build) instead of timing, record one step's\n"
     "               device traffic: launches, bytes by kernel (4 KiB pages), GEMM FLOPs, and the\n"
     "               time predicted from them with --bf16-tflops X --fp8-tflops X (defaults 730,\n"
@@ -234,6 +237,8 @@ bool take_option(Options& o, const std::vector<std::string>& args, size_t& i, Co
     o.data = args[++i];
   } else if (a == "--peak-tflops") {
     o.peak_tflops = parse_rate(args, i);
+  } else if (a == "--no-cuda-graphs") {
+    o.cuda_graphs = false;
   } else if (a == "--traffic") {
     o.traffic = true;
   } else if (a == "--bf16-tflops") {
@@ -250,7 +255,8 @@ bool take_option(Options& o, const std::vector<std::string>& args, size_t& i, Co
     OCTET_FAIL("bench: unknown argument '", a,
                "' (expected gemm, block, layer, model, --json, --reps N, --warmup N, --quick, "
                "--threads N, --device D, --precision NAMES, --d-model N, --heads N, --seq N, "
-               "--batch N, --layers N, --vocab N, --data SHARD, --peak-tflops X, --traffic, "
+               "--batch N, --layers N, --vocab N, --data SHARD, --peak-tflops X, --no-cuda-graphs, "
+               "--traffic, "
                "--bf16-tflops X, --fp8-tflops X, --bandwidth-gbs X, --launch-us X)");
   }
   return true;

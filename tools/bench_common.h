@@ -39,10 +39,11 @@ struct Options {
   Device device = Device::cpu();
   std::vector<std::string> precisions;  // --precision; empty: every precision
   LayerShape layer;
-  bool traffic = false;    // --traffic: record one step's device traffic instead of timing
-  TrafficRates rates;      // the traffic model's constants
-  std::string data;        // --data: the model bench's tokens from this llm.c shard (else random)
-  double peak_tflops = 0;  // --peak-tflops: MFU's denominator; 0: the device's default, if any
+  bool traffic = false;     // --traffic: record one step's device traffic instead of timing
+  bool cuda_graphs = true;  // model on cuda: the step captured once and replayed (--no-cuda-graphs)
+  TrafficRates rates;       // the traffic model's constants
+  std::string data;         // --data: the model bench's tokens from this llm.c shard (else random)
+  double peak_tflops = 0;   // --peak-tflops: MFU's denominator; 0: the device's default, if any
 };
 
 struct Result {

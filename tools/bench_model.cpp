@@ -3,6 +3,7 @@
 // bench/torch_gpt2.py counts them, so that the two compare at the same shape.
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "modules/fp8_autocast.h"
 #include "modules/gpt.h"
 #include "modules/optimizer.h"
+#include "runtime/cuda.h"
 #include "runtime/error.h"
 #include "tools/bench_common.h"
 
@@ -125,9 +127,19 @@ void bench_model(const Options& o, const Emit& emit,
     const int64_t params = parameter_count(model);
     const double flops = model_flops_per_token(config, params) * static_cast<double>(batch * seq);
     Result r{"model.gpt_train_step", Group::kModel, name, 0, flops, batch * seq, 0, {}, {}, params};
-    size_t step = 0;
-    measure(r, o, [&] {
-      const TokenBatch& b = batches[step++ % batches.size()];
+    // As `octet train` runs on CUDA: the step captured once and replayed, its batch copied into
+    // the same device tensors before each run and its update decided on the device.
+    const bool graphs =
+        o.device.is_cuda() && o.cuda_graphs && !(recipe && recipe->uses_rng_streams());
+    TokenBatch staged;
+    Tensor gate, lr;
+    if (graphs) {
+      staged = {Tensor::empty({batch, seq}, DType::kI32, o.device),
+                Tensor::empty({batch, seq}, DType::kI32, o.device)};
+      gate = Tensor::full({1}, 1.f, DType::kF32, o.device);
+      lr = Tensor::full({1}, 1e-4f, DType::kF32, o.device);
+    }
+    auto train_step = [&](const TokenBatch& b) {
       Tensor loss;
       {
         std::optional<modules::FP8Autocast> scope;
@@ -135,8 +147,36 @@ void bench_model(const Options& o, const Emit& emit,
         loss = model.loss(b.ids, b.targets);
       }
       autograd::backward(loss);
-      optimizer.step(1e-4f);
+      if (graphs) {
+        optimizer.step(1e-4f, gate, &lr);
+      } else {
+        optimizer.step(1e-4f);
+      }
       optimizer.zero_grad();
+    };
+    std::unique_ptr<cuda::Graph> graph;
+    int eager_left = std::max(1, o.warmup - 1);  // the last warm-up run captures
+    size_t step = 0;
+    measure(r, o, [&] {
+      const TokenBatch& b = batches[step++ % batches.size()];
+      if (!graphs) {
+        train_step(b);
+        return;
+      }
+      staged.ids.copy_bytes_from(b.ids);
+      staged.targets.copy_bytes_from(b.targets);
+      if (graph != nullptr) {
+        graph->replay();
+      } else if (eager_left > 0) {
+        --eager_left;
+        train_step(staged);
+      } else {
+        graph = std::make_unique<cuda::Graph>(o.device);
+        graph->begin_capture();
+        train_step(staged);
+        graph->end_capture();
+        graph->replay();
+      }
     });
     emit(r);
   }
