@@ -514,9 +514,8 @@ struct LayerSetup {
   int64_t batch = 0, seq = 0;
 };
 LayerSetup layer_setup(const Options& o) {
-  const bool cuda = o.device.is_cuda();
   auto pick = [&](int64_t flag, int64_t quick, int64_t cpu, int64_t gpu) {
-    return flag > 0 ? flag : o.quick ? quick : cuda ? gpu : cpu;
+    return shape_value(o, flag, {quick, cpu, gpu});
   };
   LayerSetup s;
   modules::GPTConfig& config = s.config;
@@ -528,7 +527,7 @@ LayerSetup layer_setup(const Options& o) {
   config.max_seq_len = pick(o.layer.seq, 64, 256, 2048);
   // On CUDA parameters and activations are bf16 for every precision, as TE trains: the FP8
   // recipes then replace bf16 GEMMs, which is the comparison that matters there.
-  config.dtype = cuda ? DType::kBF16 : DType::kF32;
+  config.dtype = o.device.is_cuda() ? DType::kBF16 : DType::kF32;
   config.seed = 3;
   s.batch = pick(o.layer.batch, 2, 4, 2);
   s.seq = config.max_seq_len;

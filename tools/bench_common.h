@@ -30,6 +30,13 @@ struct LayerShape {
   int64_t layers = 0, vocab = 0;
 };
 
+// A shape flag's value, else the bench's default for --quick, the CPU or CUDA.
+struct ShapeDefaults {
+  int64_t quick, cpu, gpu;
+};
+struct Options;
+int64_t shape_value(const Options& o, int64_t flag, ShapeDefaults defaults);
+
 struct Options {
   std::vector<Group> groups;
   bool json = false;

@@ -77,10 +77,14 @@ int64_t parameter_count(modules::GPT& model) {
 
 }  // namespace
 
+int64_t shape_value(const Options& o, int64_t flag, ShapeDefaults d) {
+  if (flag > 0) return flag;
+  return o.quick ? d.quick : o.device.is_cuda() ? d.gpu : d.cpu;
+}
+
 ModelSetup model_setup(const Options& o) {
-  const bool cuda = o.device.is_cuda();
   auto pick = [&](int64_t flag, int64_t quick, int64_t cpu, int64_t gpu) {
-    return flag > 0 ? flag : o.quick ? quick : cuda ? gpu : cpu;
+    return shape_value(o, flag, {quick, cpu, gpu});
   };
   ModelSetup s;
   modules::GPTConfig& c = s.config;
@@ -93,7 +97,7 @@ ModelSetup model_setup(const Options& o) {
   c.ffn = 4 * c.d_model;
   c.max_seq_len = pick(o.layer.seq, 64, 128, 1024);
   // As the layer bench: bf16 parameters and activations on CUDA for every precision.
-  c.dtype = cuda ? DType::kBF16 : DType::kF32;
+  c.dtype = o.device.is_cuda() ? DType::kBF16 : DType::kF32;
   c.seed = 4;
   s.batch = pick(o.layer.batch, 2, 8, 8);
   s.seq = c.max_seq_len;
