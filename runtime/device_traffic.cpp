@@ -73,7 +73,10 @@ double layer_step_floor_bytes(const LayerStepShape& s, const OperandFormat& f) {
   };
   const auto act = [&](double n) { return cast(n, f.scale_bytes); };
   const double layernorm = (t * d + 2 * d) * e + t * d * e + 8 * t;  // x, gamma, beta; y, stats
-  const double layernorm_backward = 3 * t * d * e + 8 * t + d * e + t * d * e + 2 * d * e;
+  // dy, x, stats, gamma; dx, dgamma, dbeta.
+  const double layernorm_backward = 2 * t * d * e + 8 * t + d * e + t * d * e + 2 * d * e;
+  // A residual add, forward or the gradients' sum backward: two reads and a write.
+  const double residual = 3 * t * d * e;
   const double gelu =
       t * ff * e +
       (f.quantized ? 2 * t * ff * (f.data_bytes + f.scale_bytes) + f.cast_bytes : t * ff * e);
@@ -87,9 +90,10 @@ double layer_step_floor_bytes(const LayerStepShape& s, const OperandFormat& f) {
     weights += cast(n, f.weight_scale_bytes);
   const double params = 3 * d * d + 3 * d + d * d + d + ff * d + ff + d * ff + d + 4 * d;
   const double optimizer = 2 * params * (12 + e);
-  const double forward = 2 * layernorm + act(t * d) + attention + act(t * d) + act(t * d) + gelu;
-  const double backward = act(t * d) + gelu_backward + 2 * layernorm_backward + act(t * d) +
-                          attention_backward + act(3 * t * d);
+  const double forward =
+      2 * layernorm + act(t * d) + attention + act(t * d) + act(t * d) + gelu + 2 * residual;
+  const double backward = 2 * residual + act(t * d) + gelu_backward + 2 * layernorm_backward +
+                          act(t * d) + attention_backward + act(3 * t * d);
   return forward + backward + weights + optimizer;
 }
 

@@ -49,8 +49,9 @@ double predicted_ms(const DeviceTraffic& traffic, const TrafficRates& rates);
 // tensor is written once by its producer and read once by each consumer pass; each
 // high-precision GEMM operand is read once by the cast that writes all its usages (amaxes taken
 // in the producers); GELU + cast and dGELU + dbias + cast are one pass each, as are the other
-// gradients' cast + dbias (high precision: dbias in the GEMM epilogue); residual adds in the GEMM
-// epilogue (forward) and the LayerNorm backward (backward); flash attention (forward reads q, k, v
+// gradients' cast + dbias (high precision: dbias in the GEMM epilogue); each residual add (and the
+// sum of the two gradients at each residual backward) a pass of its own, as TransformerEngine's
+// modules leave them, so the GEMM outputs round as they do there; flash attention (forward reads q, k, v
 // and writes the output and the log-sum-exp; backward reads q, k, v, the output, its gradient and
 // the log-sum-exp, and writes dq, dk, dv and the row deltas); the optimizer one pass over master,
 // moments, gradient and the model-dtype weight; the FP8 weights cast once a step.

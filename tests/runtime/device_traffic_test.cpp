@@ -33,19 +33,21 @@ TEST(DeviceTraffic, PredictedTimeAddsGemmsBytesAndLaunches) {
 }
 
 // A layer of 4 tokens, d 2, ffn 8, 1 head, bf16 activations, 74 parameters, by hand. bf16:
-// LayerNorm 72 bytes (x 16, gamma and beta 8, y 16, stats 32) and 108 backward; GELU 128 and
-// 256 - 64 = 192 backward; attention 80 and 160; the optimizer 2 * 74 * 14 = 2072; forward
-// 2 * 72 + 80 + 128 = 352, backward 192 + 2 * 108 + 160 = 568.
+// LayerNorm 72 bytes (x 16, gamma and beta 8, y 16, stats 32) and 92 backward (dy and x 32,
+// stats 32, gamma 4, dx 16, dgamma and dbeta 8); GELU 128 and 256 - 64 = 192 backward;
+// attention 80 and 160; a residual add 48, two each way; the optimizer 2 * 74 * 14 = 2072;
+// forward 2 * 72 + 80 + 128 + 96 = 448, backward 96 + 192 + 2 * 92 + 160 = 632.
 TEST(DeviceTraffic, LayerStepFloorByHand) {
   const LayerStepShape shape{4, 2, 8, 1, 2};
-  EXPECT_DOUBLE_EQ(layer_step_floor_bytes(shape, operand_format_on_hopper("bf16")), 2992);
+  EXPECT_DOUBLE_EQ(layer_step_floor_bytes(shape, operand_format_on_hopper("bf16")),
+                   448 + 632 + 2072);
   // Delayed: a cast of n elements reads 2n and writes n per usage, plus its 8 scale and amax
   // bytes: 4n + 8. Activations 8 elements (40) three times forward, twice backward, the QKV
   // gradient's 24 (104); GELU + cast 64 + 64 + 8, dGELU + cast 128 + 64 + 8; the weights
   // 12, 4, 16 and 16 elements (56 + 24 + 72 + 72).
-  const double delayed = 2 * 72 + 3 * 40 + 80 + 136 + (40 + 200 + 2 * 108 + 40 + 160 + 104) +
-                         (56 + 24 + 72 + 72) + 2072;
-  EXPECT_DOUBLE_EQ(delayed, 3536);
+  const double delayed = 2 * 72 + 3 * 40 + 80 + 136 + 96 +
+                         (96 + 40 + 200 + 2 * 92 + 40 + 160 + 104) + (56 + 24 + 72 + 72) + 2072;
+  EXPECT_DOUBLE_EQ(delayed, 3696);
   EXPECT_DOUBLE_EQ(layer_step_floor_bytes(shape, operand_format_on_hopper("delayed")), delayed);
   EXPECT_DOUBLE_EQ(layer_step_floor_bytes(shape, operand_format_on_hopper("current")), delayed);
   // Expanded to bf16 by the cast: 2 bytes per element and usage, no scale bytes.
