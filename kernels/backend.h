@@ -82,6 +82,13 @@ struct SlotUpdate {
   /* runtime/nvfp4_tensor.h) ---- */                                                              \
   X(void, quantize_blockwise, (const Tensor& x, const ops::BlockwiseCast& cast, Tensor& data,     \
                                Tensor& scale_inv, FP8CastCounts* counts))                         \
+  /* 1x128 blocks in both directions from one read of x (cast.blocks k1D): rowwise and its    */  \
+  /* scale_inv as quantize_blockwise of x, columnwise (cols, rows) and its scale_inv as       */  \
+  /* quantize_blockwise of x's transpose; counts as those two casts add them. */                  \
+  X(void, quantize_blockwise_both, (const Tensor& x, const ops::BlockwiseCast& cast,              \
+                                    Tensor& rowwise, Tensor& rowwise_scale_inv,                   \
+                                    Tensor& columnwise, Tensor& columnwise_scale_inv,             \
+                                    FP8CastCounts* counts))                                       \
   X(void, dequantize_blockwise, (const Tensor& data, const Tensor& scale_inv,                     \
                                  BlockScaling blocks, Tensor& out))                               \
   X(void, blockwise_gemm, (const Tensor& a, const Tensor& a_scale_inv, BlockScaling a_blocks,     \

@@ -27,6 +27,40 @@ void quantize_blockwise(const Tensor& x, const BlockwiseCast& cast, Tensor& data
                              });
 }
 
+void quantize_blockwise_both(const Tensor& x, const BlockwiseCast& cast, Tensor& rowwise,
+                             Tensor& rowwise_scale_inv, Tensor& columnwise,
+                             Tensor& columnwise_scale_inv, FP8CastCounts* counts) {
+  constexpr const char* op = "quantize_blockwise_both";
+  OCTET_CHECK(cast.blocks == BlockScaling::k1D, op, ": casts 1x128 blocks only");
+  check_quantize_input(op, x);
+  const int64_t rows = x.rows(), cols = x.cols();
+  check_fp8_data_2d(op, rowwise, x);
+  OCTET_CHECK(columnwise.defined() && columnwise.dtype() == rowwise.dtype() &&
+                  columnwise.rows() == cols && columnwise.cols() == rows,
+              op, ": columnwise must be ", rowwise.dtype(), " (", cols, ", ", rows, "), got ",
+              columnwise);
+  const Shape want_row = blockwise_scale_shape(BlockScaling::k1D, rows, cols);
+  const Shape want_col = blockwise_scale_shape(BlockScaling::k1D, cols, rows);
+  OCTET_CHECK(rowwise_scale_inv.defined() && rowwise_scale_inv.dtype() == DType::kF32 &&
+                  rowwise_scale_inv.shape() == want_row,
+              op, ": rowwise_scale_inv must be f32", shape_str(want_row), ", got ",
+              rowwise_scale_inv);
+  OCTET_CHECK(columnwise_scale_inv.defined() && columnwise_scale_inv.dtype() == DType::kF32 &&
+                  columnwise_scale_inv.shape() == want_col,
+              op, ": columnwise_scale_inv must be f32", shape_str(want_col), ", got ",
+              columnwise_scale_inv);
+  const Device device = op_device(op, {{x, "x"},
+                                       {rowwise, "rowwise"},
+                                       {rowwise_scale_inv, "rowwise_scale_inv"},
+                                       {columnwise, "columnwise"},
+                                       {columnwise_scale_inv, "columnwise_scale_inv"}});
+  on_device(device)->quantize_blockwise_both(x, cast, rowwise, rowwise_scale_inv, columnwise,
+                                             columnwise_scale_inv, counts);
+  for (Tensor* t : {&rowwise, &rowwise_scale_inv, &columnwise, &columnwise_scale_inv}) {
+    t->bump_version();
+  }
+}
+
 Tensor dequantize_blockwise(const Tensor& data, const Tensor& scale_inv, BlockScaling blocks,
                             DType dtype) {
   constexpr const char* op = "dequantize_blockwise";
@@ -156,6 +190,21 @@ void BlockwiseQuantizer::cast(const Tensor& x, Usage direction, Tensor& data, Te
     ops::quantize_blockwise(xt, cast_, data, scale_inv, counts);
   }
   add_scale_spread(stats, scale_inv);
+}
+
+void BlockwiseQuantizer::cast_both(const Tensor& x, Tensor& rowwise, Tensor& rowwise_scale_inv,
+                                   Tensor& columnwise, Tensor& columnwise_scale_inv,
+                                   AmaxRecording amax) const {
+  if (cast_.blocks == BlockScaling::k2D) {
+    ScaledTensorQuantizer::cast_both(x, rowwise, rowwise_scale_inv, columnwise,
+                                     columnwise_scale_inv, amax);
+    return;
+  }
+  SlotStats* stats = recording(amax);
+  ops::quantize_blockwise_both(x, cast_, rowwise, rowwise_scale_inv, columnwise,
+                               columnwise_scale_inv, stats != nullptr ? &stats->counts : nullptr);
+  add_scale_spread(stats, rowwise_scale_inv);
+  add_scale_spread(stats, columnwise_scale_inv);
 }
 
 std::shared_ptr<ScaledTensor> BlockwiseQuantizer::make_tensor(const Shape& shape, Tensor rowwise,

@@ -31,6 +31,13 @@ struct BlockwiseCast {
 // gets what saturated and flushed.
 void quantize_blockwise(const Tensor& x, const BlockwiseCast& cast, Tensor& data, Tensor& scale_inv,
                         FP8CastCounts* counts = nullptr);
+// Both directions of a 1x128 cast (cast.blocks k1D) from one read of x (rows, cols): rowwise
+// (rows, cols) and rowwise_scale_inv as quantize_blockwise(x), columnwise (cols, rows) and
+// columnwise_scale_inv as quantize_blockwise of x's transpose, byte for byte; `counts` gets what
+// the two casts would add.
+void quantize_blockwise_both(const Tensor& x, const BlockwiseCast& cast, Tensor& rowwise,
+                             Tensor& rowwise_scale_inv, Tensor& columnwise,
+                             Tensor& columnwise_scale_inv, FP8CastCounts* counts = nullptr);
 // data (rows, cols) with its scale_inv -> f32/bf16: fp8 value * the block's scale_inv.
 Tensor dequantize_blockwise(const Tensor& data, const Tensor& scale_inv, BlockScaling blocks,
                             DType dtype);
@@ -60,6 +67,9 @@ class BlockwiseQuantizer final : public ScaledTensorQuantizer {
   // transpose is the transpose of the tile, so 2D column-wise data is the byte transpose).
   void cast(const Tensor& x, Usage direction, Tensor& data, Tensor& scale_inv,
             AmaxRecording amax) const override;
+  // 1x128 blocks: both directions from one read of x (quantize_blockwise_both); 128x128: cast().
+  void cast_both(const Tensor& x, Tensor& rowwise, Tensor& rowwise_scale_inv, Tensor& columnwise,
+                 Tensor& columnwise_scale_inv, AmaxRecording amax) const override;
   Shape scale_shape(int64_t rows, int64_t cols) const override {
     return blockwise_scale_shape(cast_.blocks, rows, cols);
   }

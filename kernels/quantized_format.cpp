@@ -201,12 +201,15 @@ std::shared_ptr<QuantizedTensor> ScaledTensorQuantizer::quantize(const Tensor& x
   for (Usage d : {Usage::kRowwise, Usage::kColumnwise}) {
     if (!has_usage(usage, d)) continue;
     const bool row = d == Usage::kRowwise;
-    Tensor& out = data[row ? 0 : 1];
-    Tensor& out_scales = scales[row ? 0 : 1];
-    out = Tensor::empty(row ? x.shape() : Shape{cols, rows}, dtype_, x.device());
-    out_scales = Tensor::empty(row ? scale_shape(rows, cols) : scale_shape(cols, rows),
-                               scale_dtype(), x.device());
-    cast(x, d, out, out_scales, amax);
+    data[row ? 0 : 1] = Tensor::empty(row ? x.shape() : Shape{cols, rows}, dtype_, x.device());
+    scales[row ? 0 : 1] = Tensor::empty(row ? scale_shape(rows, cols) : scale_shape(cols, rows),
+                                        scale_dtype(), x.device());
+  }
+  if (usage == Usage::kBoth) {
+    cast_both(x, data[0], scales[0], data[1], scales[1], amax);
+  } else {
+    const int i = usage == Usage::kRowwise ? 0 : 1;
+    cast(x, usage, data[i], scales[i], amax);
   }
   auto t = make_tensor(x.shape(), std::move(data[0]), std::move(scales[0]), std::move(data[1]),
                        std::move(scales[1]), ownership);
@@ -224,12 +227,25 @@ void ScaledTensorQuantizer::quantize_into(QuantizedTensor& dst, const Tensor& sr
   ops::check_quantize_input(who.c_str(), src, &dst.shape());
   auto& t = ops::as_format<ScaledTensor>(dst);
   check_destination(who, t);
-  for (Usage d : {Usage::kRowwise, Usage::kColumnwise}) {
-    if (!t.has(d)) continue;
-    Tensor data = t.direction_data(d), scales = t.direction_scales(d);
-    cast(src, d, data, scales, amax);
+  if (t.has(Usage::kRowwise) && t.has(Usage::kColumnwise)) {
+    Tensor row = t.rowwise_data(), row_scales = t.direction_scales(Usage::kRowwise);
+    Tensor col = t.columnwise_data(), col_scales = t.direction_scales(Usage::kColumnwise);
+    cast_both(src, row, row_scales, col, col_scales, amax);
+  } else {
+    for (Usage d : {Usage::kRowwise, Usage::kColumnwise}) {
+      if (!t.has(d)) continue;
+      Tensor data = t.direction_data(d), scales = t.direction_scales(d);
+      cast(src, d, data, scales, amax);
+    }
   }
   dst.bump_version();
+}
+
+void ScaledTensorQuantizer::cast_both(const Tensor& x, Tensor& rowwise, Tensor& rowwise_scales,
+                                      Tensor& columnwise, Tensor& columnwise_scales,
+                                      AmaxRecording amax) const {
+  cast(x, Usage::kRowwise, rowwise, rowwise_scales, amax);
+  cast(x, Usage::kColumnwise, columnwise, columnwise_scales, amax);
 }
 
 }  // namespace octet

@@ -192,9 +192,10 @@ std::shared_ptr<const Quantizer> quantizer_handle(const Quantizer& q);
 namespace octet {
 
 // The base of the stateless quantizers of ScaledTensor formats whose directions are each cast
-// on their own (MXFP8, blockwise FP8, row-wise FP8): quantize allocates each asked direction's
-// data and scales and casts it, quantize_into casts each held direction into its buffers. A
-// subclass gives the cast, the scales' shape and dtype and the tensor's construction.
+// from high precision (MXFP8, blockwise FP8, row-wise FP8): quantize allocates each asked
+// direction's data and scales and casts them, quantize_into casts each held direction into its
+// buffers; both directions go through cast_both. A subclass gives the cast, the scales' shape and
+// dtype and the tensor's construction.
 class ScaledTensorQuantizer : public Quantizer {
  public:
   DType dtype() const override { return dtype_; }
@@ -212,6 +213,10 @@ class ScaledTensorQuantizer : public Quantizer {
   // data (cols, rows), the cast of x's transpose.
   virtual void cast(const Tensor& x, Usage direction, Tensor& data, Tensor& scales,
                     AmaxRecording amax) const = 0;
+  // Both directions of x, as cast() makes each: here cast() twice; a format that casts both
+  // from one read of x overrides it.
+  virtual void cast_both(const Tensor& x, Tensor& rowwise, Tensor& rowwise_scales,
+                         Tensor& columnwise, Tensor& columnwise_scales, AmaxRecording amax) const;
   // The scales of data stored (rows, cols).
   virtual Shape scale_shape(int64_t rows, int64_t cols) const = 0;
   virtual DType scale_dtype() const = 0;

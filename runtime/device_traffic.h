@@ -51,10 +51,10 @@ double predicted_ms(const DeviceTraffic& traffic, const TrafficRates& rates);
 // in the producers); GELU + cast and dGELU + dbias + cast are one pass each, as are the other
 // gradients' cast + dbias (high precision: dbias in the GEMM epilogue); each residual add (and the
 // sum of the two gradients at each residual backward) a pass of its own, as TransformerEngine's
-// modules leave them, so the GEMM outputs round as they do there; flash attention (forward reads q, k, v
-// and writes the output and the log-sum-exp; backward reads q, k, v, the output, its gradient and
-// the log-sum-exp, and writes dq, dk, dv and the row deltas); the optimizer one pass over master,
-// moments, gradient and the model-dtype weight; the FP8 weights cast once a step.
+// modules leave them, so the GEMM outputs round as they do there; flash attention (forward reads q,
+// k, v and writes the output and the log-sum-exp; backward reads q, k, v, the output, its gradient
+// and the log-sum-exp, and writes dq, dk, dv and the row deltas); the optimizer one pass over
+// master, moments, gradient and the model-dtype weight; the FP8 weights cast once a step.
 struct LayerStepShape {
   int64_t tokens = 0, d_model = 0, ffn = 0, heads = 0;
   int64_t activation_bytes = 2;  // the model dtype's element size

@@ -90,6 +90,21 @@ void CpuBackend::quantize_blockwise(const Tensor& x, const ops::BlockwiseCast& c
   add_partial_counts(partial, rows * cols, counts);
 }
 
+void CpuBackend::quantize_blockwise_both(const Tensor& x, const ops::BlockwiseCast& c,
+                                         Tensor& rowwise, Tensor& rowwise_scale_inv,
+                                         Tensor& columnwise, Tensor& columnwise_scale_inv,
+                                         FP8CastCounts* counts) const {
+  // The reference: the row-wise cast of x, then the row-wise cast of its transpose.
+  quantize_blockwise(x, c, rowwise, rowwise_scale_inv, counts);
+  Tensor xt;
+  {
+    MemTagScope workspace(MemTag::kWorkspace);
+    xt = Tensor::empty({x.cols(), x.rows()}, x.dtype());  // (cols, rows)
+  }
+  transpose_2d(x, xt);
+  quantize_blockwise(xt, c, columnwise, columnwise_scale_inv, counts);
+}
+
 void CpuBackend::dequantize_blockwise(const Tensor& data, const Tensor& scale_inv,
                                       BlockScaling blocks, Tensor& out) const {
   const float* s = scale_inv.data_as<float>();

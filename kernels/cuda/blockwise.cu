@@ -85,6 +85,88 @@ __global__ void blockwise_1d_kernel(const In* x, uint8_t* q, float* scale_inv, i
   tally.flush_warp(stats);  // whole warps reach it
 }
 
+// An FP8 cast's input element as f32 (f32, or bf16 bits).
+template <typename In>
+__device__ __forceinline__ float in_value(In raw) {
+  return load_in(&raw, 0);
+}
+
+// The tile of the both-ways cast in shared memory: 128 rows of 128 inputs, each row padded by 4
+// bytes so that a warp reading down a column meets 32 different banks.
+template <typename In>
+constexpr int kTileStride = kBlock + static_cast<int>(4 / sizeof(In));
+template <typename In>
+constexpr size_t kTileBytes = size_t{kBlock} * kTileStride<In> * sizeof(In);
+
+// 1D both ways from one read: one thread block per 128x128 tile of x (tile t: row band
+// t / col_blocks, column block t % col_blocks). Each warp loads whole tile rows, casts their
+// row-wise blocks from registers and keeps the values in shared memory; after the barrier each
+// warp casts whole tile columns from there: the blocks of x's transpose. Values past the edge
+// are 0 in the tile and in every amax. Row-wise: data (rows, cols), scale_inv [col block][row]
+// with row stride row_stride; column-wise: data (cols, rows), scale_inv [row block][col] with
+// row stride col_stride.
+template <typename In, bool kE4M3>
+__global__ void blockwise_both_kernel(const In* x, uint8_t* row_q, float* row_s, uint8_t* col_q,
+                                      float* col_s, int64_t rows, int64_t cols, int64_t col_blocks,
+                                      int64_t row_stride, int64_t col_stride, CastParams p,
+                                      unsigned long long* stats) {
+  extern __shared__ __align__(16) unsigned char tile_bytes[];
+  In* tile = reinterpret_cast<In*>(tile_bytes);  // (128, kTileStride<In>)
+  constexpr int kStride = kTileStride<In>;
+  const int64_t rb = blockIdx.x / col_blocks, cb = blockIdx.x % col_blocks;
+  const int64_t r0 = rb * kBlock, c0 = cb * kBlock;
+  const int nr = static_cast<int>(rows - r0 < kBlock ? rows - r0 : kBlock);
+  const int nc = static_cast<int>(cols - c0 < kBlock ? cols - c0 : kBlock);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+  const bool count = stats != nullptr;
+  CastTally tally;
+  // Row-wise: tile row tr is warp tr % warps's; lane holds columns lane + 32 k.
+  for (int tr = warp; tr < kBlock; tr += warps) {
+    In raw[kPerLane];
+    float v[kPerLane];
+    float m = 0.f;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int c = k * kWarp + lane;
+      raw[k] = tr < nr && c < nc ? x[(r0 + tr) * cols + c0 + c] : In{0};
+      tile[tr * kStride + c] = raw[k];
+      v[k] = in_value(raw[k]);
+      const float a = fabsf(v[k]);
+      m = a > m ? a : m;  // a NaN compares false and never wins
+    }
+    if (tr >= nr) continue;  // the same on every lane
+    m = warp_reduce(m, MaxOp());
+    const float scale = block_scale(m, p);
+    if (lane == 0) row_s[cb * row_stride + r0 + tr] = scale_inverse(scale);
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int c = k * kWarp + lane;
+      if (c < nc) row_q[(r0 + tr) * cols + c0 + c] = cast_one<kE4M3>(v[k], scale, tally, count);
+    }
+  }
+  __syncthreads();
+  // Column-wise: tile column tc is warp tc % warps's; lane holds rows lane + 32 k.
+  for (int tc = warp; tc < nc; tc += warps) {
+    float v[kPerLane];
+    float m = 0.f;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      v[k] = in_value(tile[(k * kWarp + lane) * kStride + tc]);
+      const float a = fabsf(v[k]);
+      m = a > m ? a : m;
+    }
+    m = warp_reduce(m, MaxOp());
+    const float scale = block_scale(m, p);
+    if (lane == 0) col_s[rb * col_stride + c0 + tc] = scale_inverse(scale);
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int r = k * kWarp + lane;
+      if (r < nr) col_q[(c0 + tc) * rows + r0 + r] = cast_one<kE4M3>(v[k], scale, tally, count);
+    }
+  }
+  tally.flush_warp(stats);  // whole warps reach it
+}
+
 // 2D: one thread block per 128x128 tile (tile t: row band t / col_blocks, column block
 // t % col_blocks); scale_inv is [row block][col block] with row stride `stride`.
 template <typename In, bool kE4M3>
@@ -165,7 +247,50 @@ void launch_quantize(const Tensor& x, const ops::BlockwiseCast& cast, Tensor& da
   OCTET_CUDA_LAUNCH_CHECK("blockwise_2d_kernel");
 }
 
+template <typename In, bool kE4M3>
+void launch_quantize_both(const Tensor& x, const ops::BlockwiseCast& cast, Tensor& rowwise,
+                          Tensor& rowwise_scale_inv, Tensor& columnwise,
+                          Tensor& columnwise_scale_inv, unsigned long long* stats) {
+  const int64_t rows = x.rows(), cols = x.cols();
+  const int64_t col_blocks = ceil_div(cols, kBlock);
+  const int64_t tiles = ceil_div(rows, kBlock) * col_blocks;
+  OCTET_CHECK(tiles <= int64_t{0x7FFFFFFF}, "quantize_blockwise_both: ", x, " has too many tiles");
+  const CastParams p{cast.fp8_max, cast.amax_epsilon, value_for_inf(x.dtype()), cast.power_2_scale};
+  constexpr size_t smem = kTileBytes<In>;
+  if constexpr (smem > 48 * 1024) {  // f32: above the default, the kernel opts in
+    OCTET_CUDA_CHECK(cudaFuncSetAttribute(blockwise_both_kernel<In, kE4M3>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+  }
+  blockwise_both_kernel<In, kE4M3><<<static_cast<unsigned>(tiles), kThreads, smem, stream_of(x)>>>(
+      static_cast<const In*>(x.data()), rowwise.data_as<uint8_t>(),
+      rowwise_scale_inv.data_as<float>(), columnwise.data_as<uint8_t>(),
+      columnwise_scale_inv.data_as<float>(), rows, cols, col_blocks, rowwise_scale_inv.size(1),
+      columnwise_scale_inv.size(1), p, stats);
+  OCTET_CUDA_LAUNCH_CHECK("blockwise_both_kernel");
+}
+
 }  // namespace
+
+void CudaBackend::quantize_blockwise_both(const Tensor& x, const ops::BlockwiseCast& cast,
+                                          Tensor& rowwise, Tensor& rowwise_scale_inv,
+                                          Tensor& columnwise, Tensor& columnwise_scale_inv,
+                                          FP8CastCounts* counts) const {
+  // Each element is cast twice, once per direction, as by two quantize_blockwise calls.
+  unsigned long long* stats = cast_stats_words(counts, x.device(), 2 * x.numel());
+  const cudaStream_t stream = stream_of(x);
+  OCTET_CUDA_CHECK(
+      cudaMemsetAsync(rowwise_scale_inv.data(), 0, rowwise_scale_inv.nbytes(), stream));
+  OCTET_CUDA_CHECK(
+      cudaMemsetAsync(columnwise_scale_inv.data(), 0, columnwise_scale_inv.nbytes(), stream));
+  if (x.numel() == 0) return;
+  dispatch_fp8_cast(x.dtype(), rowwise.dtype(), [&]<typename In, bool kE4M3>() {
+    launch_quantize_both<In, kE4M3>(x, cast, rowwise, rowwise_scale_inv, columnwise,
+                                    columnwise_scale_inv, stats);
+  });
+  add_flat_block_scale_spread(rowwise_scale_inv, SpreadScales::kF32, counts);
+  add_flat_block_scale_spread(columnwise_scale_inv, SpreadScales::kF32, counts);
+}
 
 void CudaBackend::quantize_blockwise(const Tensor& x, const ops::BlockwiseCast& cast, Tensor& data,
                                      Tensor& scale_inv, FP8CastCounts* counts) const {

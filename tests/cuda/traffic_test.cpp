@@ -145,6 +145,13 @@ TEST(CudaTraffic, LayerStepCountsAreTheLayersAndRepeat) {
     // only for the two LayerNorms' fused casts of delayed scaling.
     EXPECT_EQ(launches_of(first, "reciprocal_kernel"), c.name == "delayed" ? 2 : 0)
         << summary(first);
+    if (c.name == "blockwise") {
+      // Every 1x128 cast (the four GEMMs' inputs and output gradients) writes both directions
+      // from one read of its tensor; only the four 128x128 weights' column-wise casts transpose.
+      EXPECT_EQ(launches_of(first, "blockwise_both_kernel<In, kE4M3>"), 8) << summary(first);
+      EXPECT_EQ(launches_of(first, "blockwise_1d_kernel<In, kE4M3>"), 0) << summary(first);
+      EXPECT_EQ(launches_of(first, "transpose_kernel<T>"), 4) << summary(first);
+    }
     RecordProperty(c.name, summary(first));
   }
 }

@@ -2,6 +2,7 @@
 // MXFP8, blockwise and row-wise casts, their quantizers and quantized tensors.
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -560,6 +561,100 @@ void blockwise_quantizer_case(OpRun& r) {
   }
 }
 
+// The spread of a slot's block scales, settled where its casts ran, as facts.
+void spread(OpRun& r, const std::string& what, SlotStats& stats) {
+  settle_device_stats(stats.counts, &stats.scales);
+  r.fact(what + " total", stats.counts.total);
+  r.fact(what + " saturated", stats.counts.saturated);
+  r.fact(what + " flushed", stats.counts.flushed);
+  r.fact(what + " blocks", stats.scales.blocks());
+  if (stats.scales.blocks() == 0) return;
+  for (const auto& [name, v] : {std::pair{"min", stats.scales.min_log2()},
+                                {"median", stats.scales.median_log2()},
+                                {"max", stats.scales.max_log2()}}) {
+    r.fact(what + " " + name + " log2 x 1024", std::llround(v * 1024));
+  }
+}
+
+// Both 1x128 directions from one read of x: every output the CPU's bit for bit, and on each
+// device the bytes, scales and counts of quantize_blockwise of x and of x's transpose. Ragged
+// tiles both ways, one-row and one-column tensors, a 3-D input.
+void quantize_blockwise_both_case(OpRun& r) {
+  const Shape shapes[] = {{1, 1},     {1, 130},   {130, 1},    {3, 40},
+                          {129, 257}, {256, 128}, {2, 65, 384}};
+  for (const Shape& shape : shapes) {
+    const Tensor x = r.in(block_input(shape, r.dtype(), 93));
+    const int64_t rows = x.rows(), cols = x.cols();
+    const Shape row_scales = blockwise_scale_shape(BlockScaling::k1D, rows, cols);
+    const Shape col_scales = blockwise_scale_shape(BlockScaling::k1D, cols, rows);
+    for (DType fp8 : {kE4M3, kE5M2}) {
+      for (bool power_2 : {true, false}) {
+        const float eps = power_2 ? 0.f : 1e-3f;
+        auto s = r.scope(shape_str(shape) + " to " + name(fp8) + (power_2 ? " pow2" : "") +
+                         " eps " + std::to_string(eps));
+        const ops::BlockwiseCast cast{BlockScaling::k1D, fp8_max(fp8), power_2, eps};
+        Tensor row = r.poisoned({rows, cols}, fp8), row_s = r.poisoned(row_scales, kF32);
+        Tensor col = r.poisoned({cols, rows}, fp8), col_s = r.poisoned(col_scales, kF32);
+        FP8CastCounts c;
+        ops::quantize_blockwise_both(x, cast, row, row_s, col, col_s, &c);
+        r.bits("row-wise data", row);
+        r.bits("row-wise scale_inv", row_s);
+        r.bits("column-wise data", col);
+        r.bits("column-wise scale_inv", col_s);
+        counts(r, c);
+        Tensor row2 = r.empty({rows, cols}, fp8), row2_s = r.empty(row_scales, kF32);
+        Tensor col2 = r.empty({cols, rows}, fp8), col2_s = r.empty(col_scales, kF32);
+        FP8CastCounts c2;
+        ops::quantize_blockwise(x, cast, row2, row2_s, &c2);
+        ops::quantize_blockwise(ops::transpose_2d(x.reshape({rows, cols})), cast, col2, col2_s,
+                                &c2);
+        settle_device_stats(c2, nullptr);
+        r.same("row-wise data as quantize_blockwise", row, row2);
+        r.same("row-wise scale_inv as quantize_blockwise", row_s, row2_s);
+        r.same("column-wise data as quantize_blockwise of the transpose", col, col2);
+        r.same("column-wise scale_inv as quantize_blockwise of the transpose", col_s, col2_s);
+        r.expect("counts as the two casts'",
+                 c.total == c2.total && c.saturated == c2.saturated && c.flushed == c2.flushed);
+      }
+    }
+  }
+  // The quantizer: a both-ways cast (new, and in place) has the bytes of a row-wise and a
+  // column-wise cast made apart, and adds the same counts and scale spread.
+  const Tensor x = r.in(block_input({2, 65, 300}, r.dtype(), 94));
+  const Tensor x2 = r.in(block_input({2, 65, 300}, r.dtype(), 95));
+  for (DType fp8 : {kE4M3, kE5M2}) {
+    auto s = r.scope("quantizer " + name(fp8));
+    auto both = std::make_shared<SlotStats>(), apart = std::make_shared<SlotStats>();
+    const auto qb = std::make_shared<BlockwiseQuantizer>(fp8, BlockScaling::k1D, true, 0.f, both);
+    const auto qa = std::make_shared<BlockwiseQuantizer>(fp8, BlockScaling::k1D, true, 0.f, apart);
+    auto t = qb->quantize(x, Usage::kBoth, Ownership::kOwned, AmaxRecording::kRecord);
+    record(r, "both", *t);
+    const auto& b = dynamic_cast<const BlockwiseFP8Tensor&>(*t);
+    const auto tr = qa->quantize(x, Usage::kRowwise, Ownership::kOwned, AmaxRecording::kRecord);
+    const auto tc = qa->quantize(x, Usage::kColumnwise, Ownership::kOwned, AmaxRecording::kRecord);
+    const auto& br = dynamic_cast<const BlockwiseFP8Tensor&>(*tr);
+    const auto& bc = dynamic_cast<const BlockwiseFP8Tensor&>(*tc);
+    r.same("row-wise data", b.rowwise_data(), br.rowwise_data());
+    r.same("row-wise scale_inv", b.rowwise_scales(), br.rowwise_scales());
+    r.same("column-wise data", b.columnwise_data(), bc.columnwise_data());
+    r.same("column-wise scale_inv", b.columnwise_scales(), bc.columnwise_scales());
+    spread(r, "both", *both);
+    spread(r, "apart", *apart);
+    r.expect("spread and counts as apart",
+             both->counts.total == apart->counts.total &&
+                 both->counts.saturated == apart->counts.saturated &&
+                 both->counts.flushed == apart->counts.flushed &&
+                 both->scales.blocks() == apart->scales.blocks() &&
+                 both->scales.min_log2() == apart->scales.min_log2() &&
+                 both->scales.median_log2() == apart->scales.median_log2() &&
+                 both->scales.max_log2() == apart->scales.max_log2());
+    ops::quantize_into(*t, x2, AmaxRecording::kSkip);
+    expect_same(r, "in place, as a fresh cast", *t,
+                *qb->quantize(x2, Usage::kBoth, Ownership::kOwned, AmaxRecording::kSkip));
+    record(r, "in place", *t);
+  }
+}
+
 // ===================================== row-wise FP8 =====================================
 
 // One scale per row: rows of one element, rows longer than a block of threads, saturating and
@@ -627,9 +722,14 @@ std::vector<test::OpCase> fp8_cast_cases() {
       {"quantize_blockwise", {"quantize_blockwise"}, kCastInputs, quantize_blockwise_case},
       {"dequantize_blockwise", {"dequantize_blockwise"}, kFp8, dequantize_blockwise_case},
       {"blockwise_quantizer",
-       {"quantize_blockwise", "transpose_2d", "transpose_scales", "dequantize_blockwise"},
+       {"quantize_blockwise", "quantize_blockwise_both", "transpose_2d", "transpose_scales",
+        "dequantize_blockwise"},
        kCastInputs,
        blockwise_quantizer_case},
+      {"quantize_blockwise_both",
+       {"quantize_blockwise_both", "quantize_blockwise", "transpose_2d"},
+       kCastInputs,
+       quantize_blockwise_both_case},
       {"transpose_scales", {"transpose_scales"}, {kF32}, transpose_scales_case},
       {"blockwise_gemm", {"blockwise_gemm"}, kFp8, blockwise_gemm_case},
       {"quantize_rowwise",

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "kernels/ops.h"
 #include "kernels/quantized.h"
@@ -131,6 +132,58 @@ INSTANTIATE_TEST_SUITE_P(Layouts, BlockwiseCast,
                          ::testing::Combine(::testing::Values(BlockScaling::k1D, BlockScaling::k2D),
                                             ::testing::Values(DType::kE4M3, DType::kE5M2),
                                             ::testing::Bool()));
+
+// quantize_blockwise_both: the bytes, scales and counts of quantize_blockwise of x and of its
+// transpose, both equal to the reference, for f32 and bf16 inputs and ragged shapes.
+TEST(BlockwiseBothWays, AreTheTwoCastsByteForByte) {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},     {1, 130},   {130, 1},
+                                                {129, 257}, {256, 128}, {260, 300}};
+  for (const auto& [rows, cols] : shapes) {
+    const std::vector<float> v =
+        rows >= 5 && cols >= 10 ? mixed(rows, cols, 9)
+                                : test::random_tensor({rows, cols}, DType::kF32, 9).to_floats();
+    for (DType input : {DType::kF32, DType::kBF16}) {
+      const Tensor x = Tensor::from_floats(v, {rows, cols}, input);
+      const Tensor xt = ops::transpose_2d(x);
+      for (DType fp8 : {DType::kE4M3, DType::kE5M2}) {
+        for (bool pow2 : {true, false}) {
+          SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols) + " " +
+                       std::string(dtype_name(input)) + " to " + std::string(dtype_name(fp8)) +
+                       (pow2 ? " pow2" : ""));
+          const ops::BlockwiseCast cast{BlockScaling::k1D, fp8_max(fp8), pow2, 0.f};
+          Tensor row = Tensor::empty({rows, cols}, fp8), col = Tensor::empty({cols, rows}, fp8);
+          Tensor row_s =
+              Tensor::empty(blockwise_scale_shape(BlockScaling::k1D, rows, cols), DType::kF32);
+          Tensor col_s =
+              Tensor::empty(blockwise_scale_shape(BlockScaling::k1D, cols, rows), DType::kF32);
+          for (Tensor* t : {&row, &col, &row_s, &col_s}) test::poison(*t);
+          FP8CastCounts both;
+          ops::quantize_blockwise_both(x, cast, row, row_s, col, col_s, &both);
+          Tensor row2 = Tensor::empty(row.shape(), fp8), col2 = Tensor::empty(col.shape(), fp8);
+          Tensor row2_s = Tensor::empty(row_s.shape(), DType::kF32);
+          Tensor col2_s = Tensor::empty(col_s.shape(), DType::kF32);
+          FP8CastCounts apart;
+          ops::quantize_blockwise(x, cast, row2, row2_s, &apart);
+          ops::quantize_blockwise(xt, cast, col2, col2_s, &apart);
+          for (const auto& [got, want] :
+               {std::pair{&row, &row2}, {&row_s, &row2_s}, {&col, &col2}, {&col_s, &col2_s}}) {
+            EXPECT_EQ(std::memcmp(got->data(), want->data(), want->nbytes()), 0);
+          }
+          EXPECT_EQ(both.total, 2 * rows * cols);
+          EXPECT_EQ(both.total, apart.total);
+          EXPECT_EQ(both.saturated, apart.saturated);
+          EXPECT_EQ(both.flushed, apart.flushed);
+          if (input == DType::kBF16) continue;  // the reference's overflow value is f32's
+          const std::vector<float> xv = x.to_floats(), xtv = xt.to_floats();
+          EXPECT_TRUE(
+              equal_bits(row, row_s, reference(xv, rows, cols, BlockScaling::k1D, fp8, pow2)));
+          EXPECT_TRUE(
+              equal_bits(col, col_s, reference(xtv, cols, rows, BlockScaling::k1D, fp8, pow2)));
+        }
+      }
+    }
+  }
+}
 
 TEST(BlockwiseScale, HandWorkedValues) {
   // E4M3, power of two: 448 / 3 = 149.33 -> 128; 448 / 1 -> 256; 448 / 0.1 = 4480 -> 4096;
