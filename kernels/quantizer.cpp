@@ -50,23 +50,25 @@ std::shared_ptr<Quantizer> make_quantizer(const Recipe& recipe, const SlotContex
                                                 recipe.amax_epsilon, context.stats);
     case RecipeKind::kNVFP4: {
       const NVFP4Role role = nvfp4_role(slot);
-      if (recipe.is_quartet2()) {
-        if (role == NVFP4Role::kGradient) {
-          return std::make_shared<Quartet2GradQuantizer>(context.rng.defined() ? context.rng
-                                                                               : slot_stream(slot));
-        }
-        // The forward: 1x16 blocks, 4over6 by MSE with the 256 bound, round to nearest.
-        return std::make_shared<NVFP4Quantizer>(role, false, false, false, Tensor(), context.stats,
-                                                NVFP4FourOverSix{true, true, true},
-                                                NVFP4Method::kQuartet2);
-      }
-      const bool stochastic = role == NVFP4Role::kGradient && recipe.stochastic_rounding;
       // 4over6 by scope: weights, activations (inputs and outputs); gradients never.
       auto covers = [&](NVFP4Scope scope) {
         return role == NVFP4Role::kWeight       ? covers_weights(scope)
                : role == NVFP4Role::kActivation ? covers_activations(scope)
                                                 : false;
       };
+      if (recipe.is_quartet2()) {
+        if (role == NVFP4Role::kGradient) {
+          return std::make_shared<Quartet2GradQuantizer>(context.rng.defined() ? context.rng
+                                                                               : slot_stream(slot));
+        }
+        // The forward: 1x16 blocks rounded to nearest; with 4over6 by MSE and the 256 bound where
+        // the recipe's scope covers the tensor, else every block scaled to 6 under the 448 bound.
+        const bool four_over_six = covers(recipe.four_over_six);
+        return std::make_shared<NVFP4Quantizer>(
+            role, false, false, false, Tensor(), context.stats,
+            NVFP4FourOverSix{four_over_six, true, four_over_six}, NVFP4Method::kQuartet2);
+      }
+      const bool stochastic = role == NVFP4Role::kGradient && recipe.stochastic_rounding;
       NVFP4FourOverSix four_over_six;
       four_over_six.on = covers(recipe.four_over_six);
       four_over_six.squared_error = recipe.four_over_six_mse;

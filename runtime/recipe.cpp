@@ -345,9 +345,11 @@ Recipe recipe_from_json(const json& object, std::string_view where) {
                          "nvfp4_4over6_err_mode"},
                         "nvfp4");
       if (choose(in, "method", kMethods, 0) == NVFP4Method::kQuartet2) {
-        // The method fixes every cast: TE's switches would silently mean nothing.
-        in.reject_unknown({"recipe", "method"}, "nvfp4 (method quartet2)");
+        // The method fixes every cast but the forward's 4over6 (the reference's switch); TE's
+        // other switches would silently mean nothing.
+        in.reject_unknown({"recipe", "method", "nvfp4_4over6"}, "nvfp4 (method quartet2)");
         r = Recipe::nvfp4_quartet2();
+        r.four_over_six = choose(in, "nvfp4_4over6", kScopes, 3);
         break;
       }
       r.fp8_format = FP8Format::kE4M3;
@@ -394,6 +396,7 @@ json recipe_to_json(const Recipe& r) {
   }
   if (r.is_quartet2()) {
     out["method"] = nvfp4_method_name(r.nvfp4_method);
+    out["nvfp4_4over6"] = nvfp4_scope_name(r.four_over_six);
     return out;
   }
   if (r.kind == RecipeKind::kNVFP4) {

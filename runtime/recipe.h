@@ -62,9 +62,10 @@ std::string_view fp8_format_name(FP8Format format);             // "e4m3", "hybr
 std::string_view amax_compute_algo_name(AmaxComputeAlgo algo);  // "max", "most_recent"
 
 // How NVFP4 trains: TE's NVFP4BlockScaling, or Quartet II (arXiv 2601.22813): 1x16 blocks with
-// 4over6 (MSE, block scales up to 256) for both forward operands, and a backward that re-casts the
-// forward's input and weight and the output gradient with a 128-point random-sign Hadamard
-// transform and MS-EDEN (kernels/math/quartet2.h).
+// 4over6 (MSE, block scales up to 256; with nvfp4_4over6 "none", every block scaled to 6 under the
+// 448 bound) for both forward operands, and a backward that re-casts the forward's input and
+// weight and the output gradient with a 128-point random-sign Hadamard transform and MS-EDEN
+// (kernels/math/quartet2.h).
 enum class NVFP4Method : uint8_t { kTE, kQuartet2 };
 std::string_view nvfp4_method_name(NVFP4Method method);  // "te", "quartet2"
 
@@ -97,7 +98,8 @@ struct Recipe {
   BlockScaling x_block_scaling = BlockScaling::k1D;     // inputs (and outputs)
   BlockScaling w_block_scaling = BlockScaling::k2D;     // weights
   BlockScaling grad_block_scaling = BlockScaling::k1D;  // output and input gradients
-  // nvfp4 only: the method, then TE's switches (each on by default; quartet2 fixes its own)
+  // nvfp4 only: the method, then TE's switches (each on by default; quartet2 fixes its own, but
+  // for 4over6, which it takes too, "all" by default)
   NVFP4Method nvfp4_method = NVFP4Method::kTE;
   bool random_hadamard_transform = true;  // 16x16 RHT on the wgrad GEMM's operands
   bool stochastic_rounding = true;        // gradients rounded stochastically

@@ -13,6 +13,9 @@
 
 #include "kernels/nvfp4.h"
 #include "kernels/ops.h"
+#include "kernels/quantized.h"
+#include "kernels/quantizer.h"
+#include "runtime/nvfp4_tensor.h"
 #include "runtime/recipe.h"
 #include "tests/support/quartet2_model.h"
 #include "tests/support/test_util.h"
@@ -171,13 +174,78 @@ TEST(MsEden, TheRotatedCastIsUnbiased) {
   EXPECT_LT(std::sqrt(err / norm), single / 10) << "one cast " << single;
 }
 
+// The forward operands' row-wise cast, as the forward GEMM reads it, from the recipe's quantizer.
+struct ForwardCast {
+  std::shared_ptr<QuantizedTensor> cast;
+  const NVFP4Tensor* t = nullptr;
+};
+ForwardCast forward_cast(const Recipe& recipe, ForwardTensor role, const Tensor& x) {
+  ForwardCast f;
+  f.cast = make_quantizer(recipe, nullptr, forward_slot(0, role))
+               ->quantize(x, Usage::kRowwise, Ownership::kInternal, AmaxRecording::kSkip);
+  f.t = dynamic_cast<const NVFP4Tensor*>(f.cast.get());
+  return f;
+}
+
+TEST(Quartet2Forward, CastsMatchTheModelWithAndWithoutFourOverSix) {
+  const int64_t rows = 32, cols = 256;
+  const Tensor x = varied(rows, cols, 21);
+  const std::vector<double> xv = widened(x);
+  const model::Cast on = model::forward(xv, rows, cols, true);
+  const model::Cast off = model::forward(xv, rows, cols, false);
+  EXPECT_NE(on.scales, off.scales);
+  EXPECT_NE(on.codes, off.codes);
+  for (const bool four_over_six : {true, false}) {
+    const Recipe recipe =
+        parse_recipe(four_over_six ? R"({"recipe": "nvfp4", "method": "quartet2"})"
+                                   : R"({"recipe": "nvfp4", "method": "quartet2",
+                                                          "nvfp4_4over6": "none"})");
+    const model::Cast& want = four_over_six ? on : off;
+    // Without 4over6 the largest block lands on 448 exactly, with it at most 1.5 * 256.
+    double top = 0;
+    for (uint8_t sf : want.scales) top = std::max(top, model::e4m3_value(sf));
+    if (four_over_six) {
+      EXPECT_LE(top, 384.0);
+    } else {
+      EXPECT_EQ(top, 448.0);
+    }
+    for (const ForwardTensor role : {ForwardTensor::kInput, ForwardTensor::kWeight}) {
+      SCOPED_TRACE(std::string(four_over_six ? "4over6 " : "map to 6 ") +
+                   (role == ForwardTensor::kInput ? "input" : "weight"));
+      const ForwardCast got = forward_cast(recipe, role, x);
+      ASSERT_NE(got.t, nullptr);
+      EXPECT_FALSE(got.t->layout().tiles_2d);
+      EXPECT_EQ(got.t->layout().e4m3_max, four_over_six ? 256.f : 448.f);
+      const Tensor& data = got.t->rowwise_data();
+      const Tensor& scales = got.t->rowwise_scales();
+      const int64_t stride = scales.size(1);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t b = 0; b < cols / 16; ++b) {
+          ASSERT_EQ(scales.data_as<uint8_t>()[r * stride + b],
+                    want.scales[static_cast<size_t>(r * (cols / 16) + b)])
+              << r << ", " << b;
+        }
+        for (int64_t c = 0; c < cols; ++c) {
+          ASSERT_EQ(nibble(data, cols, r, c), want.codes[static_cast<size_t>(r * cols + c)])
+              << r << ", " << c;
+        }
+      }
+      const std::vector<float> back = ops::dequantize(*got.cast, DType::kF32).to_floats();
+      for (size_t i = 0; i < back.size(); ++i) {
+        ASSERT_NEAR(back[i], want.values[i], 0x1p-22 * std::fabs(want.values[i])) << i;
+      }
+    }
+  }
+}
+
 TEST(Quartet2Recipe, JsonKeysRoundTripAndTeSwitchesAreRefused) {
   const Recipe r = parse_recipe(R"({"recipe": "nvfp4", "method": "quartet2"})");
   EXPECT_EQ(r, Recipe::nvfp4_quartet2());
   EXPECT_TRUE(r.is_quartet2());
   EXPECT_TRUE(r.uses_rng_streams());
   EXPECT_EQ(recipe_from_json(recipe_to_json(r)), r);
-  EXPECT_EQ(recipe_to_json(r).dump(), R"({"method":"quartet2","recipe":"nvfp4"})");
+  EXPECT_EQ(recipe_to_json(r).dump(),
+            R"({"method":"quartet2","nvfp4_4over6":"all","recipe":"nvfp4"})");
   EXPECT_EQ(parse_recipe(R"({"recipe": "nvfp4", "method": "te"})"), Recipe::nvfp4());
   EXPECT_FALSE(Recipe::nvfp4().is_quartet2());
   EXPECT_THAT(test::error_of([] {

@@ -1,8 +1,9 @@
 // Linear under NVFP4's quartet2 method against the f64 model of tests/support/quartet2_model.h:
-// the forward is TE's 1x16 4over6 cast (MSE, the 256 bound) of both operands; the backward
-// re-casts dY and the forward's dequantized input and weight with one set of 128 signs along each
-// GEMM's inner dimension and MS-EDEN, drawing from the slot's stream in a fixed order; its
-// gradients are unbiased estimates of the quantized forward's; shapes off 128 are clear errors.
+// the forward is TE's 1x16 4over6 cast (MSE, the 256 bound) of both operands, or with 4over6 off
+// TE's plain 1x16 cast; the backward re-casts dY and the forward's dequantized input and weight
+// with one set of 128 signs along each GEMM's inner dimension and MS-EDEN, drawing from the slot's
+// stream in a fixed order; its gradients are unbiased estimates of the quantized forward's; shapes
+// off 128 are clear errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -110,6 +111,24 @@ TEST(Quartet2Linear, ForwardIsTes1x16FourOverSixCast) {
   const LinearRun te = run(b, x, g, te_forward_equivalent());
   EXPECT_EQ(q2.y, te.y);
   EXPECT_NE(q2.dw, te.dw);  // the backward is the method's own
+}
+
+// With "nvfp4_4over6": "none" the forward is TE's plain 1x16 cast to nearest (the 448 bound); the
+// backward is still the method's own, re-casting what that forward dequantized.
+TEST(Quartet2Linear, ForwardWithoutFourOverSixIsTes1x16Cast) {
+  const Tensor x = test::random_tensor({kM, kK}, DType::kF32, 51);
+  const Tensor g = test::random_tensor({kM, kN}, DType::kF32, 52);
+  Linear a(kK, kN, no_bias(5)), b(kK, kN, no_bias(5)), c(kK, kN, no_bias(5));
+  const Recipe off =
+      parse_recipe(R"({"recipe": "nvfp4", "method": "quartet2", "nvfp4_4over6": "none"})");
+  const LinearRun q2 = run(a, x, g, off);
+  const LinearRun te = run(b, x, g, parse_recipe(R"({"recipe": "nvfp4", "disable_rht": true,
+                                            "disable_stochastic_rounding": true,
+                                            "disable_2d_quantization": true})"));
+  const LinearRun q2_on = run(c, x, g, Recipe::nvfp4_quartet2());
+  EXPECT_EQ(q2.y, te.y);
+  EXPECT_NE(q2.y, q2_on.y);
+  EXPECT_NE(q2.dw, te.dw);
 }
 
 TEST(Quartet2Linear, BackwardIsTheModelsReCastOperandsMultiplied) {

@@ -94,6 +94,33 @@ TEST(Recipe, JsonRoundTrip) {
   }
 }
 
+// Quartet II's one switch, the forward's 4over6 (the reference's four_over_six): TE's key and
+// scopes, "all" when left out (the method as the paper's kernel runs it); "none" scales every
+// block to 6 under the 448 bound. Nothing else of the recipe moves.
+TEST(Recipe, Quartet2SwitchesItsForwardFourOverSix) {
+  const Recipe all = parse_recipe(R"({"recipe": "nvfp4", "method": "quartet2"})");
+  EXPECT_EQ(all.four_over_six, NVFP4Scope::kAll);
+  EXPECT_EQ(all, Recipe::nvfp4_quartet2());
+  EXPECT_EQ(parse_recipe(R"({"recipe": "nvfp4", "method": "quartet2", "nvfp4_4over6": "all"})"),
+            all);
+  const Recipe none =
+      parse_recipe(R"({"recipe": "nvfp4", "method": "quartet2", "nvfp4_4over6": "none"})");
+  EXPECT_TRUE(none.is_quartet2());
+  EXPECT_TRUE(none.uses_rng_streams());
+  EXPECT_EQ(none.four_over_six, NVFP4Scope::kNone);
+  Recipe want = Recipe::nvfp4_quartet2();
+  want.four_over_six = NVFP4Scope::kNone;
+  EXPECT_EQ(none, want);
+  EXPECT_NE(none, all);
+  for (const char* scope : {"none", "weights", "activations", "all"}) {
+    const Recipe r = parse_recipe(std::string(R"({"recipe": "nvfp4", "method": "quartet2", )") +
+                                  R"("nvfp4_4over6": ")" + scope + "\"}");
+    EXPECT_EQ(nvfp4_scope_name(r.four_over_six), scope);
+    EXPECT_EQ(recipe_to_json(r)["nvfp4_4over6"], scope);
+    EXPECT_EQ(recipe_from_json(recipe_to_json(r)), r) << describe(r);
+  }
+}
+
 struct BadCase {
   const char* json;
   std::vector<const char*> expect;  // substrings of the message
@@ -146,6 +173,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"recipe": "mxfp8", "fp8_format": "hybrid"})",
                 {"recipe.fp8_format", "e4m3", "\"hybrid\""}},
         BadCase{R"({"recipe": "mxfp8", "margin": 0})", {"recipe.margin", "unknown key", "'mxfp8'"}},
+        BadCase{R"({"recipe": "nvfp4", "method": "quartet2", "nvfp4_4over6": "some"})",
+                {"recipe.nvfp4_4over6", "none, weights, activations, all", "\"some\""}},
+        BadCase{R"({"recipe": "nvfp4", "method": "quartet2", "nvfp4_4over6": false})",
+                {"recipe.nvfp4_4over6", "string", "boolean"}},
+        BadCase{R"({"recipe": "nvfp4", "method": "quartet2", "nvfp4_4over6_err_mode": "MAE"})",
+                {"recipe.nvfp4_4over6_err_mode", "unknown key", "method quartet2",
+                 "recipe, method, nvfp4_4over6"}},
+        BadCase{R"({"recipe": "nvfp4", "method": "quartet2", "nvfp4_4over6_e4m3_use_256": "all"})",
+                {"recipe.nvfp4_4over6_e4m3_use_256", "unknown key", "method quartet2"}},
         BadCase{R"({"recipe": "fancy"})", {"recipe.recipe", "delayed, current, mxfp8", "fancy"}},
         BadCase{R"({"fp8_format": "e4m3"})", {"recipe.recipe", "missing"}},
         BadCase{R"([1, 2])", {"recipe", "JSON object", "array"}},
