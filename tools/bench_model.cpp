@@ -122,7 +122,10 @@ void bench_model(const Options& o, const Emit& emit,
   const int64_t batch = setup.batch, seq = setup.seq;
   const std::vector<TokenBatch> batches =
       token_batches(bench_tokens(o, batch * seq, config.vocab_size), batch, seq, o.device);
-  for (const auto& [name, recipe] : precisions) {
+  for (const auto& precision : precisions) {
+    // Named, not bound: the step lambdas below capture them.
+    const std::string& name = precision.first;
+    const std::optional<Recipe>& recipe = precision.second;
     config.recipe = recipe;
     modules::GPT model(config);
     model.to(o.device);  // built on the CPU, then moved (a no-op on the CPU)
